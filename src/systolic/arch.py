@@ -1,0 +1,167 @@
+"""Hardware descriptions: one frozen dataclass, four named presets.
+
+Every number the simulators, the compiler or the timing model use lives here with a name
+and a comment naming its source. Sources, abbreviated:
+
+* seed 000 — ``shared/seeds/000_*.txt`` (PE engine: compiler + reference model).
+* seed 003 — ``shared/seeds/003_*.txt`` (Tensor Engine cycle by cycle).
+* FACTS — ``shared/FACTS.md`` (AWS Neuron architecture guides, NKI docs), each with its
+  own upstream source.
+* "unsure" marks a number no public source settles; it is a named field so that a user
+  can change it with :func:`dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from .errors import ArchError
+
+__all__ = ["ARCHS", "Arch", "get_arch"]
+
+# Formats every generation's dense path takes (FACTS: nki.isa docs list fp8_e4m3, fp8_e5m2,
+# bf16, fp16, tf32, fp32; fp32r is the reference model's rounded-fp32 operand, seed 000;
+# the integer formats are the zero-point path of seed 000's matmult formula).
+_DENSE_COMMON = (
+    "bf16", "fp16", "fp32", "fp32r", "tf32", "fp8_e4m3", "fp8_e5m2", "int8", "uint8", "int16",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Arch:
+    """One NeuronCore's Tensor Engine and the memories around it.
+
+    Units: cycles are TensorE clock cycles; bytes are per partition unless named otherwise.
+    """
+
+    name: str
+    generation: int  # 2 = NeuronCore-v2 (trn1/inf2), 3 = v3 (trn2), 4 = v4 (trn3); seed 000
+    # The module arch level that seed 000's gen3 accumulate-flag gate compares with 40
+    # ("cmp [module+0xAC], 0x28; jg"). The value per preset is unsure: MX lives at exactly
+    # level 40 (seed 000), so gen4 = 40; gen2/gen3 are given lower levels so that the gate
+    # is off on the presets, and can be raised with dataclasses.replace to exercise it.
+    arch_level: int
+
+    # Geometry: 128x128 PEs in 32-lane quadrants, identical on every generation (seed 000,
+    # "Partition Geometry"; seed 003 footnote 1).
+    rows: int = 128
+    cols: int = 128
+    quadrant: int = 32
+
+    # PSUM: 16 KiB per partition = 8 banks x 2 KiB = 512 fp32 per bank (FACTS, NKI guide).
+    psum_banks: int = 8
+    psum_bank_bytes: int = 2048
+    # SBUF bytes per partition (FACTS: 192 KiB v2, 224 KiB v3, 256 KiB v4 derived).
+    sbuf_bytes: int = 192 * 1024
+
+    # TensorE clock in Hz (FACTS; seed 003: 2.8 GHz trn1/inf2, 2.4 GHz trn2).
+    clock_hz: float = 2.8e9
+    # Minimum interval between back-to-back MatMuls, cycles (seed 003 / FACTS: 64 on
+    # NeuronCore-v2; unsure for v3/v4, kept at 64).
+    mm_init_latency: int = 64
+    # Fast LoadStationary is "up to 4x" quicker than a MatMul of the same free size:
+    # 128 columns load in about 32 cycles (FACTS, NKI performance guide).
+    ldweights_speedup: int = 4
+    # fp32 costs about 4x bf16 (seed 003 footnote 11). The compiler lowers fp32 to two
+    # passes (seed 000), so each pass streams at half rate: 2 x 2 = 4.
+    fp32_pass_slowdown: int = 2
+    # PSUM read-out: another engine copies a finished bank out before it can be reused.
+    # Modelled as elements per partition per TensorE cycle. Unsure: taken as one fp32
+    # element per partition per cycle of a ~1.4 GHz (v2) / ~0.96 GHz (v3/v4) engine,
+    # i.e. 0.5 / 0.4 elements per TensorE cycle.
+    readout_elems_per_cycle: float = 0.5
+    # Fixed cost of one read-out instruction on that engine, cycles (unsure; instruction
+    # dispatch overhead of the reading engine).
+    readout_fixed_cycles: int = 64
+
+    formats: tuple[str, ...] = _DENSE_COMMON
+    perf_modes: tuple[str, ...] = ("none",)
+    # MACs per PE per cycle, relative to one bf16 MAC, by format and perf mode. fp32 is a
+    # quarter of bf16 (seed 003, FACTS peaks 23 vs 92); fp8 DoubleRow twice bf16 (FACTS:
+    # 158 vs 79 on trn2); MX four times bf16 (FACTS: 315 vs 79 on trn3).
+    rate_fp32: float = 0.25
+    rate_double_row: float = 2.0
+    rate_mx: float = 4.0
+    mx_formats: tuple[str, ...] = ()
+
+    psum_bytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "psum_bytes", self.psum_banks * self.psum_bank_bytes)
+
+    # -- derived -----------------------------------------------------------------------
+    @property
+    def pes(self) -> int:
+        return self.rows * self.cols
+
+    def supports_format(self, fmt: str) -> bool:
+        return fmt in self.formats or fmt in self.mx_formats
+
+    def supports_perf_mode(self, mode: str) -> bool:
+        return mode in self.perf_modes
+
+    def rate(self, fmt: str, perf_mode: str = "none") -> float:
+        """MACs per PE per cycle relative to bf16, for a format and perf mode."""
+        if fmt in self.mx_formats:
+            return self.rate_mx
+        if fmt in ("fp32", "fp32r"):
+            return self.rate_fp32
+        if perf_mode in ("double_row", "double_row_sw_interleave") and fmt.startswith("fp8"):
+            return self.rate_double_row
+        return 1.0
+
+    def peak_flops(self, fmt: str = "bf16", perf_mode: str = "none") -> float:
+        """Peak FLOP/s: rows x cols x 2 FLOPs per MAC x clock x rate (seed 003)."""
+        return self.rows * self.cols * 2 * self.clock_hz * self.rate(fmt, perf_mode)
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "generation": self.generation,
+            "rows": self.rows,
+            "cols": self.cols,
+            "clock_ghz": self.clock_hz / 1e9,
+            "psum_banks": self.psum_banks,
+            "psum_bank_bytes": self.psum_bank_bytes,
+            "sbuf_bytes_per_partition": self.sbuf_bytes,
+            "formats": list(self.formats) + list(self.mx_formats),
+            "perf_modes": list(self.perf_modes),
+        }
+
+
+_GEN3_PERF = ("none", "double_row", "double_column", "double_pixel", "double_row_sw_interleave")
+
+_PRESETS: dict[str, Arch] = {
+    # Trainium1: NeuronCore-v2, 2.8 GHz, 192 KiB SBUF per partition, no perf modes
+    # (FACTS; nki.isa.nc_matmul: "On NeuronCore-v2, performance mode is not supported").
+    "trn1": Arch(name="trn1", generation=2, arch_level=20, sbuf_bytes=192 * 1024,
+                 clock_hz=2.8e9),
+    # Inferentia2: the same NeuronCore-v2 as trn1 (FACTS).
+    "inf2": Arch(name="inf2", generation=2, arch_level=20, sbuf_bytes=192 * 1024,
+                 clock_hz=2.8e9),
+    # Trainium2: NeuronCore-v3, 2.4 GHz, 224 KiB SBUF per partition, fp8 DoubleRow (FACTS).
+    "trn2": Arch(name="trn2", generation=3, arch_level=30, sbuf_bytes=224 * 1024,
+                 clock_hz=2.4e9, perf_modes=_GEN3_PERF, readout_elems_per_cycle=0.4),
+    # Trainium3: NeuronCore-v4, 2.4 GHz, 256 KiB SBUF per partition, adds fp8_e4m3fn and
+    # the MX path (FACTS; seed 000 "MX ... gen4 only").
+    "trn3": Arch(name="trn3", generation=4, arch_level=40, sbuf_bytes=256 * 1024,
+                 clock_hz=2.4e9, perf_modes=_GEN3_PERF, readout_elems_per_cycle=0.4,
+                 formats=(*_DENSE_COMMON, "fp8_e4m3fn"),
+                 mx_formats=("mxfp8_e4m3", "mxfp8_e5m2", "mxfp4")),
+}
+
+ARCHS: Mapping[str, Arch] = MappingProxyType(_PRESETS)
+
+
+def get_arch(arch: str | Arch) -> Arch:
+    """Return a preset by name (``trn1``, ``inf2``, ``trn2``, ``trn3``), or ``arch`` itself."""
+    if isinstance(arch, Arch):
+        return arch
+    try:
+        return _PRESETS[arch]
+    except KeyError:
+        raise ArchError(
+            f"unknown arch {arch!r}; choose one of {', '.join(_PRESETS)}"
+        ) from None

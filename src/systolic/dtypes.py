@@ -1,0 +1,276 @@
+"""The format table: one row per format, and the rounding and coding that follow from it.
+
+Rounding goes through ``ml_dtypes`` (round to nearest-even, subnormals included) and always
+starts from float32: ml_dtypes converts float64 through float32, rounding twice, so the API
+takes operands as float32 first and says so. Arithmetic is never done on narrow arrays (each
+step would round, FACTS "Numerics"): :func:`decode` widens to float32 before any maths.
+
+Traps handled on purpose (FACTS "Numerics", verified with ml_dtypes 0.6.0):
+
+* ``fp8_e4m3fn`` has no infinity: values above 464 become NaN, not the maximum 448.
+* ``fp4_e2m1`` has no NaN: ml_dtypes turns NaN into a signed zero, silently. :func:`encode`
+  refuses NaN for it instead (a silently wrong number is worse than an error).
+* ``e8m0`` rounds 1.5*2^e up and maps 0 to NaN: scale bytes are built from the integer
+  exponent (:func:`e8m0_from_exponent`), never by casting a float.
+* ``tf32`` and ``fp32r`` have no ml_dtypes type; they live in float32 containers and are
+  rounded to a 10-bit mantissa by integer arithmetic on the float32 bits (RNE).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal
+
+import ml_dtypes
+import numpy as np
+
+from .errors import FormatError
+
+__all__ = [
+    "FORMATS",
+    "Format",
+    "decode",
+    "e8m0_from_exponent",
+    "encode",
+    "get_format",
+    "round_to",
+]
+
+Kind = Literal["float", "int", "scale", "mx"]
+Overflow = Literal["inf", "nan", "saturate", "error"]
+NanPolicy = Literal["ieee", "fn", "none", "e8m0"]
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """One format: its bit layout, specials, overflow policy and storage.
+
+    ``storage`` is the numpy dtype one element is stored as (one byte per fp4 element:
+    ml_dtypes keeps e2m1 unpacked). ``container_bytes`` is the element's size in SBUF.
+    ``codes`` maps generation -> the dtype code written in bundles; ``code_source`` says
+    whether seed 000 gives that code or the project defined it.
+    """
+
+    name: str
+    kind: Kind
+    bits: int
+    exp_bits: int
+    man_bits: int
+    bias: int
+    inf: bool
+    nan: NanPolicy
+    overflow: Overflow
+    storage: np.dtype
+    container_bytes: int
+    codes: Mapping[int, int]
+    code_source: str = "project"
+    element: str | None = None  # MX formats: the element format
+    emax: int | None = None  # MX element formats: exponent of the largest power of two
+    max: float = field(init=False)
+    min_normal: float = field(init=False)
+    min_subnormal: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        if self.kind == "int":
+            mx = float((1 << 47) - 1) if self.bits == 48 else float(np.iinfo(self.storage).max)
+            object.__setattr__(self, "max", mx)
+            object.__setattr__(self, "min_normal", 1.0)
+            object.__setattr__(self, "min_subnormal", 1.0)
+            return
+        if self.name in ("tf32", "fp32r"):
+            fi = np.finfo(np.float32)
+            mx = float(np.float32(2.0) ** 127 * (2 - 2.0**-self.man_bits))
+            object.__setattr__(self, "max", mx)
+            object.__setattr__(self, "min_normal", float(fi.smallest_normal))
+            object.__setattr__(self, "min_subnormal", 2.0 ** (-126 - self.man_bits))
+            return
+        fi = ml_dtypes.finfo(self.storage)
+        object.__setattr__(self, "max", float(fi.max))
+        object.__setattr__(self, "min_normal", float(fi.smallest_normal))
+        object.__setattr__(self, "min_subnormal", float(fi.smallest_subnormal))
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind == "float"
+
+    @property
+    def is_int(self) -> bool:
+        return self.kind == "int"
+
+    def code(self, generation: int) -> int:
+        return self.codes[generation] if generation in self.codes else self.codes[0]
+
+
+def _codes(code: int) -> Mapping[int, int]:
+    return MappingProxyType({0: code})
+
+
+def _f(name: str, e: int, m: int, storage: object, cbytes: int, code: int, *, inf: bool,
+       nan: NanPolicy, overflow: Overflow, bias: int | None = None, bits: int | None = None,
+       emax: int | None = None) -> Format:
+    return Format(
+        name=name, kind="float", bits=bits if bits is not None else 1 + e + m, exp_bits=e,
+        man_bits=m, bias=bias if bias is not None else (1 << (e - 1)) - 1, inf=inf, nan=nan,
+        overflow=overflow, storage=np.dtype(storage), container_bytes=cbytes,
+        codes=_codes(code), emax=emax,
+    )
+
+
+# Project-defined dtype codes, except fp4_e2m1: seed 000 ("Shared vs. Diverged") gives the
+# x4 fp4 entry the code 0x05 on gen2/gen3 (colliding with uint16, which this project does
+# not model) and its own MX-era tag 0x10 on gen4.
+_TABLE: list[Format] = [
+    _f("bf16", 8, 7, ml_dtypes.bfloat16, 2, 0x03, inf=True, nan="ieee", overflow="inf"),
+    _f("fp16", 5, 10, np.float16, 2, 0x04, inf=True, nan="ieee", overflow="inf"),
+    _f("fp32", 8, 23, np.float32, 4, 0x0B, inf=True, nan="ieee", overflow="inf"),
+    # fp32r: the reference model's "float32r", an fp32 operand rounded once before one
+    # fp32 product (seed 000, fp32 GOTCHA). Its exact rounding is not public (FACTS,
+    # unsure): this project rounds to a 10-bit mantissa (tf32 precision), RNE.
+    _f("fp32r", 8, 10, np.float32, 4, 0x0C, inf=True, nan="ieee", overflow="inf", bits=32),
+    _f("tf32", 8, 10, np.float32, 4, 0x0A, inf=True, nan="ieee", overflow="inf", bits=19),
+    _f("fp8_e4m3", 4, 3, ml_dtypes.float8_e4m3, 1, 0x07, inf=True, nan="ieee", overflow="inf"),
+    _f("fp8_e4m3fn", 4, 3, ml_dtypes.float8_e4m3fn, 1, 0x09, inf=False, nan="fn",
+       overflow="nan", emax=8),
+    _f("fp8_e5m2", 5, 2, ml_dtypes.float8_e5m2, 1, 0x08, inf=True, nan="ieee", overflow="inf",
+       emax=15),
+    Format(name="fp4_e2m1", kind="float", bits=4, exp_bits=2, man_bits=1, bias=1, inf=False,
+           nan="none", overflow="saturate", storage=np.dtype(ml_dtypes.float4_e2m1fn),
+           container_bytes=1, codes=MappingProxyType({0: 0x05, 2: 0x05, 3: 0x05, 4: 0x10}),
+           code_source="seed 000", emax=2),
+    Format(name="e8m0", kind="scale", bits=8, exp_bits=8, man_bits=0, bias=127, inf=False,
+           nan="e8m0", overflow="error", storage=np.dtype(ml_dtypes.float8_e8m0fnu),
+           container_bytes=1, codes=_codes(0x0E)),
+    Format(name="int8", kind="int", bits=8, exp_bits=0, man_bits=0, bias=0, inf=False,
+           nan="none", overflow="error", storage=np.dtype(np.int8), container_bytes=1,
+           codes=_codes(0x02)),
+    Format(name="uint8", kind="int", bits=8, exp_bits=0, man_bits=0, bias=0, inf=False,
+           nan="none", overflow="error", storage=np.dtype(np.uint8), container_bytes=1,
+           codes=_codes(0x01)),
+    Format(name="int16", kind="int", bits=16, exp_bits=0, man_bits=0, bias=0, inf=False,
+           nan="none", overflow="error", storage=np.dtype(np.int16), container_bytes=2,
+           codes=_codes(0x06)),
+    # The integer accumulator: seed 004's INT48, stored sign-extended in 8 bytes of PSUM,
+    # wrapping as two's complement at 48 bits.
+    Format(name="int48", kind="int", bits=48, exp_bits=0, man_bits=0, bias=0, inf=False,
+           nan="none", overflow="error", storage=np.dtype(np.int64), container_bytes=8,
+           codes=_codes(0x0D)),
+]
+
+# MX formats (gen4): elements packed x4 along K with one E8M0 scale per 32-element block
+# (seed 000 "The MX Dispatch Path"; FACTS). Their element formats carry the codes.
+_MX: list[tuple[str, str, int]] = [
+    ("mxfp8_e4m3", "fp8_e4m3fn", 4),
+    ("mxfp8_e5m2", "fp8_e5m2", 4),
+    ("mxfp4", "fp4_e2m1", 2),
+]
+
+_BY_NAME: dict[str, Format] = {f.name: f for f in _TABLE}
+for _name, _elem, _cbytes in _MX:
+    _e = _BY_NAME[_elem]
+    _BY_NAME[_name] = Format(
+        name=_name, kind="mx", bits=_e.bits, exp_bits=_e.exp_bits, man_bits=_e.man_bits,
+        bias=_e.bias, inf=_e.inf, nan=_e.nan, overflow="saturate", storage=_e.storage,
+        container_bytes=_cbytes, codes=_e.codes, code_source=_e.code_source, element=_elem,
+        emax=_e.emax,
+    )
+
+FORMATS: Mapping[str, Format] = MappingProxyType(_BY_NAME)
+
+
+def get_format(fmt: str | Format) -> Format:
+    """The table row for a format name such as ``"bf16"`` or ``"fp8_e4m3"``."""
+    if isinstance(fmt, Format):
+        return fmt
+    try:
+        return _BY_NAME[fmt]
+    except (KeyError, TypeError):
+        raise FormatError(
+            f"unknown format {fmt!r}; choose one of {', '.join(_BY_NAME)}"
+        ) from None
+
+
+def _as_float32(x: object) -> np.ndarray:
+    arr = np.asarray(x)
+    if arr.dtype.kind in "OSUMm" or (arr.dtype.kind == "V" and arr.dtype.names is not None):
+        raise FormatError(f"cannot read values of dtype {arr.dtype} as numbers")
+    return arr.astype(np.float32, copy=False)
+
+
+def _round_mantissa(x32: np.ndarray, man_bits: int) -> np.ndarray:
+    """Round float32 values to ``man_bits`` mantissa bits, nearest-even, on the bits.
+
+    Used for tf32/fp32r, which ml_dtypes lacks. Inf and NaN pass through unchanged; a
+    carry out of the mantissa correctly bumps the exponent (and overflows to inf).
+    """
+    drop = 23 - man_bits
+    bits = np.ascontiguousarray(x32, dtype=np.float32).view(np.uint32)
+    lsb = (bits >> np.uint32(drop)) & np.uint32(1)
+    keep = np.uint32(0xFFFFFFFF ^ ((1 << drop) - 1))
+    rounded = (bits + np.uint32((1 << (drop - 1)) - 1) + lsb) & keep
+    special = (bits & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
+    out = np.where(special, bits, rounded)
+    return out.view(np.float32)
+
+
+def encode(x: object, fmt: str | Format) -> np.ndarray:
+    """Round ``x`` (read as float32) to ``fmt`` and return it in the format's storage dtype.
+
+    Raises :class:`FormatError` for values a format cannot hold without a silent change:
+    non-integers or out-of-range values for integer formats, NaN for fp4_e2m1.
+    """
+    f = get_format(fmt)
+    if f.kind == "mx":
+        raise FormatError(f"{f.name} is block-scaled: quantize with systolic.mx.quantize")
+    if f.kind == "int":
+        arr = np.asarray(x)
+        if arr.dtype.kind in "iub":
+            vals = arr.astype(np.int64)
+        else:
+            a64 = arr.astype(np.float64)
+            if not np.all(np.isfinite(a64)) or np.any(a64 != np.round(a64)):
+                raise FormatError(f"{f.name} needs integer values; got non-integers")
+            vals = a64.astype(np.int64)
+        lo, hi = (-(1 << 47), (1 << 47) - 1) if f.name == "int48" else (
+            int(np.iinfo(f.storage).min), int(np.iinfo(f.storage).max))
+        if vals.size and (vals.min() < lo or vals.max() > hi):
+            raise FormatError(
+                f"{f.name} holds {lo}..{hi}; got values from {vals.min()} to {vals.max()}"
+            )
+        return vals.astype(f.storage)
+    x32 = _as_float32(x)
+    if f.kind == "scale":
+        raise FormatError("e8m0 scales are built from exponents: use e8m0_from_exponent")
+    if f.name in ("tf32", "fp32r"):
+        return _round_mantissa(x32, f.man_bits)
+    if f.name == "fp4_e2m1" and np.isnan(x32).any():
+        raise FormatError("fp4_e2m1 has no NaN; NaN inputs would silently become zero")
+    return x32.astype(f.storage)
+
+
+def decode(raw: np.ndarray, fmt: str | Format) -> np.ndarray:
+    """Widen stored values to float32 (integers to int64) for arithmetic."""
+    f = get_format(fmt)
+    if f.kind == "int":
+        return np.asarray(raw).astype(np.int64)
+    arr = np.asarray(raw)
+    if arr.dtype != f.storage:
+        arr = arr.view(f.storage) if arr.dtype.itemsize == f.storage.itemsize else arr
+    if f.storage == np.dtype(ml_dtypes.bfloat16):
+        # bf16 -> f32 is a 16-bit shift; faster than the generic cast on big tiles.
+        return (arr.view(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return arr.astype(np.float32)
+
+
+def round_to(x: object, fmt: str | Format) -> np.ndarray:
+    """The values ``x`` takes in ``fmt``, as float32 (int64 for integer formats)."""
+    return decode(encode(x, fmt), fmt)
+
+
+def e8m0_from_exponent(exp: np.ndarray | int) -> np.ndarray:
+    """E8M0 scale bytes for 2**exp: biased by 127, exponents outside -127..127 -> NaN 0xFF."""
+    e = np.asarray(exp, dtype=np.int64)
+    biased = e + 127
+    code = np.where((biased < 0) | (biased > 254), 255, biased).astype(np.uint8)
+    return code.view(ml_dtypes.float8_e8m0fnu)

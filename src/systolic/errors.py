@@ -1,0 +1,54 @@
+"""The project's own exception types.
+
+Every error a user can cause is one of these, with a sentence they can act on. The CLI
+prints ``str(error)`` on one line and exits non-zero; nothing leaks a numpy traceback.
+"""
+
+from __future__ import annotations
+
+
+class SystolicError(Exception):
+    """Base of every error this package raises on bad input."""
+
+
+class ArchError(SystolicError):
+    """An unknown arch preset, or a feature the generation does not have."""
+
+
+class FormatError(SystolicError):
+    """An unknown format name, or values a format cannot hold."""
+
+
+class ShapeError(SystolicError):
+    """Operands whose shapes do not fit the operation."""
+
+
+class VerifyError(SystolicError):
+    """A Program that breaks a rule of the ISA; ``index`` names the instruction."""
+
+    def __init__(self, index: int, message: str) -> None:
+        self.index = index
+        self.message = message
+        super().__init__(f"instruction {index}: {message}")
+
+
+class ParseError(SystolicError):
+    """Program text that does not parse; ``line`` is 1-based."""
+
+    def __init__(self, line: int, message: str) -> None:
+        self.line = line
+        self.message = message
+        super().__init__(f"line {line}: {message}")
+
+
+class BundleError(SystolicError):
+    """Bytes that are not a valid 64-byte bundle stream; ``offset`` is the byte offset."""
+
+    def __init__(self, offset: int, message: str) -> None:
+        self.offset = offset
+        self.message = message
+        super().__init__(f"byte offset {offset:#x}: {message}")
+
+
+class WorkloadError(SystolicError):
+    """A malformed workload file."""

@@ -1,0 +1,195 @@
+"""The functional simulator: the living definition of the ISA.
+
+Every other executor (the register-level simulator, the compiler's results) is tested
+against this one, and this one against float64 numpy on rounded operands.
+
+Semantics (seed 000 "The Two-Phase Protocol", "The Reference-Model Writeback"):
+
+* ``LoadStationary`` latches the weight tile [K, M] (decoded, widened to float32) in the
+  array; a later load over the same PEs replaces it.
+* ``MatMul`` computes ``out[m, n] = sum_k (moving[k, n] - zp_moving) * (stationary[k, m] -
+  zp_stationary)`` with operands widened to fp32 (integers: exact int64), into the fp32
+  PSUM region ``dst``: START zeroes the region and writes, anything else adds (one fp32
+  rounding per add); STOP closes the group.
+* DoubleRow folds two contraction rows into one pass: a [P, 2, N] operand is K = 2P with
+  k = 2p + j (seed 000: the reference model doubles the contraction extent).
+* fp32 two-pass: the compiler latches ``half=hi`` = bf16(w) for pass 1 and ``half=lo`` =
+  bf16(w - bf16(w)) for pass 2, each against the full fp32 moving tile, and the two passes
+  add in PSUM. So ``fp32`` here is w ~ hi + lo to 16 significant bits, about 1e-5 relative
+  error; ``fp32r`` is seed 000's reference model: operands rounded once (tf32 precision in
+  this project), one fp32 pass.
+
+Two accumulation orders, chosen by the caller:
+
+* ``fast``: one fp32 product per instruction through BLAS (``stationary.T @ moving``), as
+  the reference model's single Eigen product does; BLAS picks its own summation order.
+* ``systolic``: the partial sum flows down the array rows: starting from 0, for k = 0, 1,
+  ... add the fp32-rounded product w[k, m] * x[k, n] with one fp32 rounding per step, as
+  the register-level simulator does; then the instruction's sum is added into PSUM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+import ml_dtypes
+import numpy as np
+
+from ..arch import Arch, get_arch
+from ..dtypes import get_format
+from ..errors import SystolicError
+from ..isa import (
+    CalcFlags,
+    DmaLoad,
+    Instruction,
+    LdWeightMx,
+    LoadStationary,
+    MatMul,
+    MatmultMx,
+    Program,
+    ReadOut,
+)
+from ..memory import Memory
+from ..verify import verify
+
+__all__ = ["FunctionalSimulator", "Order", "systolic_sum", "wrap48"]
+
+Order = Literal["fast", "systolic"]
+_MASK48 = (1 << 48) - 1
+_SIGN48 = 1 << 47
+
+
+def wrap48(x: np.ndarray) -> np.ndarray:
+    """Two's complement wrap of int64 values to 48 bits (seed 004's INT48 accumulator)."""
+    x = np.asarray(x, dtype=np.int64)
+    return ((x + _SIGN48) & _MASK48) - _SIGN48
+
+
+def systolic_sum(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """w.T @ x with the array's order: partial sums added in k order, fp32 rounding each step.
+
+    ``w`` [K, M] and ``x`` [K, N] float32; returns float32 [M, N]. The loop is over the K
+    array rows (each step is vectorised over the M x N PEs' outputs).
+    """
+    m, n = w.shape[1], x.shape[1]
+    acc = np.zeros((m, n), dtype=np.float32)
+    for k in range(w.shape[0]):
+        acc += np.multiply.outer(w[k], x[k])
+    return acc
+
+
+def _latch_values(values: np.ndarray, half: str) -> np.ndarray:
+    if half == "full":
+        return values
+    hi = values.astype(ml_dtypes.bfloat16).astype(np.float32)
+    if half == "hi":
+        return hi
+    return (values - hi).astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+class FunctionalSimulator:
+    """Runs Programs on SBUF/PSUM/device-memory state.
+
+    Lifecycle: build with an Arch (``order`` and the device memory size), place inputs with
+    ``memory.write`` or :meth:`write_dram`, :meth:`run` a Program (verified first), read
+    results from ``memory``. The simulator keeps its state across runs.
+    """
+
+    def __init__(self, arch: Arch | str = "trn2", *, order: Order = "fast",
+                 dram_bytes: int = 0) -> None:
+        if order not in ("fast", "systolic"):
+            raise SystolicError(f"order must be 'fast' or 'systolic', not {order!r}")
+        self.arch = get_arch(arch)
+        self.order: Order = order
+        self.memory = Memory(self.arch, dram_bytes)
+        # latched weight tiles: (row, rows, col, cols) -> decoded values [K, M]
+        self.tiles: dict[tuple[int, int, int, int], np.ndarray] = {}
+
+    # -- convenience for callers placing operands ---------------------------------------
+    def write_dram(self, offset: int, values: np.ndarray, dtype: str) -> None:
+        """Encode ``values`` to ``dtype`` and store them contiguously at byte ``offset``."""
+        from ..dtypes import encode
+
+        raw = np.ascontiguousarray(encode(values, dtype)).reshape(-1).view(np.uint8)
+        if offset < 0 or offset + raw.size > self.memory.dram.size:
+            raise SystolicError(f"{raw.size} bytes at {offset:#x} do not fit device memory "
+                                f"of {self.memory.dram.size} bytes")
+        self.memory.dram[offset:offset + raw.size] = raw
+
+    def read_dram(self, offset: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        f = get_format(dtype)
+        count = int(np.prod(shape))
+        raw = self.memory.dram[offset:offset + count * f.container_bytes]
+        return raw.view(f.storage).reshape(shape)
+
+    # -- execution ------------------------------------------------------------------------
+    def run(self, program: Program, *, check: bool = True,
+            progress: Callable[[int], None] | None = None) -> None:
+        """Execute ``program``; ``check`` runs :func:`verify` first (leave it on unless the
+        Program was just verified). ``progress(n)`` is called every 256 instructions."""
+        if check:
+            verify(program, self.arch, self.memory.dram.size)
+        for i, ins in enumerate(program):
+            self.execute(ins)
+            if progress is not None and (i & 255) == 255:
+                progress(256)
+        if progress is not None:
+            progress(len(program) & 255)
+
+    def execute(self, ins: Instruction) -> None:
+        """Execute one (already verified) instruction."""
+        if isinstance(ins, MatMul):
+            self._matmul(ins)
+        elif isinstance(ins, LoadStationary):
+            self._load(ins)
+        elif isinstance(ins, DmaLoad | ReadOut):
+            self.memory.copy(ins.src, ins.dst)
+        elif isinstance(ins, LdWeightMx):
+            from .functional_mx import load_mx
+
+            load_mx(self, ins)
+        elif isinstance(ins, MatmultMx):
+            from .functional_mx import matmul_mx
+
+            matmul_mx(self, ins)
+        else:  # pragma: no cover - verify rejects unknown instructions
+            raise SystolicError(f"unknown instruction {type(ins).__name__}")
+
+    def latch(self, row: int, rows: int, col: int, cols: int, values: np.ndarray) -> None:
+        """Latch decoded weights [K, M] over array rows/cols, evicting overlapped tiles."""
+        for key in [k for k in self.tiles if k[0] < row + rows and row < k[0] + k[1]
+                    and k[2] < col + cols and col < k[2] + k[3]]:
+            del self.tiles[key]
+        self.tiles[(row, rows, col, cols)] = values
+
+    def _load(self, ins: LoadStationary) -> None:
+        src = ins.src
+        values = self.memory.read(src)
+        k = src.partitions * int(np.prod([n for _, n in src.dims[:-1]]))
+        values = values.reshape(k, src.dims[-1][1])
+        self.latch(src.partition, src.partitions, ins.column, src.dims[-1][1],
+                   _latch_values(values, ins.half))
+
+    def _matmul(self, ins: MatMul) -> None:
+        mv, dst = ins.moving, ins.dst
+        w = self.tiles[(mv.partition, mv.partitions, dst.partition, dst.partitions)]
+        x = self.memory.read(mv).reshape(w.shape[0], mv.dims[-1][1])
+        if get_format(mv.dtype).is_int:
+            xi = x - ins.zp_moving if ins.zp_moving else x
+            wi = w - ins.zp_stationary if ins.zp_stationary else w
+            self.accumulate(dst, ins.flags, wi.T @ xi)
+            return
+        res = np.dot(w.T, x) if self.order == "fast" else systolic_sum(w, x)
+        self.accumulate(dst, ins.flags, res)
+
+    def accumulate(self, dst: object, flags: CalcFlags, res: np.ndarray) -> None:
+        """START writes ``res`` into the PSUM region; otherwise adds (fp32, or INT48 wrap)."""
+        view = self.memory.view(dst)  # type: ignore[arg-type]
+        res = res.reshape(view.shape)
+        if view.dtype == np.int64:
+            view[...] = wrap48(res if CalcFlags.START in flags else view + res)
+        elif CalcFlags.START in flags:
+            view[...] = res
+        else:
+            view += res

@@ -1,0 +1,326 @@
+"""Program checks: order, accumulation groups, banks, limits, arch gates.
+
+:func:`verify` walks a Program once, tracking what the hardware would hold (latched weight
+tiles, open and finished PSUM regions), and raises :class:`VerifyError` naming the
+instruction index and what to do. Every executor runs it first, so a bad Program never
+reaches numpy and never yields a silently wrong number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+from .arch import Arch, get_arch
+from .dtypes import get_format
+from .errors import ShapeError, SystolicError, VerifyError
+from .isa import (
+    VALID_MX_ACC_BYTES,
+    AccessPattern,
+    CalcFlags,
+    DmaLoad,
+    Instruction,
+    LdWeightMx,
+    LoadStationary,
+    MatMul,
+    MatmultMx,
+    PerfMode,
+    Program,
+    ReadOut,
+    Space,
+    col_group,
+    row_group,
+)
+from .memory import check_bounds, psum_bank
+
+__all__ = ["Checker", "Tile", "accumulator_format", "mx_k_per_partition", "verify"]
+
+_FP32_FAMILY = frozenset({"fp32", "fp32r", "tf32"})
+_FP8 = frozenset({"fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn"})
+# Perf modes whose distinct bundle bytes no encoder was seen emitting (seed 000 GOTCHA).
+UNENCODED_PERF_MODES = frozenset({PerfMode.DOUBLE_COLUMN, PerfMode.DOUBLE_PIXEL})
+
+
+def accumulator_format(dtype: str) -> str:
+    """PSUM accumulator format for an operand format: fp32 always for floats (seed 000 "The
+    fp32 PSUM Accumulator"); the INT48 of seed 004 for the integer path."""
+    return "int48" if get_format(dtype).is_int else "fp32"
+
+
+def mx_k_per_partition() -> int:
+    """Logical contraction elements per partition on the MX path: x4 unpack (seed 000)."""
+    return 4
+
+
+@dataclass(frozen=True, slots=True)
+class Tile:
+    """A latched weight tile: array rows [row, row+rows), columns [col, col+cols)."""
+
+    row: int
+    rows: int
+    col: int
+    cols: int
+    k: int
+    dtype: str
+    perf_mode: PerfMode
+    half: str
+    index: int  # the instruction that latched it
+
+    def overlaps(self, other: Tile) -> bool:
+        return (self.row < other.row + other.rows and other.row < self.row + self.rows
+                and self.col < other.col + other.cols and other.col < self.col + self.cols)
+
+
+def _region(ap: AccessPattern) -> tuple[int, int, int, int]:
+    lo, hi = ap.free_bytes_span
+    return (ap.partition, ap.partition + ap.partitions, lo, hi)
+
+
+def _overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
+    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+
+
+@dataclass
+class Checker:
+    """The verifier's state machine; :meth:`step` checks and applies one instruction."""
+
+    arch: Arch
+    dram_bytes: int | None = None
+    tiles: list[Tile] = field(default_factory=list)
+    # PSUM region -> (state, index of the START): state "open" or "done" (awaiting read-out)
+    regions: dict[tuple[int, int, int, int], tuple[str, int]] = field(default_factory=dict)
+
+    # -- helpers -------------------------------------------------------------------------
+    def _fail(self, i: int, msg: str) -> None:
+        raise VerifyError(i, msg)
+
+    def _bounds(self, i: int, ap: AccessPattern, role: str, space: Space) -> None:
+        if ap.space is not space:
+            self._fail(i, f"{role} must be in {space.value}, not {ap.space.value}")
+        try:
+            check_bounds(ap, self.arch, self.dram_bytes)
+        except ShapeError as exc:
+            self._fail(i, f"{role}: {exc}")
+
+    def _format(self, i: int, dtype: str, role: str) -> None:
+        if not self.arch.supports_format(dtype):
+            self._fail(i, f"{role} format {dtype} is not supported on {self.arch.name} "
+                          f"(gen{self.arch.generation}); use one of "
+                          f"{', '.join(self.arch.formats + self.arch.mx_formats)}")
+
+    def _perf(self, i: int, mode: PerfMode, dtype: str) -> None:
+        if not self.arch.supports_perf_mode(mode.spelling):
+            self._fail(i, f"perf mode {mode.spelling} is not supported on {self.arch.name} "
+                          f"(gen{self.arch.generation}); use perf_mode none")
+        if mode.k_fold == 2 and dtype not in _FP8:
+            self._fail(i, f"{mode.spelling} packs two fp8 elements per PE; {dtype} is not fp8")
+
+    def _tile_k(self, ap: AccessPattern, mode: PerfMode, i: int, role: str) -> int:
+        lead = prod(n for _, n in ap.dims[:-1])
+        if lead != mode.k_fold:
+            self._fail(i, f"{role} with perf mode {mode.spelling} needs "
+                          f"{mode.k_fold} contraction element(s) per partition "
+                          f"(leading free dims), got {lead}")
+        return ap.partitions * lead
+
+    def _open_region(self, i: int, reg: tuple[int, int, int, int]) -> None:
+        for other, (state, start) in list(self.regions.items()):
+            if _overlap(other, reg):
+                if state == "done":
+                    self._fail(i, f"START over a PSUM result finished at or after instruction "
+                                  f"{start} that was never read out; add a ReadOut first")
+                if other != reg:
+                    self._fail(i, f"START over part of an accumulation group opened at "
+                                  f"instruction {start}; groups must not overlap")
+                self._fail(i, f"START into a region whose group (opened at instruction "
+                              f"{start}) never saw STOP")
+        self.regions[reg] = ("open", i)
+
+    def _accumulate(self, i: int, dst: AccessPattern, flags: CalcFlags) -> None:
+        reg = _region(dst)
+        try:
+            psum_bank(dst, self.arch)
+        except ShapeError as exc:
+            self._fail(i, str(exc))
+        if CalcFlags.START in flags:
+            self._open_region(i, reg)
+        else:
+            state = self.regions.get(reg)
+            if state is None or state[0] != "open":
+                what = "ACCUMULATE" if CalcFlags.STOP not in flags else "STOP"
+                self._fail(i, f"{what} into a PSUM region no START opened; flag the first "
+                              f"MatMul of the group START")
+        if CalcFlags.STOP in flags:
+            self.regions[reg] = ("done", self.regions[reg][1])
+
+    def _flags_for_gen(self, i: int, flags: CalcFlags) -> None:
+        gen, level = self.arch.generation, self.arch.arch_level
+        if CalcFlags.ACCUMULATE in flags and (gen == 2 or (gen == 3 and level > 40)):
+            why = "gen2 bundles carry only START and STOP" if gen == 2 else (
+                f"gen3 at arch level {level} > 40 omits the accumulate byte (seed 000)")
+            self._fail(i, f"the ACCUMULATE bit cannot be written: {why}")
+
+    # -- instructions --------------------------------------------------------------------
+    def step(self, i: int, ins: Instruction) -> None:
+        try:
+            if isinstance(ins, LoadStationary):
+                self._load(i, ins)
+            elif isinstance(ins, MatMul):
+                self._matmul(i, ins)
+            elif isinstance(ins, LdWeightMx):
+                self._ld_mx(i, ins)
+            elif isinstance(ins, MatmultMx):
+                self._mm_mx(i, ins)
+            elif isinstance(ins, DmaLoad):
+                self._dma(i, ins)
+            elif isinstance(ins, ReadOut):
+                self._readout(i, ins)
+            else:
+                self._fail(i, f"unknown instruction {type(ins).__name__}")
+        except VerifyError:
+            raise
+        except SystolicError as exc:
+            raise VerifyError(i, str(exc)) from None
+
+    def _latch(self, tile: Tile) -> None:
+        self.tiles = [t for t in self.tiles if not t.overlaps(tile)]
+        self.tiles.append(tile)
+
+    def _find_tile(self, i: int, row: int, rows: int, col: int, cols: int) -> Tile:
+        for t in self.tiles:
+            if (t.row, t.rows, t.col, t.cols) == (row, rows, col, cols):
+                return t
+        self._fail(i, f"no stationary tile latched at rows {row}..{row + rows - 1}, columns "
+                      f"{col}..{col + cols - 1}; emit a LoadStationary of that tile first")
+        raise AssertionError  # unreachable
+
+    def _load(self, i: int, ins: LoadStationary) -> None:
+        src = ins.src
+        self._bounds(i, src, "LoadStationary src", Space.SBUF)
+        self._format(i, src.dtype, "stationary")
+        self._perf(i, ins.perf_mode, src.dtype)
+        k = self._tile_k(src, ins.perf_mode, i, "stationary")
+        m = src.dims[-1][1]
+        if src.partitions > self.arch.rows:
+            self._fail(i, f"stationary K spans {src.partitions} partitions; the array has "
+                          f"{self.arch.rows} rows")
+        if ins.column < 0 or ins.column + m > self.arch.cols:
+            self._fail(i, f"stationary M = {m} at column {ins.column} exceeds the "
+                          f"{self.arch.cols} array columns; split M into tiles of "
+                          f"{self.arch.cols}")
+        if ins.half not in ("full", "hi", "lo"):
+            self._fail(i, f"half must be full, hi or lo, not {ins.half!r}")
+        if ins.half != "full" and src.dtype != "fp32":
+            self._fail(i, "the hi/lo split is the fp32 two-pass lowering; use half=full")
+        self._groups(i, ins.row_group, ins.col_group, src.partition, src.partitions,
+                     ins.column, m, force_col=False)
+        self._latch(Tile(src.partition, src.partitions, ins.column, m, k, src.dtype,
+                         ins.perf_mode, ins.half, i))
+
+    def _groups(self, i: int, rg: int, cg: int, row: int, rows: int, col: int, cols: int,
+                force_col: bool) -> None:
+        want_r, want_c = row_group(row, rows), col_group(col, cols, force_col)
+        if (rg, cg) != (want_r, want_c):
+            self._fail(i, f"tile group (row {rg}, col {cg}) does not match the tile's position: "
+                          f"expected (row {want_r}, col {want_c}) by the quadrant rule")
+
+    def _matmul(self, i: int, ins: MatMul) -> None:
+        mv, dst = ins.moving, ins.dst
+        self._bounds(i, mv, "MatMul moving", Space.SBUF)
+        self._bounds(i, dst, "MatMul dst", Space.PSUM)
+        self._format(i, mv.dtype, "moving")
+        self._format(i, ins.stationary_dtype, "stationary")
+        self._perf(i, ins.perf_mode, mv.dtype)
+        fam = {d in _FP32_FAMILY for d in (mv.dtype, ins.stationary_dtype)}
+        if len(fam) > 1:
+            self._fail(i, f"fp32-family operands pair only with fp32-family ones: "
+                          f"{ins.stationary_dtype} x {mv.dtype}")
+        ints = {get_format(d).is_int for d in (mv.dtype, ins.stationary_dtype)}
+        if len(ints) > 1:
+            self._fail(i, f"integer operands pair only with integers: "
+                          f"{ins.stationary_dtype} x {mv.dtype}")
+        if {mv.dtype, ins.stationary_dtype} == {"fp8_e4m3", "fp8_e4m3fn"}:
+            self._fail(i, "fp8_e4m3fn does not mix with the legacy fp8_e4m3 (NKI docs)")
+        if not ints.pop() and (ins.zp_moving or ins.zp_stationary):
+            self._fail(i, "zero points belong to the integer path")
+        k = self._tile_k(mv, ins.perf_mode, i, "moving")
+        m = dst.partitions
+        n = mv.dims[-1][1]
+        acc = accumulator_format(mv.dtype)
+        if dst.dtype != acc:
+            self._fail(i, f"the PSUM destination of a {mv.dtype} MatMul is {acc}, not "
+                          f"{dst.dtype}")
+        bank_elems = self.arch.psum_bank_bytes // get_format(acc).container_bytes
+        if n > bank_elems or dst.free_elems != n:
+            self._fail(i, f"moving N = {n} must equal the destination's {dst.free_elems} and "
+                          f"fit one PSUM bank ({bank_elems} {acc}); split N into tiles")
+        tile = self._find_tile(i, mv.partition, mv.partitions, dst.partition, m)
+        if ins.stationary_partition != tile.row or ins.stationary_dtype != tile.dtype:
+            self._fail(i, f"MatMul names stationary {ins.stationary_dtype} at partition "
+                          f"{ins.stationary_partition}, but the latched tile (instruction "
+                          f"{tile.index}) is {tile.dtype} at partition {tile.row}")
+        if tile.perf_mode != ins.perf_mode:
+            self._fail(i, f"perf mode {ins.perf_mode.spelling} differs from the latched tile's "
+                          f"{tile.perf_mode.spelling} (instruction {tile.index})")
+        if tile.k != k:
+            self._fail(i, f"moving K = {k} differs from the latched tile's K = {tile.k}")
+        self._groups(i, ins.row_group, ins.col_group, mv.partition, mv.partitions,
+                     dst.partition, m, force_col=False)
+        self._flags_for_gen(i, ins.flags)
+        if ins.two_pass not in (0, 1, 2):
+            self._fail(i, f"two_pass must be 0, 1 or 2, not {ins.two_pass}")
+        self._accumulate(i, dst, ins.flags)
+
+    def _ld_mx(self, i: int, ins: LdWeightMx) -> None:
+        from .mx_isa import check_ld_weight_mx
+
+        tile = check_ld_weight_mx(self, i, ins)
+        self._latch(tile)
+
+    def _mm_mx(self, i: int, ins: MatmultMx) -> None:
+        from .mx_isa import check_matmult_mx
+
+        if ins.acc not in VALID_MX_ACC_BYTES:
+            self._fail(i, f"MX accumulate byte {ins.acc} is not one of "
+                          f"{sorted(VALID_MX_ACC_BYTES)} (seed 000 checkAccumulationFlag)")
+        check_matmult_mx(self, i, ins)
+        self._accumulate(i, ins.dst, ins.flags)
+
+    def _dma(self, i: int, ins: DmaLoad) -> None:
+        self._bounds(i, ins.src, "DmaLoad src", Space.DRAM)
+        self._bounds(i, ins.dst, "DmaLoad dst", Space.SBUF)
+        if ins.src.dtype != ins.dst.dtype:
+            self._fail(i, f"DmaLoad converts nothing: {ins.src.dtype} -> {ins.dst.dtype}")
+        if prod(ins.src.shape) != prod(ins.dst.shape):
+            self._fail(i, f"DmaLoad copies {prod(ins.src.shape)} elements into "
+                          f"{prod(ins.dst.shape)}")
+
+    def _readout(self, i: int, ins: ReadOut) -> None:
+        self._bounds(i, ins.src, "ReadOut src", Space.PSUM)
+        self._bounds(i, ins.dst, "ReadOut dst", Space.DRAM)
+        if ins.src.dtype != ins.dst.dtype:
+            self._fail(i, f"ReadOut converts nothing: {ins.src.dtype} -> {ins.dst.dtype}")
+        if prod(ins.src.shape) != prod(ins.dst.shape):
+            self._fail(i, f"ReadOut copies {prod(ins.src.shape)} elements into "
+                          f"{prod(ins.dst.shape)}")
+        reg = _region(ins.src)
+        state = self.regions.get(reg)
+        if state is None or state[0] != "done":
+            why = "is still open (no STOP yet)" if state else "holds no finished group"
+            self._fail(i, f"ReadOut of a PSUM region that {why}; a result leaves PSUM only "
+                          f"after its group's STOP")
+        del self.regions[reg]
+
+    def finish(self) -> None:
+        for _reg, (state, start) in self.regions.items():
+            if state == "open":
+                raise VerifyError(start, "this accumulation group never saw STOP; flag its "
+                                         "last MatMul STOP")
+
+
+def verify(program: Program, arch: Arch | str, dram_bytes: int | None = None) -> None:
+    """Check every rule; raises :class:`VerifyError` at the first instruction that breaks one."""
+    checker = Checker(get_arch(arch), dram_bytes)
+    for i, ins in enumerate(program):
+        checker.step(i, ins)
+    checker.finish()
