@@ -76,6 +76,8 @@ class Memory:
         f = get_format(ap.dtype)
         isz = ap.itemsize
         storage = f.storage if f.kind != "mx" else np.dtype(f"<u{isz}")
+        # as_strided cannot carry ml_dtypes types: stride an unsigned view of the same size
+        carrier = np.dtype(f"<u{isz}")
         buf = self._buffer(ap.space)
         if ap.space is Space.DRAM:
             start = ap.offset
@@ -86,11 +88,11 @@ class Memory:
         flat = buf.reshape(-1)[start:].view(np.uint8)
         if start >= buf.size:
             raise ShapeError(f"access at byte {start:#x} lies outside {ap.space.value}")
-        typed = flat[: (flat.size // isz) * isz].view(storage)
+        typed = flat[: (flat.size // isz) * isz].view(carrier)
         return as_strided(
             typed, shape=ap.shape,
             strides=(pstride, *(step * isz for step, _ in ap.dims)), writeable=True,
-        )
+        ).view(storage)
 
     def read(self, ap: AccessPattern) -> np.ndarray:
         """Decoded values (float32, or int64 for integer formats), shape ap.shape."""

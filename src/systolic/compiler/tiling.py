@@ -72,10 +72,16 @@ def _spans(total: int, size: int) -> tuple[Span, ...]:
 def tile(spec: MatmulSpec, arch: Arch) -> TilePlan:
     fold = spec.perf_mode.k_fold
     k_step = arch.rows * fold
-    k_tiles = []
-    for i, span in enumerate(_spans(spec.k, k_step)):
-        mode = spec.perf_mode if span.size % fold == 0 else PerfMode.NONE
-        k_tiles.append(KTile(i, span.start, span.size, mode))
+    pieces: list[tuple[int, int, PerfMode]] = []
+    for span in _spans(spec.k, k_step):
+        if span.size % fold == 0:
+            pieces.append((span.start, span.size, spec.perf_mode))
+        elif span.size <= arch.rows:  # odd ragged tile that fits unfolded
+            pieces.append((span.start, span.size, PerfMode.NONE))
+        else:  # odd and too tall to unfold: the even part folded, the last row alone
+            pieces.append((span.start, span.size - 1, spec.perf_mode))
+            pieces.append((span.start + span.size - 1, 1, PerfMode.NONE))
+    k_tiles = [KTile(i, start, size, mode) for i, (start, size, mode) in enumerate(pieces)]
     acc = accumulator_format(spec.dtype)
     acc_isz = get_format(acc).container_bytes
     return TilePlan(

@@ -1,0 +1,63 @@
+"""The ``systolic`` command: a short manual per subcommand, tables by default, ``--json``
+for scripts, one-line errors with a non-zero exit code."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .errors import SystolicError
+
+# Subcommand modules, in the order --help lists them.
+COMMANDS = ("matmul",)
+
+DESCRIPTION = """\
+Model a weight-stationary systolic matmul engine (Trainium PE / Tensor Engine class):
+lower a matmul to LoadStationary/MatMul instructions, run it bit-accurately, count its
+cycles and explain the gap to peak.
+
+examples:
+  systolic matmul 2048 2048 2048 --dtype bf16 --arch trn2
+  systolic matmul 256 512 1024 --dtype fp8_e4m3 --perf-mode double_row --check
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit code 2, no usage dump
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="systolic", description=DESCRIPTION,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"systolic {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        importlib.import_module(f".commands.{name}", __package__).add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except SystolicError as exc:
+        sys.stderr.write(f"systolic: error: {exc}\n")
+        return 2
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        sys.stderr.write("systolic: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

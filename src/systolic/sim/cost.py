@@ -1,0 +1,119 @@
+"""Per-instruction costs and issue rules shared by the timing model and the register-level
+simulator, so that the two agree cycle for cycle by construction of their inputs.
+
+The rules (docs/timing.md has the picture):
+
+* A MatMul streams its moving tile [K, N] into the array one column every ``period``
+  cycles (1; fp32 two-pass 2 per pass; a single fp32/fp32r pass 4: seed 003 "fp32 inputs
+  cost roughly 4x"). Value X[k, n] reaches PE(k, m) at cycle ``start + period*n + k + m``
+  (seed 003), where k counts array rows (partitions: DoubleRow and MX fold 2 or 4
+  contraction elements into one PE row). So an instruction alone ends at
+  ``start + period*(N-1) + rows + cols - 1`` (exclusive), i.e. N + K + M - 2 cycles.
+* The next MatMul starts no sooner than ``max(period*N, MM_INIT_LATENCY)`` after this
+  one's start (seed 003 / FACTS "issue interval about max(N, MM_INIT_LATENCY)").
+* A weight load (LoadStationary / LdWeightMx) takes ``ceil(cols / ldweights_speedup)``
+  cycles (FACTS: about 32 for 128 columns). Loads run in one queue, in program order, in
+  the background into shadow latches: a load starts when the previous load has finished
+  and the MatMul before it in program order has started (the shadow latches are then
+  free). A MatMul that follows a load (in program order, with no MatMul between) starts
+  no sooner than that load's end.
+* A ReadOut copies a finished PSUM region on another engine, one queue in program order:
+  it starts when that engine is free and the MatMul that STOPped the region has ended,
+  and takes ``readout_fixed_cycles + ceil(N / readout_elems_per_cycle)`` cycles.
+* A MatMul that STARTs a PSUM region starts no sooner than the end of the latest earlier
+  ReadOut (in program order) of an overlapping region: the bank must be copied out first.
+* DmaLoad is free: the DMA queues are assumed to run ahead (not modelled).
+* Total cycles = the end of the last MatMul (the Tensor Engine's busy span); read-outs
+  still running after it are reported separately as ``readout_tail``.
+"""
+
+from __future__ import annotations
+
+from math import ceil, prod
+
+from ..arch import Arch
+from ..isa import AccessPattern, LdWeightMx, LoadStationary, MatMul, MatmultMx, ReadOut
+
+__all__ = [
+    "array_cols",
+    "array_rows",
+    "column_period",
+    "contraction",
+    "load_cycles",
+    "matmul_duration",
+    "matmul_interval",
+    "moving_n",
+    "readout_cycles",
+    "useful_macs",
+]
+
+Compute = MatMul | MatmultMx
+Load = LoadStationary | LdWeightMx
+
+
+def array_rows(ins: Compute) -> int:
+    """PE rows the instruction uses: the moving tile's partitions."""
+    return ins.moving.partitions
+
+
+def array_cols(ins: Compute) -> int:
+    """PE columns the instruction uses: the PSUM destination's partitions (seed 003:
+    column m drains into PSUM partition m)."""
+    return ins.dst.partitions
+
+
+def moving_n(ins: Compute) -> int:
+    return ins.moving.dims[-1][1]
+
+
+def contraction(ins: Compute) -> int:
+    """Logical contraction elements K: partitions x folded elements per partition."""
+    if isinstance(ins, MatmultMx):
+        return ins.moving.partitions * 4  # x4 unpack (seed 000 "MX Dispatch Path")
+    return ins.moving.partitions * prod(n for _, n in ins.moving.dims[:-1])
+
+
+def useful_macs(ins: Compute) -> int:
+    return contraction(ins) * array_cols(ins) * moving_n(ins)
+
+
+def column_period(ins: Compute, arch: Arch) -> int:
+    """Cycles between moving columns entering the array."""
+    if isinstance(ins, MatmultMx):
+        return 1
+    if ins.moving.dtype in ("fp32", "fp32r"):
+        full = round(1 / arch.rate_fp32)  # 4: seed 003 "roughly 4x"
+        return full // 2 if ins.two_pass else full  # two passes share the 4x
+    return 1
+
+
+def matmul_interval(ins: Compute, arch: Arch) -> int:
+    """Cycles from this MatMul's start to the earliest start of the next."""
+    return max(column_period(ins, arch) * moving_n(ins), arch.mm_init_latency)
+
+
+def matmul_duration(ins: Compute, arch: Arch) -> int:
+    """Cycles from start to the last MAC's cycle + 1 on an otherwise idle array."""
+    return (column_period(ins, arch) * (moving_n(ins) - 1) + array_rows(ins)
+            + array_cols(ins) - 1)
+
+
+def load_cycles(ins: Load, arch: Arch) -> int:
+    """Fast weight load: ceil(columns / 4) cycles (FACTS, NKI performance guide)."""
+    cols = ins.src.dims[-1][1]
+    return ceil(cols / arch.ldweights_speedup)
+
+
+def readout_cycles(ins: ReadOut, arch: Arch) -> int:
+    n = prod(num for _, num in ins.src.dims)
+    return arch.readout_fixed_cycles + ceil(n / arch.readout_elems_per_cycle)
+
+
+def region(ap: AccessPattern) -> tuple[int, int, int, int]:
+    """(first partition, end partition, first byte, end byte) of a PSUM pattern."""
+    lo, hi = ap.free_bytes_span
+    return (ap.partition, ap.partition + ap.partitions, lo, hi)
+
+
+def regions_overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
+    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
