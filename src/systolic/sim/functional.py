@@ -30,16 +30,21 @@ Two accumulation orders, chosen by the caller:
 
 from __future__ import annotations
 
+import os
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Literal
 
 import ml_dtypes
 import numpy as np
+from threadpoolctl import threadpool_limits
 
 from ..arch import Arch, get_arch
 from ..dtypes import get_format
 from ..errors import SystolicError
 from ..isa import (
+    AccessPattern,
     CalcFlags,
     DmaLoad,
     Instruction,
@@ -103,8 +108,13 @@ class FunctionalSimulator:
         self.arch = get_arch(arch)
         self.order: Order = order
         self.memory = Memory(self.arch, dram_bytes)
-        # latched weight tiles: (row, rows, col, cols) -> decoded values [K, M]
+        # latched weight tiles: (row, rows, col, cols) -> decoded values [K, M]; ``_wt`` keeps
+        # each transposed and C-contiguous [M, K] so a MatMul is one BLAS call without a
+        # strided operand (a transposed operand was ~10x slower here)
         self.tiles: dict[tuple[int, int, int, int], np.ndarray] = {}
+        self._wt: dict[tuple[int, int, int, int], np.ndarray] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: deque[tuple[Future[np.ndarray], AccessPattern, CalcFlags]] = deque()
 
     # -- convenience for callers placing operands ---------------------------------------
     def write_dram(self, offset: int, values: np.ndarray, dtype: str) -> None:
@@ -130,10 +140,23 @@ class FunctionalSimulator:
         Program was just verified). ``progress(n)`` is called every 256 instructions."""
         if check:
             verify(program, self.arch, self.memory.dram.size)
-        for i, ins in enumerate(program):
-            self.execute(ins)
-            if progress is not None and (i & 255) == 255:
-                progress(256)
+        # Each MatMul is a small GEMM (at most 128 x 128 x 512): BLAS threads cost more to
+        # wake than they save there, and thrash on a busy machine. Instead, one-thread GEMMs
+        # of consecutive MatMuls run concurrently on a small pool, and their results are
+        # added into PSUM strictly in program order (``_drain``).
+        workers = min(2, os.cpu_count() or 1)
+        with threadpool_limits(limits=1, user_api="blas"), \
+                ThreadPoolExecutor(max_workers=workers) as pool:
+            self._pool = pool
+            try:
+                for i, ins in enumerate(program):
+                    self.execute(ins)
+                    if progress is not None and (i & 255) == 255:
+                        progress(256)
+                self._drain(0)
+            finally:
+                self._pool = None
+                self._pending.clear()
         if progress is not None:
             progress(len(program) & 255)
 
@@ -143,7 +166,10 @@ class FunctionalSimulator:
             self._matmul(ins)
         elif isinstance(ins, LoadStationary):
             self._load(ins)
-        elif isinstance(ins, DmaLoad | ReadOut):
+        elif isinstance(ins, DmaLoad):
+            self.memory.copy(ins.src, ins.dst)
+        elif isinstance(ins, ReadOut):
+            self._drain(0)
             self.memory.copy(ins.src, ins.dst)
         elif isinstance(ins, LdWeightMx):
             from .functional_mx import load_mx
@@ -161,7 +187,9 @@ class FunctionalSimulator:
         for key in [k for k in self.tiles if k[0] < row + rows and row < k[0] + k[1]
                     and k[2] < col + cols and col < k[2] + k[3]]:
             del self.tiles[key]
+            del self._wt[key]
         self.tiles[(row, rows, col, cols)] = values
+        self._wt[(row, rows, col, cols)] = np.ascontiguousarray(values.T)
 
     def _load(self, ins: LoadStationary) -> None:
         src = ins.src
@@ -173,19 +201,40 @@ class FunctionalSimulator:
 
     def _matmul(self, ins: MatMul) -> None:
         mv, dst = ins.moving, ins.dst
-        w = self.tiles[(mv.partition, mv.partitions, dst.partition, dst.partitions)]
-        x = self.memory.read(mv).reshape(w.shape[0], mv.dims[-1][1])
+        wt = self._wt[(mv.partition, mv.partitions, dst.partition, dst.partitions)]
+        x = self.memory.read(mv).reshape(wt.shape[1], mv.dims[-1][1])
         if get_format(mv.dtype).is_int:
             xi = x - ins.zp_moving if ins.zp_moving else x
-            wi = w - ins.zp_stationary if ins.zp_stationary else w
-            self.accumulate(dst, ins.flags, wi.T @ xi)
-            return
-        res = np.dot(w.T, x) if self.order == "fast" else systolic_sum(w, x)
-        self.accumulate(dst, ins.flags, res)
+            wi = wt - ins.zp_stationary if ins.zp_stationary else wt
+            self._defer(dst, ins.flags, np.matmul, wi, xi)
+        elif self.order == "fast":
+            self._defer(dst, ins.flags, np.matmul, wt, x)
+        else:
+            self._defer(dst, ins.flags, systolic_sum, wt.T, x)
 
-    def accumulate(self, dst: object, flags: CalcFlags, res: np.ndarray) -> None:
-        """START writes ``res`` into the PSUM region; otherwise adds (fp32, or INT48 wrap)."""
-        view = self.memory.view(dst)  # type: ignore[arg-type]
+    def _defer(self, dst: AccessPattern, flags: CalcFlags, fn: Callable[..., np.ndarray],
+               *args: np.ndarray) -> None:
+        """Compute ``fn(*args)`` on the pool; its PSUM update waits its turn in ``_drain``."""
+        if self._pool is None:
+            self._apply(dst, flags, fn(*args))
+            return
+        self._pending.append((self._pool.submit(fn, *args), dst, flags))
+        self._drain(4)
+
+    def _drain(self, keep: int) -> None:
+        """Apply pending PSUM updates in program order until at most ``keep`` remain."""
+        while len(self._pending) > keep:
+            fut, dst, flags = self._pending.popleft()
+            self._apply(dst, flags, fut.result())
+
+    def accumulate(self, dst: AccessPattern, flags: CalcFlags, res: np.ndarray) -> None:
+        """START writes ``res`` into the PSUM region; otherwise adds (fp32, or INT48 wrap).
+        Pending MatMul results are applied first, so updates land in program order."""
+        self._drain(0)
+        self._apply(dst, flags, res)
+
+    def _apply(self, dst: AccessPattern, flags: CalcFlags, res: np.ndarray) -> None:
+        view = self.memory.view(dst)
         res = res.reshape(view.shape)
         if view.dtype == np.int64:
             view[...] = wrap48(res if CalcFlags.START in flags else view + res)
