@@ -141,6 +141,8 @@ class AccessPattern:
         if self.partitions < 1 or self.partition < 0 or self.offset < 0:
             raise ShapeError("an access pattern needs partition >= 0, partitions >= 1, "
                              "offset >= 0")
+        if self.partition_step and self.space is not Space.DRAM:
+            raise ShapeError("only device-memory (DRAM) patterns carry a row stride")
         if any(num < 1 for _, num in self.dims):
             raise ShapeError(f"every free dim needs num >= 1; got {self.dims}")
         get_format(self.dtype)
@@ -222,10 +224,24 @@ class MatMul:
 
 @dataclass(frozen=True, slots=True)
 class LdWeightMx:
-    """gen4 MX weight load (seed 000 op 0x1009): dual-address descriptor (data, scale).
+    """gen4 MX weight load (seed 000 op 0x1009): latch an MX stationary tile [K, M].
 
-    ``src`` holds x4-packed element containers [P, M] (P partitions, 4 elements each);
-    ``scale`` holds the E8M0 block scales. No cache, no perf mode, column group forced 15.
+    The dual-address descriptor (seed 000 "Operand Binding and the Paired Scale": one
+    MXMEM_PATTERN1D holding the data ADDR4 and the E8M0 scale ADDR4 as a pair):
+
+    * ``src``: the data, SBUF partitions src.partition.. (P of them, a multiple of 8 from a
+      quadrant boundary), one free dim of M x4 containers, dtype ``fmt`` (4 bytes for mxfp8,
+      2 for mxfp4). Partition p, slot q holds contraction element k = 4p + q, so the logical
+      K is 4P (seed 000: K *= 4), at most 512 (docs/mx_layout.md).
+    * ``scale``: the E8M0 block scales, dtype ``e8m0``, same free shape as ``src``. Block g
+      (partitions 8g..8g+7) keeps its scale in its own quadrant at partition
+      ``scale.partition + 32*(g//4) + g%4``, where ``scale.partition - src.partition`` is the
+      quadrant offset 0, 4, 8 or 12 (FACTS "Hardware"); the pattern spans those rows.
+
+    There is no weight cache, no perf mode and no column tiling: the tile starts at
+    ``column`` 0 and the column group is forced to 15 (seed 000, generateMatmultMx
+    ``mov byte [r13+0x2D],0x0F``), so it is a property, not a field. ``row_group`` is the
+    quadrant rule of the data's partitions.
     """
 
     src: AccessPattern
@@ -234,10 +250,35 @@ class LdWeightMx:
     row_group: int = 15
     fmt: str = "mxfp8_e4m3"
 
+    @property
+    def col_group(self) -> int:
+        return col_group(0, 0, force=True)
+
+    @property
+    def k(self) -> int:
+        """Logical contraction elements: 4 per partition (seed 000 x4 unpack)."""
+        return 4 * self.src.partitions
+
 
 @dataclass(frozen=True, slots=True)
 class MatmultMx:
-    """gen4 MX matmul (seed 000 op 0x100A): moving data + scale pair, raw accumulate byte."""
+    """gen4 MX matmul (seed 000 op 0x100A): stream an MX moving tile [K, N] through the tile
+    latched by the preceding :class:`LdWeightMx` into PSUM ``dst`` [M, N] (fp32).
+
+    ``moving``/``scale`` is the same dual-address descriptor as LdWeightMx's (N columns of x4
+    containers, dtype ``fmt``; E8M0 scales in each block's quadrant). ``dst`` stays a plain
+    pattern (seed 000). ``acc`` is the raw pre-packed accumulate byte, copied verbatim to
+    bundle byte 0x2B: bit0 START, bit1 STOP, bit2 ACCUMULATE; :func:`systolic.verify`
+    accepts only {0, 1, 2, 3, 4, 6} (seed 000 checkAccumulationFlag), so 5 and 7 are
+    rejected there, not here (a Program may hold them until it is verified).
+    ``stationary_fmt`` names the latched tile's format (the bundle has no weights address).
+    ``psum_zero_region`` is the PSUM bank that START clears (bundle byte 0x2F), i.e. the
+    bank ``dst`` lies in. Column group forced 15 and no perf mode, as for LdWeightMx.
+
+    Per block pair the product is scale_a x scale_b x (sum of the 32 element products),
+    block results summed in fp32 (OCP MX v1.0 section 6); the order of the additions is
+    :mod:`systolic.sim.functional_mx`'s docstring.
+    """
 
     moving: AccessPattern
     scale: AccessPattern
@@ -251,6 +292,15 @@ class MatmultMx:
     @property
     def flags(self) -> CalcFlags:
         return CalcFlags(self.acc & 7)
+
+    @property
+    def col_group(self) -> int:
+        return col_group(0, 0, force=True)
+
+    @property
+    def k(self) -> int:
+        """Logical contraction elements: 4 per partition (seed 000 x4 unpack)."""
+        return 4 * self.moving.partitions
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,542 @@
+"""Field codecs of the 64-byte bundles: each codec owns some bytes of one bundle.
+
+A codec moves one or more instruction fields to and from its bytes and checks them both
+ways: :meth:`Codec.put` raises :class:`Fault` when a value does not fit its field (never a
+silent truncation), :meth:`Codec.get` raises it when the bytes are not a valid value. The
+offsets in a :class:`Fault` are relative to the bundle; :mod:`.bundle` adds the bundle's
+place in the stream and wraps it in :class:`~systolic.errors.BundleError`.
+
+Where a byte comes from (seed 000 or this project) is said where the layouts are built, in
+:mod:`.bundle`, and in ``docs/bundles.md``. This module holds the encodings of the field
+*kinds*: integers, dtype bytes, tile groups, and the two access-pattern forms:
+
+* **ADDR4 pattern** (SBUF / PSUM), a 16-byte body ``u32 ADDR4 | 3 x (i16 step, u16 num)``
+  plus two tag bytes ``u8 partitions`` and ``u8 dtype`` placed by the layout. The ADDR4
+  word holds the start address with the partition folded in, as seed 000 "Partition
+  Geometry" gives it (SBUF ``part << 18 | offset``, PSUM ``part << 15 | offset``), in bits
+  0..27, and the region (1 SBUF, 2 PSUM) in bits 28..29 (project; seed 000 names "ADDR4
+  region math" without its bits); bits 30..31 are reserved zero.
+* **DRAM pattern**, 41 bytes: ``u48 byte offset | i48 partition step | u16 first row |
+  u16 partitions | u8 dtype | 3 x (i32 step, u32 num)`` (project-defined throughout).
+
+Unused free-dim slots are all zero (a real dim has num >= 1), so the number of dims needs no
+field of its own.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Collection, Iterable, Mapping
+from functools import cache
+from typing import Any
+
+from ..dtypes import FORMATS
+from ..isa import AccessPattern, CalcFlags, PerfMode, Space
+from ..verify import UNENCODED_PERF_MODES
+
+__all__ = [
+    "DRAM_AP_BYTES",
+    "GROUP_MASKS",
+    "MX_DTYPE_BIT",
+    "NO_ENCODING",
+    "Choice",
+    "Codec",
+    "Const",
+    "Derived",
+    "DramPattern",
+    "DtypeByte",
+    "Fault",
+    "Flags",
+    "Gen2Groups",
+    "GroupByte",
+    "Int",
+    "OnChipPattern",
+    "Perf",
+    "Values",
+    "WordGroups",
+    "covered",
+    "dtype_tables",
+    "get_int",
+    "normalise_col_group",
+    "put_int",
+]
+
+Values = dict[str, Any]
+Buf = bytes | bytearray | memoryview
+
+# Tile-group masks: the quadrant LUT {1, 2, 4, 8} and the two-quadrant / whole-axis spans
+# {3, 12, 15} of seed 000 "The PE Tile-Group Model" (translateToRowGroup @ 0x1089e70).
+GROUP_MASKS = frozenset({1, 2, 4, 8, 3, 12, 15})
+# Set in a dtype byte when the pattern holds x4-packed MX containers (project): the format
+# table gives each MX format its element format's code, so the code alone is ambiguous.
+MX_DTYPE_BIT = 0x80
+DRAM_AP_BYTES = 41
+NO_ENCODING = ("no encoding is known for perf mode {mode}: seed 000 (GOTCHA, The Perf Modes) "
+               "validates it but no encoder was seen emitting its bundle bytes; only none, "
+               "double_row and double_row_sw_interleave are encodable")
+
+_REGION = {Space.SBUF: 1, Space.PSUM: 2}
+_SPACE = {v: k for k, v in _REGION.items()}
+# seed 000 "Partition Geometry": SB part<<18, PSUM part<<15; the byte offset sits below.
+_PART_SHIFT = {Space.SBUF: 18, Space.PSUM: 15}
+_ADDR_BITS = 28
+
+
+class Fault(Exception):
+    """A value that does not fit its field, or bytes that are not a valid value."""
+
+    def __init__(self, offset: int, message: str) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.message = message
+
+
+# -- integers -----------------------------------------------------------------------------
+_STRUCTS = {(1, False): struct.Struct("<B"), (1, True): struct.Struct("<b"),
+            (2, False): struct.Struct("<H"), (2, True): struct.Struct("<h"),
+            (4, False): struct.Struct("<I"), (4, True): struct.Struct("<i")}
+
+
+def _int_fault(off: int, nbytes: int, signed: bool, value: object, what: str) -> Fault:
+    """The sentence for a value that does not fit (the slow path, after struct refused)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return Fault(off, f"{what} must be an integer, not {value!r}")
+    bits = 8 * nbytes
+    lo, hi = (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)
+    kind = "signed" if signed else "unsigned"
+    return Fault(off, f"{what} = {value} does not fit its {bits}-bit {kind} field ({lo}..{hi})")
+
+
+def put_int(buf: bytearray, off: int, nbytes: int, signed: bool, value: int, what: str) -> None:
+    """Write ``value`` little-endian; a value out of range raises :class:`Fault`."""
+    if isinstance(value, bool):
+        raise _int_fault(off, nbytes, signed, value, what)
+    st = _STRUCTS.get((nbytes, signed))
+    try:
+        if st is None:
+            buf[off:off + nbytes] = value.to_bytes(nbytes, "little", signed=signed)
+        else:
+            st.pack_into(buf, off, value)
+    except (struct.error, OverflowError, AttributeError, TypeError):
+        raise _int_fault(off, nbytes, signed, value, what) from None
+
+
+def get_int(buf: Buf, off: int, nbytes: int, signed: bool) -> int:
+    st = _STRUCTS.get((nbytes, signed))
+    if st is None:
+        return int.from_bytes(buf[off:off + nbytes], "little", signed=signed)
+    return int(st.unpack_from(buf, off)[0])
+
+
+# -- dtype bytes --------------------------------------------------------------------------
+@cache
+def dtype_tables(generation: int) -> tuple[Mapping[str, int], Mapping[int, str],
+                                           Mapping[str, str]]:
+    """(name -> byte, byte -> name, name -> why it has no byte) for one generation.
+
+    The byte is ``get_format(name).code(generation)`` (dtypes table; fp4's codes from seed
+    000), with :data:`MX_DTYPE_BIT` set for MX formats. MX formats and the E8M0 scale exist
+    on gen4 only (seed 000: "the modern MX path ... gen4 only"). Two names that would share
+    a byte get none, so a byte always decodes to one name.
+    """
+    by_byte: dict[int, list[str]] = {}
+    why: dict[str, str] = {}
+    for name, fmt in FORMATS.items():
+        mx_era = fmt.kind in ("mx", "scale")
+        code = fmt.code(generation)
+        if mx_era and generation != 4:
+            why[name] = f"{name} is an MX-path format, gen4 only (seed 000)"
+        elif not 0 < code < MX_DTYPE_BIT:
+            why[name] = f"{name}'s dtype code {code:#x} does not fit 7 bits"
+        else:
+            by_byte.setdefault(code | (MX_DTYPE_BIT if fmt.kind == "mx" else 0), []).append(name)
+    enc: dict[str, int] = {}
+    dec: dict[int, str] = {}
+    for byte, names in by_byte.items():
+        if len(names) == 1:
+            enc[names[0]], dec[byte] = byte, names[0]
+        else:
+            for n in names:
+                why[n] = (f"{' and '.join(names)} share dtype byte {byte:#04x} on gen"
+                          f"{generation}, so a bundle cannot tell them apart")
+    return enc, dec, why
+
+
+def dtype_byte(name: object, generation: int, off: int, what: str) -> int:
+    enc, _, why = dtype_tables(generation)
+    if isinstance(name, str) and name in enc:
+        return enc[name]
+    reason = why.get(name, "not a format of the dtypes table") if isinstance(name, str) else (
+        "not a format name")
+    raise Fault(off, f"{what} {name!r} has no dtype byte on gen{generation}: {reason}")
+
+
+def dtype_name(byte: int, generation: int, off: int, what: str) -> str:
+    name = dtype_tables(generation)[1].get(byte)
+    if name is None:
+        raise Fault(off, f"{what} byte {byte:#04x} is not a dtype code known on gen{generation}")
+    return name
+
+
+# -- codecs -------------------------------------------------------------------------------
+class Codec:
+    """Owns ``names`` (instruction fields) and ``span`` (bundle byte offsets)."""
+
+    names: tuple[str, ...] = ()
+    span: tuple[int, ...] = ()
+
+    def put(self, buf: bytearray, values: Values, gen: int) -> None:
+        raise NotImplementedError
+
+    def get(self, buf: Buf, gen: int, out: Values) -> None:
+        raise NotImplementedError
+
+
+def _range(off: int, n: int) -> tuple[int, ...]:
+    return tuple(range(off, off + n))
+
+
+class Int(Codec):
+    """An integer field, optionally restricted to ``allowed`` values."""
+
+    def __init__(self, name: str, off: int, nbytes: int = 1, signed: bool = False,
+                 allowed: Collection[int] | None = None, why: str = "") -> None:
+        self.names, self.span = (name,), _range(off, nbytes)
+        self.name, self.off, self.nbytes, self.signed = name, off, nbytes, signed
+        self.allowed, self.why = allowed, why
+
+    def _check(self, value: int) -> None:
+        if self.allowed is not None and value not in self.allowed:
+            raise Fault(self.off, f"{self.name} = {value} is not one of "
+                                  f"{sorted(self.allowed)}{self.why}")
+
+    def put(self, buf: bytearray, values: Values, gen: int) -> None:
+        value = values[self.name]
+        put_int(buf, self.off, self.nbytes, self.signed, value, self.name)
+        self._check(value)
+
+    def get(self, buf: Buf, gen: int, out: Values) -> None:
+        value = get_int(buf, self.off, self.nbytes, self.signed)
+        self._check(value)
+        out[self.name] = value
+
+
+class Choice(Codec):
+    """A byte that stands for one of a few values (``mapping`` value -> byte)."""
+
+    def __init__(self, name: str, off: int, mapping: Mapping[Any, int]) -> None:
+        self.names, self.span, self.name, self.off = (name,), (off,), name, off
+        self.enc = dict(mapping)
+        self.dec = {b: v for v, b in mapping.items()}
+
+    def put(self, buf: bytearray, values: Values, gen: int) -> None:
+        value = values[self.name]
+        if value not in self.enc:
+            raise Fault(self.off, f"{self.name} = {value!r} is not one of "
+                                  f"{', '.join(map(str, self.enc))}")
+        buf[self.off] = self.enc[value]
+
+    def get(self, buf: Buf, gen: int, out: Values) -> None:
+        b = buf[self.off]
+        if b not in self.dec:
+            raise Fault(self.off, f"{self.name} byte {b:#04x} is not one of "
+                                  f"{', '.join(f'{x:#04x}' for x in self.dec)}")
+        out[self.name] = self.dec[b]
+
+
+class Perf(Codec):
+    """The MatmultPerfMode byte; DoubleColumn / DoublePixel have no known encoding."""
+
+    def __init__(self, off: int) -> None:
+        self.names, self.span, self.off = ("perf_mode",), (off,), off
+
+    def put(self, buf: bytearray, values: Values, gen: int) -> None:
+        mode = values["perf_mode"]
+        if not isinstance(mode, PerfMode):
+            raise Fault(self.off, f"perf_mode must be a PerfMode, not {mode!r}")
+        if mode in UNENCODED_PERF_MODES:
+            raise Fault(self.off, NO_ENCODING.format(mode=mode.spelling))
+        buf[self.off] = int(mode)
+
+    def get(self, buf: Buf, gen: int, out: Values) -> None:
+        b = buf[self.off]
+        try:
+            mode = PerfMode(b)
+        except ValueError:
+            raise Fault(self.off, f"perf mode byte {b:#04x} is not a MatmultPerfMode "
+                                  f"(0..{max(PerfMode)})") from None
+        if mode in UNENCODED_PERF_MODES:
+            raise Fault(self.off, NO_ENCODING.format(mode=mode.spelling))
+        out["perf_mode"] = mode
+
+
+class Flags(Codec):
+    """The calc-flag byte (seed 000 "The Flag Byte"), restricted to a per-generation set."""
+
+    def __init__(self, off: int, valid: frozenset[int], why: str) -> None:
+        self.names, self.span, self.off, self.valid, self.why = ("flags",), (off,), off, valid, why
+
+    def put(self, buf: bytearray, values: Values, gen: int) -> None:
+        flags = values["flags"]
+        if not isinstance(flags, int) or int(flags) not in self.valid:
+            raise Fault(self.off, f"calc flags {flags!r} cannot be written on gen{gen}: "
+                                  f"{self.why}")
+        buf[self.off] = int(flags)
+
+    def get(self, buf: Buf, gen: int, out: Values) -> None:
+        b = buf[self.off]
+        if b not in self.valid:
+            raise Fault(self.off, f"calc flag byte {b:#04x} is outside gen{gen}'s set "
+                                  f"{sorted(self.valid)}: {self.why}")
+        out["flags"] = CalcFlags(b)
+
+
+class DtypeByte(Codec):
+    """A format name stored as its dtype byte."""
+
+    def __init__(self, name: str, off: int) -> None:
+        self.names, self.span, self.name, self.off = (name,), (off,), name, off
+
+    def put(self, buf: bytearray, values: Values, gen: int) -> None:
+        buf[self.off] = dtype_byte(values[self.name], gen, self.off, self.name)
+
+    def get(self, buf: Buf, gen: int, out: Values) -> None:
+        out[self.name] = dtype_name(buf[self.off], gen, self.off, self.name)
+
+
+class Const(Codec):
+    """A byte with one fixed value (no instruction field)."""
+
+    def __init__(self, off: int, value: int, why: str) -> None:
+        self.span, self.off, self.value, self.why = (off,), off, value, why
+
+    def put(self, buf: bytearray, values: Values, gen: int) -> None:
+        buf[self.off] = self.value
+
+    def get(self, buf: Buf, gen: int, out: Values) -> None:
+        if buf[self.off] != self.value:
+            raise Fault(self.off, f"byte is {buf[self.off]:#04x}, must be {self.value:#04x}: "
+                                  f"{self.why}")
+
+
+class Derived(Codec):
+    """An integer computed from other fields: written on encode, checked on decode."""
+
+    def __init__(self, what: str, off: int, nbytes: int, fn: Callable[[Values], int]) -> None:
+        self.span, self.what, self.off, self.nbytes, self.fn = _range(off, nbytes), what, off, \
+            nbytes, fn
+
+    def put(self, buf: bytearray, values: Values, gen: int) -> None:
+        put_int(buf, self.off, self.nbytes, False, self.fn(values), self.what)
+
+    def get(self, buf: Buf, gen: int, out: Values) -> None:
+        got, want = get_int(buf, self.off, self.nbytes, False), self.fn(out)
+        if got != want:
+            raise Fault(self.off, f"{self.what} is {got} but the other fields give {want}")
+
+
+def normalise_col_group(col: int) -> int:
+    """The gen2 normalised column group (project reading of seed 000's +0x2E): the group
+    shifted right so that its lowest set quadrant is bit 0 (4 -> 1, 12 -> 3, 15 -> 15)."""
+    return col >> ((col & -col).bit_length() - 1) if col else 0
+
+
+def _group(value: object, off: int, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value not in GROUP_MASKS:
+        raise Fault(off, f"{what} {value!r} is not a quadrant mask {sorted(GROUP_MASKS)} "
+                         f"(seed 000 tile-group LUT)")
+    return value
+
+
+class Gen2Groups(Codec):
+    """CoreV2 row group, column group, normalised column group (seed 000 tile-group NOTE)."""
+
+    names = ("row_group", "col_group")
+
+    def __init__(self, row: int, col: int, norm: int) -> None:
+        self.span, self.row, self.col, self.norm = (row, col, norm), row, col, norm
+
+    def put(self, buf: bytearray, values: Values, gen: int) -> None:
+        buf[self.row] = _group(values["row_group"], self.row, "row_group")
+        buf[self.col] = c = _group(values["col_group"], self.col, "col_group")
+        buf[self.norm] = normalise_col_group(c)
+
+    def get(self, buf: Buf, gen: int, out: Values) -> None:
+        out["row_group"] = _group(buf[self.row], self.row, "row group byte")
+        out["col_group"] = c = _group(buf[self.col], self.col, "column group byte")
+        if buf[self.norm] != normalise_col_group(c):
+            raise Fault(self.norm, f"normalised column group {buf[self.norm]:#04x} does not "
+                                   f"match column group {c:#04x} (expected "
+                                   f"{normalise_col_group(c):#04x})")
+
+
+class WordGroups(Codec):
+    """CoreV3/V4 ``(col << 8 | row)`` as one little-endian word (seed 000)."""
+
+    names = ("row_group", "col_group")
+
+    def __init__(self, off: int) -> None:
+        self.span, self.off = (off, off + 1), off
+
+    def put(self, buf: bytearray, values: Values, gen: int) -> None:
+        row = _group(values["row_group"], self.off, "row_group")
+        col = _group(values["col_group"], self.off + 1, "col_group")
+        struct.pack_into("<H", buf, self.off, col << 8 | row)
+
+    def get(self, buf: Buf, gen: int, out: Values) -> None:
+        out["row_group"] = _group(buf[self.off], self.off, "row group byte")
+        out["col_group"] = _group(buf[self.off + 1], self.off + 1, "column group byte")
+
+
+class GroupByte(Codec):
+    """One tile-group byte (the MX row group)."""
+
+    def __init__(self, name: str, off: int) -> None:
+        self.names, self.span, self.name, self.off = (name,), (off,), name, off
+
+    def put(self, buf: bytearray, values: Values, gen: int) -> None:
+        buf[self.off] = _group(values[self.name], self.off, self.name)
+
+    def get(self, buf: Buf, gen: int, out: Values) -> None:
+        out[self.name] = _group(buf[self.off], self.off, f"{self.name} byte")
+
+
+# -- access patterns ----------------------------------------------------------------------
+def _ap(value: object, off: int, what: str) -> AccessPattern:
+    if not isinstance(value, AccessPattern):
+        raise Fault(off, f"{what} must be an AccessPattern, not {type(value).__name__}")
+    return value
+
+
+_DIMS = {2: struct.Struct("<hHhHhH"), 4: struct.Struct("<iIiIiI")}
+
+
+def _put_dims(buf: bytearray, off: int, dims: tuple[tuple[int, int], ...], width: int,
+              what: str) -> None:
+    """Three (signed step, unsigned num) words of ``width`` bytes each; unused ones zero."""
+    flat = [x for d in dims for x in d] + [0] * (6 - 2 * len(dims))
+    try:
+        _DIMS[width].pack_into(buf, off, *flat)
+    except (struct.error, TypeError, ValueError):
+        for i, (step, num) in enumerate(dims):  # find the word that does not fit
+            o = off + 2 * width * i
+            put_int(buf, o, width, True, step, f"{what} dim {i} step")
+            put_int(buf, o + width, width, False, num, f"{what} dim {i} num")
+        raise Fault(off, f"{what} dims {dims!r} are not (step, num) integer pairs") from None
+
+
+def _get_dims(buf: Buf, off: int, width: int, what: str) -> tuple[tuple[int, int], ...]:
+    words = _DIMS[width].unpack_from(buf, off)
+    if words[1] and words[3] and words[5]:  # the common case: three dims in use
+        return ((words[0], words[1]), (words[2], words[3]), (words[4], words[5]))
+    dims: list[tuple[int, int]] = []
+    for i in range(3):
+        step, num = words[2 * i], words[2 * i + 1]
+        o = off + 2 * width * i
+        if num == 0:
+            if step:
+                raise Fault(o, f"{what} dim {i} is unused (num 0) but its step is {step}")
+        elif len(dims) < i:
+            raise Fault(o + width, f"{what} dim {i} follows an unused dim; dims are packed "
+                                   f"outermost first")
+        else:
+            dims.append((step, num))
+    if not dims:
+        raise Fault(off + width, f"{what} has no free dim (dim 0 num is 0)")
+    return tuple(dims)
+
+
+def _partitions(buf: Buf, off: int, nbytes: int, what: str) -> int:
+    n = get_int(buf, off, nbytes, False)
+    if n == 0:
+        raise Fault(off, f"{what} partition count is 0; a pattern spans at least one")
+    return n
+
+
+class OnChipPattern(Codec):
+    """An SBUF/PSUM pattern: ADDR4 word, dims, and the two tag bytes, each at its offset."""
+
+    def __init__(self, name: str, addr: int, dims: int, parts: int, dtype: int) -> None:
+        self.names, self.name = (name,), name
+        self.addr, self.dims, self.parts, self.dtype = addr, dims, parts, dtype
+        self.span = (*_range(addr, 4), *_range(dims, 12), parts, dtype)
+
+    def put(self, buf: bytearray, values: Values, gen: int) -> None:
+        ap = _ap(values[self.name], self.addr, self.name)
+        if ap.space not in _REGION:
+            raise Fault(self.addr, f"{self.name} is in {ap.space.value}; this bundle slot "
+                                   f"holds an SBUF or PSUM pattern")
+        if ap.partition_step:
+            raise Fault(self.addr, f"{self.name} has partition_step {ap.partition_step}; only "
+                                   f"DRAM patterns carry one, it must be 0 in {ap.space.value}")
+        shift = _PART_SHIFT[ap.space]
+        if ap.offset >= 1 << shift:
+            raise Fault(self.addr, f"{self.name} offset {ap.offset:#x} does not fit below the "
+                                   f"partition bits ({ap.space.value} part<<{shift})")
+        folded = ap.partition << shift | ap.offset
+        if folded >> _ADDR_BITS:
+            raise Fault(self.addr, f"{self.name} partition {ap.partition} does not fit the "
+                                   f"{_ADDR_BITS}-bit ADDR4 address")
+        struct.pack_into("<I", buf, self.addr, _REGION[ap.space] << _ADDR_BITS | folded)
+        _put_dims(buf, self.dims, ap.dims, 2, self.name)
+        put_int(buf, self.parts, 1, False, ap.partitions, f"{self.name} partitions")
+        buf[self.dtype] = dtype_byte(ap.dtype, gen, self.dtype, f"{self.name} dtype")
+
+    def get(self, buf: Buf, gen: int, out: Values) -> None:
+        word = get_int(buf, self.addr, 4, False)
+        region, high = word >> _ADDR_BITS & 3, word >> (_ADDR_BITS + 2)
+        if high:
+            raise Fault(self.addr + 3, f"{self.name} ADDR4 bits 30..31 are reserved and must "
+                                       f"be 0")
+        if region not in _SPACE:
+            raise Fault(self.addr + 3, f"{self.name} ADDR4 region {region} is not 1 (SBUF) or "
+                                       f"2 (PSUM)")
+        space = _SPACE[region]
+        shift = _PART_SHIFT[space]
+        folded = word & ((1 << _ADDR_BITS) - 1)
+        dims = _get_dims(buf, self.dims, 2, self.name)
+        parts = _partitions(buf, self.parts, 1, self.name)
+        dtype = dtype_name(buf[self.dtype], gen, self.dtype, f"{self.name} dtype")
+        out[self.name] = AccessPattern(space, folded >> shift, parts,
+                                       folded & ((1 << shift) - 1), dims, dtype)
+
+
+class DramPattern(Codec):
+    """A device-memory pattern, :data:`DRAM_AP_BYTES` contiguous bytes from ``off``."""
+
+    def __init__(self, name: str, off: int) -> None:
+        self.names, self.name, self.off = (name,), name, off
+        self.span = _range(off, DRAM_AP_BYTES)
+
+    def put(self, buf: bytearray, values: Values, gen: int) -> None:
+        o = self.off
+        ap = _ap(values[self.name], o, self.name)
+        if ap.space is not Space.DRAM:
+            raise Fault(o, f"{self.name} is in {ap.space.value}; this bundle slot holds a "
+                           f"DRAM pattern")
+        put_int(buf, o, 6, False, ap.offset, f"{self.name} DRAM byte offset")
+        put_int(buf, o + 6, 6, True, ap.partition_step, f"{self.name} partition step")
+        put_int(buf, o + 12, 2, False, ap.partition, f"{self.name} first row")
+        put_int(buf, o + 14, 2, False, ap.partitions, f"{self.name} partitions")
+        buf[o + 16] = dtype_byte(ap.dtype, gen, o + 16, f"{self.name} dtype")
+        _put_dims(buf, o + 17, ap.dims, 4, self.name)
+
+    def get(self, buf: Buf, gen: int, out: Values) -> None:
+        o = self.off
+        offset, pstep = get_int(buf, o, 6, False), get_int(buf, o + 6, 6, True)
+        first = get_int(buf, o + 12, 2, False)
+        parts = _partitions(buf, o + 14, 2, self.name)
+        dtype = dtype_name(buf[o + 16], gen, o + 16, f"{self.name} dtype")
+        dims = _get_dims(buf, o + 17, 4, self.name)
+        out[self.name] = AccessPattern(Space.DRAM, first, parts, offset, dims, dtype,
+                                       partition_step=pstep)
+
+
+def covered(codecs: Iterable[Codec]) -> set[int]:
+    """Every bundle offset some codec owns; the check rejects an overlap."""
+    seen: set[int] = set()
+    for c in codecs:
+        overlap = seen.intersection(c.span)
+        assert not overlap, f"bundle layout overlap at {sorted(overlap)}"
+        seen.update(c.span)
+    return seen
