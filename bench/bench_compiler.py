@@ -47,7 +47,7 @@ def main() -> None:
     a = rng.standard_normal((n, n)).astype(np.float32)
     b = rng.standard_normal((n, n)).astype(np.float32)
     t_np, _ = timed(lambda: a @ b, args.repeat)
-    t_mm, res = timed(lambda: systolic.matmul(a, b, dtype="bf16", arch=arch), args.repeat)
+    t_mm, _ = timed(lambda: systolic.matmul(a, b, dtype="bf16", arch=arch), args.repeat)
     print(f"full matmul {n}^3 bf16: systolic.matmul {t_mm * 1e3:.1f} ms, numpy float32 "
           f"a @ b {t_np * 1e3:.1f} ms, ratio {t_mm / t_np:.2f}x")
 

@@ -111,11 +111,11 @@ def test_float64_input_is_read_as_float32_first() -> None:
 
 def test_integer_formats_refuse_what_they_cannot_hold() -> None:
     np.testing.assert_array_equal(round_to(np.array([-128, 127]), "int8"), [-128, 127])
-    with pytest.raises(FormatError, match="holds -128..127"):
+    with pytest.raises(FormatError, match=r"holds -128\.\.127"):
         encode(np.array([128]), "int8")
     with pytest.raises(FormatError, match="integer values"):
         encode(np.array([1.5]), "int16")
-    with pytest.raises(FormatError, match="holds 0..255"):
+    with pytest.raises(FormatError, match=r"holds 0\.\.255"):
         encode(np.array([-1]), "uint8")
 
 

@@ -81,7 +81,7 @@ def test_accumulation_programs_match_float64(dtype: str, mode: PerfMode, k: int,
     sims, prog, pairs, dst = build(k, m, n, steps, dtype, mode, rng)
     wr = [round_to(w, dtype) for w, _ in pairs]
     xr = [round_to(x, dtype) for _, x in pairs]
-    ref = sum(w.astype(np.float64).T @ x.astype(np.float64) for w, x in zip(wr, xr))
+    ref = sum(w.astype(np.float64).T @ x.astype(np.float64) for w, x in zip(wr, xr, strict=True))
     big_w = np.concatenate(wr).T
     big_x = np.concatenate(xr)
     bound = fp32_bound(big_w, big_x)
@@ -95,7 +95,7 @@ def test_systolic_order_is_sequential_fp32() -> None:
     # With order=systolic the sum is ((0 + p0) + p1) + ... in fp32: 2^24 + 1 + 1 loses both
     # ones, while float64 keeps them. A single instruction of K = 3, M = N = 1.
     rng = np.random.default_rng(0)
-    sims, prog, pairs, dst = build(3, 1, 1, 1, "fp32r", PerfMode.NONE, rng)
+    sims, prog, _, dst = build(3, 1, 1, 1, "fp32r", PerfMode.NONE, rng)
     w_ap = prog[0].src  # type: ignore[union-attr]
     x_ap = prog[1].moving  # type: ignore[union-attr]
     sim = sims["systolic"]

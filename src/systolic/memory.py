@@ -49,10 +49,13 @@ def check_bounds(ap: AccessPattern, arch: Arch, dram_bytes: int | None = None) -
                              f"device memory of {dram_bytes} bytes")
         return
     row_bytes = arch.sbuf_bytes if ap.space is Space.SBUF else arch.psum_bytes
-    if ap.partition + ap.partitions > arch.rows:
+    # SBUF partitions feed the array rows; PSUM partitions take the array columns (seed 003:
+    # "column m drains into PSUM partition m").
+    parts = arch.rows if ap.space is Space.SBUF else arch.cols
+    if ap.partition + ap.partitions > parts:
         last = ap.partition + ap.partitions - 1
         raise ShapeError(f"{ap.space.value} partitions {ap.partition}..{last} exceed the "
-                         f"{arch.rows} partitions")
+                         f"{parts} partitions")
     if lo < 0 or hi > row_bytes:
         raise ShapeError(f"{ap.space.value} bytes {lo:#x}..{hi:#x} lie outside the "
                          f"{row_bytes}-byte partition")
@@ -64,7 +67,7 @@ class Memory:
     def __init__(self, arch: Arch, dram_bytes: int = 0) -> None:
         self.arch = arch
         self.sbuf = np.zeros((arch.rows, arch.sbuf_bytes), dtype=np.uint8)
-        self.psum = np.zeros((arch.rows, arch.psum_bytes), dtype=np.uint8)
+        self.psum = np.zeros((arch.cols, arch.psum_bytes), dtype=np.uint8)
         self.dram = np.zeros(dram_bytes, dtype=np.uint8)
 
     def _buffer(self, space: Space) -> np.ndarray:
