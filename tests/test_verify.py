@@ -124,3 +124,7 @@ def test_stationary_mismatch() -> None:
     fails([load(128, 128), mm(128, 128, 64, SS, "fp16", sdtype="fp16")], "trn2", 1,
           "latched tile")
     fails([load(128, 128), mm(64, 128, 64, SS)], "trn2", 1, "no stationary tile latched")
+
+
+def test_mx_formats_only_on_the_mx_pair() -> None:
+    fails([load(128, 32, "mxfp8_e4m3")], "trn3", 0, "block-scaled")

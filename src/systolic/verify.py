@@ -102,7 +102,10 @@ class Checker:
         except ShapeError as exc:
             self._fail(i, f"{role}: {exc}")
 
-    def _format(self, i: int, dtype: str, role: str) -> None:
+    def _format(self, i: int, dtype: str, role: str, mx: bool = False) -> None:
+        if get_format(dtype).kind == "mx" and not mx:
+            self._fail(i, f"{role} format {dtype} is block-scaled: it runs only on the MX pair "
+                          f"LdWeightMx/MatmultMx, not LoadStationary/MatMul")
         if not self.arch.supports_format(dtype):
             self._fail(i, f"{role} format {dtype} is not supported on {self.arch.name} "
                           f"(gen{self.arch.generation}); use one of "
