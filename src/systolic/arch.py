@@ -76,6 +76,11 @@ class Arch:
     # dispatch overhead of the reading engine).
     readout_fixed_cycles: int = 64
 
+    # Device-memory (HBM) bandwidth per NeuronCore, bytes/s, for the roofline's memory slope.
+    # Unsure: the chip's published HBM bandwidth divided by its NeuronCores (trn1/inf2
+    # 820 GB/s over 2 cores; trn2 2.9 TB/s over 8; trn3 4.9 TB/s over 8).
+    hbm_bytes_per_s: float = 410e9
+
     formats: tuple[str, ...] = _DENSE_COMMON
     perf_modes: tuple[str, ...] = ("none",)
     # MACs per PE per cycle, relative to one bf16 MAC, by format and perf mode. fp32 is a
@@ -143,12 +148,13 @@ _PRESETS: dict[str, Arch] = {
                  clock_hz=2.8e9),
     # Trainium2: NeuronCore-v3, 2.4 GHz, 224 KiB SBUF per partition, fp8 DoubleRow (FACTS).
     "trn2": Arch(name="trn2", generation=3, arch_level=30, sbuf_bytes=224 * 1024,
-                 clock_hz=2.4e9, perf_modes=_GEN3_PERF, readout_elems_per_cycle=0.4),
+                 clock_hz=2.4e9, perf_modes=_GEN3_PERF, readout_elems_per_cycle=0.4,
+                 hbm_bytes_per_s=2.9e12 / 8),
     # Trainium3: NeuronCore-v4, 2.4 GHz, 256 KiB SBUF per partition, adds fp8_e4m3fn and
     # the MX path (FACTS; seed 000 "MX ... gen4 only").
     "trn3": Arch(name="trn3", generation=4, arch_level=40, sbuf_bytes=256 * 1024,
                  clock_hz=2.4e9, perf_modes=_GEN3_PERF, readout_elems_per_cycle=0.4,
-                 formats=(*_DENSE_COMMON, "fp8_e4m3fn"),
+                 hbm_bytes_per_s=4.9e12 / 8, formats=(*_DENSE_COMMON, "fp8_e4m3fn"),
                  mx_formats=("mxfp8_e4m3", "mxfp8_e5m2", "mxfp4")),
 }
 
