@@ -28,7 +28,11 @@ from .isa import (
     ReadOut,
     Space,
 )
+from .report import Report, build_report
 from .sim.functional import FunctionalSimulator
+from .sim.systolic import SystolicRun, SystolicSimulator, step_matmul
+from .sim.timing import Schedule, schedule
+from .trace import write_trace
 from .verify import verify
 
 __version__ = "0.1.0"
@@ -54,17 +58,25 @@ __all__ = [
     "PerfMode",
     "Program",
     "ReadOut",
+    "Report",
+    "Schedule",
     "ShapeError",
     "Space",
     "SystolicError",
+    "SystolicRun",
+    "SystolicSimulator",
     "VerifyError",
     "WorkloadError",
     "__version__",
+    "build_report",
     "decode",
     "encode",
     "get_arch",
     "get_format",
     "matmul",
     "round_to",
+    "schedule",
+    "step_matmul",
     "verify",
+    "write_trace",
 ]

@@ -18,7 +18,8 @@ The rules (docs/timing.md has the picture):
   free). A MatMul that follows a load (in program order, with no MatMul between) starts
   no sooner than that load's end.
 * A ReadOut copies a finished PSUM region on another engine, one queue in program order:
-  it starts when that engine is free and the MatMul that STOPped the region has ended,
+  it starts when that engine is free and every MatMul of the region's group has ended (a
+  wide early MatMul of the group can drain after the narrower one that STOPped it),
   and takes ``readout_fixed_cycles + ceil(N / readout_elems_per_cycle)`` cycles.
 * A MatMul that STARTs a PSUM region starts no sooner than the end of the latest earlier
   ReadOut (in program order) of an overlapping region: the bank must be copied out first.
@@ -82,8 +83,9 @@ def column_period(ins: Compute, arch: Arch) -> int:
     if isinstance(ins, MatmultMx):
         return 1
     if ins.moving.dtype in ("fp32", "fp32r"):
-        full = round(1 / arch.rate_fp32)  # 4: seed 003 "roughly 4x"
-        return full // 2 if ins.two_pass else full  # two passes share the 4x
+        if ins.two_pass:  # the two passes share the 4x: each streams at half rate
+            return arch.fp32_pass_slowdown
+        return round(1 / arch.rate_fp32)  # one fp32 pass: seed 003 "roughly 4x"
     return 1
 
 

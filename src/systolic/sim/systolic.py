@@ -95,7 +95,7 @@ def issue(program: Program, arch: Arch) -> tuple[np.ndarray, np.ndarray]:
     load_free = 0  # the load queue
     load_end: int | None = None  # a load since the last MatMul
     ro_free = 0  # the read-out engine's queue
-    stops: list[tuple[tuple[int, int, int, int], int]] = []  # (region, end) of STOP MatMuls
+    group_end: dict[tuple[int, int, int, int], int] = {}  # region -> its group's last end
     reads: list[tuple[tuple[int, int, int, int], int]] = []  # (region, end) of ReadOuts
     for i, ins in enumerate(program):
         if isinstance(ins, LoadStationary | LdWeightMx):
@@ -110,12 +110,13 @@ def issue(program: Program, arch: Arch) -> tuple[np.ndarray, np.ndarray]:
             starts[i], ends[i] = s, s + cost.matmul_duration(ins, arch)
             mm_last_start, load_end = s, None
             mm_next = s + cost.matmul_interval(ins, arch)
-            if CalcFlags.STOP in ins.flags:
-                stops.append((cost.region(ins.dst), int(ends[i])))
+            dreg = cost.region(ins.dst)
+            if CalcFlags.START in ins.flags or ends[i] > group_end.get(dreg, -1):
+                group_end[dreg] = int(ends[i])
         elif isinstance(ins, ReadOut):
             reg = cost.region(ins.src)
-            done = [e for r, e in stops if cost.regions_overlap(r, reg)]
-            s = max(ro_free, done[-1] if done else 0)
+            done = [e for r, e in group_end.items() if cost.regions_overlap(r, reg)]
+            s = max(ro_free, *done) if done else ro_free
             starts[i], ends[i] = s, s + cost.readout_cycles(ins, arch)
             ro_free = int(ends[i])
             reads.append((reg, ro_free))

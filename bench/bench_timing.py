@@ -1,0 +1,198 @@
+"""Benchmark: the timing model side by side with SCALE-Sim 3.0.0 on square GEMMs.
+
+    python bench/bench_timing.py             # ours on 2048^3 and 8192^3; SCALE-Sim on 512^3, 1024^3
+    python bench/bench_timing.py --large     # also SCALE-Sim on 2048^3 (about 14 minutes)
+    python bench/bench_timing.py --json out.json
+
+Every measurement runs in its own child process, so that wall time and peak memory
+(``ru_maxrss`` of that child, from :func:`os.wait4`) are measured the same way for both
+tools. SCALE-Sim needs numpy < 2.4 (FACTS), so it runs from its own venv::
+
+    python3 -m venv .bench-venv && .bench-venv/bin/pip install scalesim==3.0.0 'numpy<2.4'
+
+Mapping (FACTS, "The peer"): our a[M, K] @ b[K, N] keeps a.T tiles [K, M] in the array and
+streams b; SCALE-Sim keeps its filter [K, N'] and streams its ifmap [M', K], so our (M, K, N)
+is its (M' = N, N' = M, K). Its weight-stationary cycles are
+ceil(K/R) * ceil(N'/C) * (2R + C + M' - 2) - 1 (weight load never overlapped, tiles padded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from math import ceil
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_PY = ROOT / ".bench-venv" / "bin" / "python"
+
+# The child that runs our model: lowering, scheduling and the report, timed separately.
+OURS = r"""
+import json, sys, time
+from systolic.arch import get_arch
+from systolic.compiler import MatmulSpec, lower
+from systolic.report import build_report
+from systolic.sim.timing import schedule
+n = int(sys.argv[1]); arch = get_arch("trn2")
+t0 = time.perf_counter(); low = lower(MatmulSpec(n, n, n, "bf16"), arch, check=False)
+t1 = time.perf_counter(); sch = schedule(low.program, arch)
+t2 = time.perf_counter(); rep = build_report(low.program, arch)
+t3 = time.perf_counter()
+print(json.dumps({"instructions": len(low.program), "lower_s": t1 - t0,
+                  "schedule_s": t2 - t1, "report_s": t3 - t2, "cycles": sch.cycles,
+                  "utilization": rep.utilization}))
+"""
+
+# The child that runs SCALE-Sim from Python with save_disk_space=True (no traces; FACTS).
+SCALESIM = r"""
+import contextlib, io, json, sys, time
+from scalesim.scale_sim import scalesim
+cfg, topo, layout, out = sys.argv[1:5]
+t0 = time.perf_counter()
+with contextlib.redirect_stdout(io.StringIO()):
+    s = scalesim(save_disk_space=True, verbose=False, config=cfg, topology=topo,
+                 layout=layout, input_type_gemm=True)
+    s.run_scale(top_path=out)
+run_s = time.perf_counter() - t0
+# scalesim.get_total_cycles() indexes a method (3.0.0 bug): read the layer's report items
+# (DRAM-to-DRAM span, compute cycles, stalls, util %, mapping efficiency %, compute util %)
+span, compute, stall, util, mapping_eff, compute_util = (
+    s.runner.single_layer_sim_object_list[0].get_compute_report_items())
+print(json.dumps({"cycles": int(compute), "dram_span_cycles": int(span),
+                  "stall_cycles": int(stall), "utilization": float(util) / 100,
+                  "run_s": run_s}))
+"""
+
+CONFIG = """[general]
+run_name = bench
+
+[architecture_presets]
+ArrayHeight : 128
+ArrayWidth : 128
+IfmapSramSzkB : 6144
+FilterSramSzkB : 6144
+OfmapSramSzkB : 2048
+IfmapOffset : 0
+FilterOffset : 10000000
+OfmapOffset : 20000000
+Bandwidth : 10
+Dataflow : ws
+ReadRequestBuffer : 32
+WriteRequestBuffer : 32
+
+[layout]
+IfmapCustomLayout : False
+IfmapSRAMBankBandwidth : 10
+IfmapSRAMBankNum : 10
+IfmapSRAMBankPort : 2
+FilterCustomLayout : False
+FilterSRAMBankBandwidth : 10
+FilterSRAMBankNum : 10
+FilterSRAMBankPort : 2
+
+[sparsity]
+SparsitySupport : false
+SparseRep : ellpack_block
+OptimizedMapping : false
+BlockSize : 8
+RandomNumberGeneratorSeed : 40
+
+[run_presets]
+InterfaceBandwidth : CALC
+UseRamulatorTrace : False
+"""
+
+
+def popen_rusage(argv: list[str], env: dict[str, str] | None = None) -> dict[str, object]:
+    """Run one child and reap it with os.wait4, so that the rusage is that child's alone.
+
+    Returns the child's last stdout line (JSON) plus wall_s and peak_mib (its ru_maxrss)."""
+    t0 = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, env=env, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode:
+            raise RuntimeError(f"{argv[0]} failed ({proc.returncode}):\n{err.read()[-3000:]}")
+        res = json.loads(out.read().strip().splitlines()[-1])
+    res["wall_s"] = wall
+    res["peak_mib"] = usage.ru_maxrss / 1024  # Linux: KiB
+    return res
+
+
+def ours(n: int) -> dict[str, object]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    return popen_rusage([sys.executable, "-c", OURS, str(n)], env)
+
+
+def scalesim(n: int, workdir: Path) -> dict[str, object]:
+    cfg, topo, layout = workdir / "ws128.cfg", workdir / f"g{n}.csv", workdir / "layout.csv"
+    cfg.write_text(CONFIG)
+    # our (M, K, N) = its (N, M, K); square here. The trailing comma is required (FACTS).
+    topo.write_text(f"Layer,M,N,K,\ng{n},{n},{n},{n},\n")
+    layout.write_text("Layer,IFMAP Height,IFMAP Width,Filter Height,Filter Width,Channels,"
+                      "Num Filter,Strides,\n")
+    out = workdir / f"out{n}"
+    out.mkdir(exist_ok=True)
+    return popen_rusage([str(VENV_PY), "-c", SCALESIM, str(cfg), str(topo), str(layout),
+                         str(out)])
+
+
+def scalesim_formula(m: int, k: int, n: int, rows: int = 128, cols: int = 128) -> int:
+    """FACTS: ceil(K/R) * ceil(N'/C) * (2R + C + M' - 2) - 1 with (M', N') = (n, m)."""
+    return ceil(k / rows) * ceil(m / cols) * (2 * rows + cols + n - 2) - 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--large", action="store_true", help="also SCALE-Sim on 2048^3")
+    ap.add_argument("--ours", type=int, nargs="*", default=[512, 1024, 2048, 8192])
+    ap.add_argument("--scalesim", type=int, nargs="*", default=[512, 1024])
+    ap.add_argument("--json", type=Path, help="write the figures here too")
+    args = ap.parse_args(argv)
+    peer = list(args.scalesim) + ([2048] if args.large and 2048 not in args.scalesim else [])
+    results: dict[str, dict[int, dict[str, object]]] = {"ours": {}, "scalesim": {}}
+    for n in args.ours:
+        results["ours"][n] = r = ours(n)
+        print(f"ours     {n:>5}^3: {r['instructions']:>7} instructions, lower "
+              f"{r['lower_s']:.3f} s, schedule {r['schedule_s']:.3f} s, report "
+              f"{r['report_s']:.3f} s, wall {r['wall_s']:.2f} s, peak {r['peak_mib']:.0f} MiB, "
+              f"{r['cycles']:,} cycles ({100 * r['utilization']:.2f}%)", flush=True)
+    if peer and not VENV_PY.exists():
+        print(f"SCALE-Sim skipped: no {VENV_PY} (see the module docstring)")
+        peer = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in peer:
+            results["scalesim"][n] = r = scalesim(n, Path(tmp))
+            print(f"scalesim {n:>5}^3: wall {r['wall_s']:.2f} s (run {r['run_s']:.2f} s), peak "
+                  f"{r['peak_mib']:.0f} MiB, {r['cycles']:,} compute cycles "
+                  f"({100 * r['utilization']:.2f}%; formula {scalesim_formula(n, n, n):,}), "
+                  f"DRAM-to-DRAM span {r['dram_span_cycles']:,}", flush=True)
+    print("\nside by side (same GEMM, bf16 on a 128x128 array; 'model' = in-process time:")
+    print("ours lower + schedule, SCALE-Sim construct + run_scale; 'wall' = whole child):")
+    print(f"{'shape':>7} {'ours model s':>13} {'theirs model s':>15} {'ratio':>7} "
+          f"{'ours wall s':>12} {'theirs wall s':>14} {'ratio':>6} {'ours MiB':>9} "
+          f"{'theirs MiB':>11} {'ours cycles':>12} {'theirs cycles':>14}")
+    for n, s in results["scalesim"].items():
+        o = results["ours"].get(n) or ours(n)
+        results["ours"][n] = o
+        model = o["lower_s"] + o["schedule_s"]
+        print(f"{n:>6}^3 {model:>13.3f} {s['run_s']:>15.2f} {s['run_s'] / model:>6.0f}x "
+              f"{o['wall_s']:>12.2f} {s['wall_s']:>14.2f} {s['wall_s'] / o['wall_s']:>5.0f}x "
+              f"{o['peak_mib']:>9.0f} {s['peak_mib']:>11.0f} {o['cycles']:>12,} "
+              f"{s['cycles']:>14,}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

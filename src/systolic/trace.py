@@ -1,0 +1,140 @@
+"""Profile trace export: Chrome trace-event JSON that Perfetto and chrome://tracing open.
+
+``write_trace(schedule_or_report, program, path)`` writes the rows a hardware profile
+shows for the Tensor Engine (FACTS, Neuron Explorer: LDWEIGHTS on the "TensorE" row,
+MATMUL on the "TensorMatrix" row), plus one row for the PSUM read-out engine:
+
+* LDWEIGHTS: each LoadStationary / LdWeightMx from its start to its end;
+* MATMUL: each MatMul / MatmultMx while its moving tile streams in, [start, start +
+  min(period*N, duration)) (seed 003: one column per cycle; the fill and drain overlap the
+  next instruction, and trace viewers need the slices of one row not to overlap). The
+  args keep the full ``end_cycle`` (last MAC + 1) and what bound the start (``stall``);
+* PSUM read-out: each ReadOut from its start to its end.
+
+Each event is named by its opcode and instruction index and carries the instruction's text
+form, flags, tile group, shape, format and perf mode as args. Timestamps are microseconds
+at the Arch clock. The file is written to a temporary name in the same directory and moved
+into place with :func:`os.replace`, so a crash never leaves half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .asm import format_instruction
+from .errors import SystolicError
+from .isa import LdWeightMx, LoadStationary, MatMul, MatmultMx, Program, ReadOut
+from .sim.timing import Cause, Kind, Schedule
+
+if TYPE_CHECKING:
+    from .report import Report
+
+__all__ = ["ROWS", "trace_events", "write_trace"]
+
+# (thread id, row name) per instruction kind, in the order the viewer lists them.
+ROWS: dict[Kind, tuple[int, str]] = {
+    Kind.LOAD: (1, "LDWEIGHTS"),
+    Kind.COMPUTE: (2, "MATMUL"),
+    Kind.READOUT: (3, "PSUM read-out"),
+}
+_PID = 1
+
+
+def _args(ins: object) -> dict[str, Any]:
+    """Flags, tile group, shape and format of one instruction, for the event's args."""
+    if isinstance(ins, MatMul):
+        k = ins.moving.partitions
+        return {"flags": ins.flags.name or "NONE", "row_group": ins.row_group,
+                "col_group": ins.col_group, "shape": f"K={k} M={ins.dst.partitions} "
+                f"N={ins.moving.dims[-1][1]}", "format": ins.moving.dtype,
+                "stationary_format": ins.stationary_dtype,
+                "perf_mode": ins.perf_mode.spelling, "two_pass": ins.two_pass}
+    if isinstance(ins, MatmultMx):
+        return {"flags": ins.flags.name or "NONE", "acc": ins.acc, "row_group": ins.row_group,
+                "col_group": 15, "shape": f"K={4 * ins.moving.partitions} "
+                f"M={ins.dst.partitions} N={ins.moving.dims[-1][1]}", "format": ins.fmt,
+                "stationary_format": ins.stationary_fmt, "perf_mode": "none"}
+    if isinstance(ins, LoadStationary):
+        return {"row_group": ins.row_group, "col_group": ins.col_group,
+                "shape": f"K={ins.src.partitions} M={ins.src.dims[-1][1]}",
+                "format": ins.src.dtype, "perf_mode": ins.perf_mode.spelling,
+                "half": ins.half, "column": ins.column}
+    if isinstance(ins, LdWeightMx):
+        return {"row_group": ins.row_group, "col_group": 15,
+                "shape": f"K={4 * ins.src.partitions} M={ins.src.dims[-1][1]}",
+                "format": ins.fmt, "perf_mode": "none", "column": ins.column}
+    if isinstance(ins, ReadOut):
+        return {"shape": f"M={ins.src.partitions} N={ins.src.free_elems}",
+                "format": ins.src.dtype, "psum_offset": ins.src.offset}
+    return {}
+
+
+def trace_events(sch: Schedule, program: Program) -> list[dict[str, Any]]:
+    """The trace events of a schedule, metadata first."""
+    if len(program) != len(sch):
+        raise SystolicError(f"the schedule has {len(sch)} instructions, the program "
+                         f"{len(program)}: pass the program that was scheduled")
+    us = 1e6 / sch.arch.clock_hz
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "pid": _PID, "name": "process_name",
+         "args": {"name": f"Tensor Engine ({sch.arch.name})"}},
+    ]
+    for tid, name in ROWS.values():
+        events.append({"ph": "M", "pid": _PID, "tid": tid, "name": "thread_name",
+                       "args": {"name": name}})
+        events.append({"ph": "M", "pid": _PID, "tid": tid, "name": "thread_sort_index",
+                       "args": {"sort_index": tid}})
+    cc = sch.compute
+    stream = {int(i): min(int(p * n), int(d))
+              for i, p, n, d in zip(cc.index, cc.period, cc.n, cc.duration, strict=True)}
+    kinds, starts, ends, cause = (a.tolist() for a in (sch.kinds, sch.starts, sch.ends,
+                                                       sch.cause))
+    for i, ins in enumerate(program):
+        kind = Kind(kinds[i])
+        if kind is Kind.DMA:
+            continue
+        tid, _ = ROWS[kind]
+        s, e = starts[i], ends[i]
+        shown = s + stream[i] if kind is Kind.COMPUTE else e
+        args = {"index": i, "text": format_instruction(ins), "start_cycle": s,
+                "end_cycle": e, **_args(ins)}
+        if kind is Kind.COMPUTE:
+            args["stall"] = Cause(cause[i]).name.lower()
+        events.append({"ph": "X", "pid": _PID, "tid": tid, "ts": s * us,
+                       "dur": (shown - s) * us, "name": f"{type(ins).__name__} #{i}",
+                       "cat": ROWS[kind][1], "args": args})
+    return events
+
+
+def write_trace(schedule_or_report: Schedule | Report, program: Program,
+                path: str | os.PathLike[str]) -> Path:
+    """Write the Chrome trace-event JSON of ``program``'s schedule to ``path`` atomically.
+
+    Accepts a :class:`~systolic.sim.timing.Schedule` or a :class:`~systolic.report.Report`
+    (its schedule). Returns the path written."""
+    sch = schedule_or_report if isinstance(schedule_or_report, Schedule) \
+        else schedule_or_report.schedule
+    doc = {
+        "traceEvents": trace_events(sch, program),
+        "displayTimeUnit": "ns",
+        "otherData": {"arch": sch.arch.name, "clock_hz": sch.arch.clock_hz,
+                      "cycles": sch.cycles, "readout_tail_cycles": sch.readout_tail,
+                      "time_unit": "us"},
+    }
+    out = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; a trace is meant to be shared
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f, separators=(",", ":"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
