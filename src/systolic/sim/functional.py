@@ -65,6 +65,15 @@ _MASK48 = (1 << 48) - 1
 _SIGN48 = 1 << 47
 
 
+# At most this many MatMuls on one latched tile become one GEMM.
+_BATCH = 8
+
+
+def _tile_key(ins: MatMul) -> tuple[int, int, int, int]:
+    """The latched tile a MatMul uses: (row, rows, column, columns)."""
+    return (ins.moving.partition, ins.moving.partitions, ins.dst.partition, ins.dst.partitions)
+
+
 def wrap48(x: np.ndarray) -> np.ndarray:
     """Two's complement wrap of int64 values to 48 bits (seed 004's INT48 accumulator)."""
     x = np.asarray(x, dtype=np.int64)
@@ -114,7 +123,10 @@ class FunctionalSimulator:
         self.tiles: dict[tuple[int, int, int, int], np.ndarray] = {}
         self._wt: dict[tuple[int, int, int, int], np.ndarray] = {}
         self._pool: ThreadPoolExecutor | None = None
-        self._pending: deque[tuple[Future[np.ndarray], AccessPattern, CalcFlags]] = deque()
+        self._pending: deque[tuple[Future[np.ndarray], AccessPattern, CalcFlags,
+                                   slice | None]] = deque()
+        # run()'s decode cache: pattern -> (values, first partition, end partition, lo, hi)
+        self._decoded: dict[AccessPattern, tuple[np.ndarray, int, int, int, int]] | None = None
 
     # -- convenience for callers placing operands ---------------------------------------
     def write_dram(self, offset: int, values: np.ndarray, dtype: str) -> None:
@@ -145,20 +157,43 @@ class FunctionalSimulator:
         # of consecutive MatMuls run concurrently on a small pool, and their results are
         # added into PSUM strictly in program order (``_drain``).
         workers = min(2, os.cpu_count() or 1)
+        instrs = program.instructions
         with threadpool_limits(limits=1, user_api="blas"), \
                 ThreadPoolExecutor(max_workers=workers) as pool:
-            self._pool = pool
+            self._pool, self._decoded = pool, {}
             try:
-                for i, ins in enumerate(program):
-                    self.execute(ins)
-                    if progress is not None and (i & 255) == 255:
-                        progress(256)
+                i, done = 0, 0
+                while i < len(instrs):
+                    i += self._execute_at(instrs, i)
+                    if progress is not None and i - done >= 256:
+                        progress(i - done)
+                        done = i
                 self._drain(0)
             finally:
-                self._pool = None
+                self._pool, self._decoded = None, None
                 self._pending.clear()
-        if progress is not None:
-            progress(len(program) & 255)
+            if progress is not None:
+                progress(len(instrs) - done)
+
+    def _execute_at(self, instrs: tuple[Instruction, ...], i: int) -> int:
+        """Execute instruction i, or a run of MatMuls from i on one latched tile as one GEMM
+        (fast order: columns of one BLAS product are the per-instruction products); returns
+        how many instructions were consumed."""
+        ins = instrs[i]
+        if type(ins) is MatMul and self.order == "fast" and not get_format(
+                ins.moving.dtype).is_int:
+            key = _tile_key(ins)
+            j = i + 1
+            while (j < len(instrs) and j - i < _BATCH and type(instrs[j]) is MatMul
+                   and _tile_key(instrs[j]) == key  # type: ignore[arg-type]
+                   and instrs[j].moving.dims[:-1] == ins.moving.dims[:-1]):  # type: ignore
+                j += 1
+            if j - i > 1:
+                self._matmul_batch(instrs[i:j])  # type: ignore[arg-type]
+                return j - i
+        self.execute(ins)
+        return 1
+
 
     def execute(self, ins: Instruction) -> None:
         """Execute one (already verified) instruction."""
@@ -168,6 +203,7 @@ class FunctionalSimulator:
             self._load(ins)
         elif isinstance(ins, DmaLoad):
             self.memory.copy(ins.src, ins.dst)
+            self._forget(ins.dst)
         elif isinstance(ins, ReadOut):
             self._drain(0)
             self.memory.copy(ins.src, ins.dst)
@@ -191,9 +227,30 @@ class FunctionalSimulator:
         self.tiles[(row, rows, col, cols)] = values
         self._wt[(row, rows, col, cols)] = np.ascontiguousarray(values.T)
 
+    def _read(self, ap: AccessPattern) -> np.ndarray:
+        """Decoded SBUF values; within run() decoded tiles are kept until a DmaLoad writes
+        over them (a resident moving tile is read by every M tile of a product)."""
+        if self._decoded is None:
+            return self.memory.read(ap)
+        hit = self._decoded.get(ap)
+        if hit is None:
+            lo, hi = ap.free_bytes_span
+            hit = self._decoded[ap] = (self.memory.read(ap), ap.partition,
+                                       ap.partition + ap.partitions, lo, hi)
+        return hit[0]
+
+    def _forget(self, dst: AccessPattern) -> None:
+        if not self._decoded:
+            return
+        lo, hi = dst.free_bytes_span
+        p0, p1 = dst.partition, dst.partition + dst.partitions
+        for ap in [ap for ap, (_, q0, q1, a, b) in self._decoded.items()
+                   if q0 < p1 and p0 < q1 and a < hi and lo < b]:
+            del self._decoded[ap]
+
     def _load(self, ins: LoadStationary) -> None:
         src = ins.src
-        values = self.memory.read(src)
+        values = self._read(src)
         k = src.partitions * int(np.prod([n for _, n in src.dims[:-1]]))
         values = values.reshape(k, src.dims[-1][1])
         self.latch(src.partition, src.partitions, ins.column, src.dims[-1][1],
@@ -201,8 +258,8 @@ class FunctionalSimulator:
 
     def _matmul(self, ins: MatMul) -> None:
         mv, dst = ins.moving, ins.dst
-        wt = self._wt[(mv.partition, mv.partitions, dst.partition, dst.partitions)]
-        x = self.memory.read(mv).reshape(wt.shape[1], mv.dims[-1][1])
+        wt = self._wt[_tile_key(ins)]
+        x = self._read(mv).reshape(wt.shape[1], mv.dims[-1][1])
         if get_format(mv.dtype).is_int:
             xi = x - ins.zp_moving if ins.zp_moving else x
             wi = wt - ins.zp_stationary if ins.zp_stationary else wt
@@ -212,20 +269,40 @@ class FunctionalSimulator:
         else:
             self._defer(dst, ins.flags, systolic_sum, wt.T, x)
 
+    def _matmul_batch(self, batch: tuple[MatMul, ...]) -> None:
+        """MatMuls on one latched tile: one GEMM over their moving tiles side by side."""
+        wt = self._wt[_tile_key(batch[0])]
+        xs = [self._read(b.moving).reshape(wt.shape[1], b.moving.dims[-1][1]) for b in batch]
+        cols = np.cumsum([0] + [x.shape[1] for x in xs])
+        fut = self._submit(np.matmul, wt, np.concatenate(xs, axis=1))
+        for b, c0, c1 in zip(batch, cols[:-1], cols[1:], strict=True):
+            self._pending.append((fut, b.dst, b.flags, slice(int(c0), int(c1))))
+        self._drain(2 * _BATCH)
+
+    def _submit(self, fn: Callable[..., np.ndarray], *args: np.ndarray) -> Future[np.ndarray]:
+        fut: Future[np.ndarray]
+        if self._pool is None:
+            fut = Future()
+            fut.set_result(fn(*args))
+        else:
+            fut = self._pool.submit(fn, *args)
+        return fut
+
     def _defer(self, dst: AccessPattern, flags: CalcFlags, fn: Callable[..., np.ndarray],
                *args: np.ndarray) -> None:
         """Compute ``fn(*args)`` on the pool; its PSUM update waits its turn in ``_drain``."""
         if self._pool is None:
             self._apply(dst, flags, fn(*args))
             return
-        self._pending.append((self._pool.submit(fn, *args), dst, flags))
-        self._drain(4)
+        self._pending.append((self._submit(fn, *args), dst, flags, None))
+        self._drain(2 * _BATCH)
 
     def _drain(self, keep: int) -> None:
         """Apply pending PSUM updates in program order until at most ``keep`` remain."""
         while len(self._pending) > keep:
-            fut, dst, flags = self._pending.popleft()
-            self._apply(dst, flags, fut.result())
+            fut, dst, flags, cols = self._pending.popleft()
+            res = fut.result()
+            self._apply(dst, flags, res if cols is None else res[:, cols])
 
     def accumulate(self, dst: AccessPattern, flags: CalcFlags, res: np.ndarray) -> None:
         """START writes ``res`` into the PSUM region; otherwise adds (fp32, or INT48 wrap).
