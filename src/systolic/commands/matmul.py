@@ -22,8 +22,13 @@ Lower a[M, K] @ b[K, N] onto the array: print the instruction counts, the modell
 utilization and where the cycles went. --check also runs the product on seeded random data
 through the functional simulator and reports the error against float64.
 
+--trace writes a Perfetto profile and --timeline a PNG/SVG of the LDWEIGHTS and MATMUL rows
+(an overview, and a zoom on the first MatMuls once there are more than 16).
+
 examples:
   systolic matmul 2048 2048 2048
+  systolic matmul 2048 2048 2048 --arch inf2 --timeline timeline.png
+  systolic matmul 1024 64 2048 --arch trn1       # K = 64: half the PE rows idle
   systolic matmul 128 4096 512 --dtype fp8_e4m3 --perf-mode double_row --arch trn2 --check
   systolic matmul 512 512 512 --dtype fp32 --json
   systolic matmul 256 256 256 --program | head

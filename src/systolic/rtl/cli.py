@@ -9,6 +9,7 @@ disagree, 2 a user error (its one-line message goes to stderr).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -37,6 +38,8 @@ def add_rtl_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     ver.add_argument("--rows", type=_positive, required=True, help="PE rows (contraction K)")
     ver.add_argument("--cols", type=_positive, required=True, help="PE columns (outputs M)")
     ver.add_argument("-o", "--output", type=Path, help="output file (default: stdout)")
+    ver.add_argument("--json", action="store_true",
+                     help="print one JSON object (the Verilog text under 'verilog' without -o)")
 
     sim = sub.add_parser(
         "sim", help="simulate the HDL array on random operands and compare it with the model"
@@ -46,6 +49,7 @@ def add_rtl_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentP
     sim.add_argument("--cycles", type=_positive, default=64, help="clock cycles (default 64)")
     sim.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     sim.add_argument("--vcd", type=Path, help="also write the waveform to this VCD file")
+    sim.add_argument("--json", action="store_true", help="print one JSON object for scripts")
     return rtl
 
 
@@ -53,10 +57,18 @@ def _verilog(args: argparse.Namespace) -> int:
     from systolic.rtl.hdl import verilog_array
 
     text = verilog_array(args.rows, args.cols)
+    if args.output is not None:
+        args.output.write_text(text)
+    if args.json:
+        out = {"rows": args.rows, "cols": args.cols, "bytes": len(text),
+               "output": None if args.output is None else str(args.output)}
+        if args.output is None:
+            out["verilog"] = text
+        print(json.dumps(out))
+        return 0
     if args.output is None:
         sys.stdout.write(text)
     else:
-        args.output.write_text(text)
         print(f"wrote {args.output} ({args.rows} x {args.cols} array, {len(text)} bytes)")
     return 0
 
@@ -74,6 +86,21 @@ def _sim(args: argparse.Namespace) -> int:
     ref = model.run(stimulus)
     bad = (hdl.act_out != ref.act_out) | (hdl.sum_out != ref.sum_out)
     what = f"{args.rows} x {args.cols} array, {args.cycles} cycles, seed {args.seed}"
+    if args.json:
+        first = None
+        if bad.any():
+            t, k, m = (int(i) for i in np.argwhere(bad)[0])
+            first = {"cycle": t, "k": k, "m": m,
+                     "hdl": [int(hdl.act_out[t, k, m]), int(hdl.sum_out[t, k, m])],
+                     "model": [int(ref.act_out[t, k, m]), int(ref.sum_out[t, k, m])]}
+        print(json.dumps({
+            "rows": args.rows, "cols": args.cols, "cycles": args.cycles, "seed": args.seed,
+            "match": not bad.any(), "first_mismatch": first,
+            "clear_cycles": int(stimulus.clear.sum()),
+            "reset_cycles": int((~stimulus.rst_n).sum()),
+            "vcd": None if args.vcd is None else str(args.vcd),
+        }))
+        return 1 if bad.any() else 0
     if bad.any():
         t, k, m = (int(i) for i in np.argwhere(bad)[0])
         print(
