@@ -1,0 +1,205 @@
+"""``systolic roofline``: peaks per format, the HBM slope, the ceilings of seed 003, and a
+workload's ops placed by their modelled throughput.
+
+:func:`roofline_data` computes the figure's numbers (the JSON ``--json`` prints):
+
+* roofs: ``arch.peak_flops`` for each format family the arch runs (bf16 and the other
+  1x formats, fp32, fp8 DoubleRow, MX), with the formula's factors;
+* memory: ``arch.hbm_bytes_per_s`` (per NeuronCore); a roof meets it at the ridge
+  intensity peak / bandwidth;
+* ceilings: seed 003's reasons a kernel falls short, each measured by the timing model on
+  a representative lowered program with only that limit (K = 64, M = 64, N = 32, fp32).
+  Their PSUM read-outs are dropped so the ceiling is the array's own limit; the JSON also
+  gives the same program's throughput with its read-outs (``tflops_with_readout``);
+* points: each workload op at (``workload.intensity``, its report's TFLOP/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ..api import make_spec
+from ..arch import ARCHS, Arch, get_arch
+from ..compiler import lower
+from ..errors import SystolicError
+from ..isa import Program, ReadOut
+from ..report import build_report
+from .common import add_json, positive_int, progress_bar
+from .run import TABLE_WIDTH
+
+HELP = "peaks per format, the HBM slope, lower ceilings, a workload's ops as points"
+DESCRIPTION = """\
+Work out the roofline of one NeuronCore's Tensor Engine: the peak of each format
+(rows x cols PEs x 2 FLOPs per MAC x clock x the format's rate), the HBM slope (per-core
+bandwidth x arithmetic intensity), and the lower ceilings a kernel hits (K = 64, M = 64,
+N = 32, fp32), each measured by the timing model on a representative program. With
+--workload, each op of the file is a point at its modelled TFLOP/s and its intensity
+(2MKN / bytes of a, b and the fp32 result). -o writes the figure (.png or .svg).
+
+examples:
+  systolic roofline --arch trn1 --json                  # the peak arithmetic
+  systolic roofline --arch trn2 -o roofline.png
+  systolic roofline --workload examples/shortfalls.yaml -o roofline.png --width 1000
+"""
+
+# (label, dtype, perf mode) of each roof, drawn when the arch supports it.
+ROOFS = (("bf16", "bf16", "none"), ("fp32", "fp32", "none"),
+         ("fp8 DoubleRow", "fp8_e4m3", "double_row"), ("MX", "mxfp8_e4m3", "none"))
+# Seed 003's shortfalls: (name, what goes dark, M, K, N, dtype). Large in every other
+# dimension, so the named limit is the only one.
+CEILINGS = (
+    ("K = 64", "half the PE rows idle", 1024, 64, 2048, "bf16"),
+    ("M = 64", "half the PE columns idle", 64, 2048, 2048, "bf16"),
+    ("N = 32", "each MatMul still takes 64 cycles", 2048, 2048, 32, "bf16"),
+    ("fp32", "4x the cost of bf16", 1024, 1024, 1024, "fp32"),
+)
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("roofline", help=HELP, description=DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arch", choices=list(ARCHS),
+                   help="arch preset (default: the workload's, else trn2); with --workload, "
+                        "every op runs on it")
+    p.add_argument("--workload", metavar="FILE.yaml", help="place this workload's ops")
+    p.add_argument("-o", "--output", metavar="FILE.png", help="write the plot (.png or .svg)")
+    p.add_argument("--width", type=positive_int, default=1200, metavar="PX",
+                   help="plot width in pixels (1200)")
+    p.add_argument("--height", type=positive_int, default=800, metavar="PX",
+                   help="plot height in pixels (800)")
+    add_json(p)
+    p.set_defaults(run=run)
+
+
+def _roofs(arch: Arch) -> list[dict[str, Any]]:
+    out = []
+    for label, dtype, mode in ROOFS:
+        if not arch.supports_format(dtype) or not arch.supports_perf_mode(mode):
+            continue
+        rate = arch.rate(dtype, mode)
+        same = [f for f in (*arch.formats, *arch.mx_formats)
+                if arch.rate(f, mode) == rate and (mode == "none" or f.startswith("fp8"))]
+        peak = arch.peak_flops(dtype, mode)
+        out.append({
+            "name": label, "dtype": dtype, "perf_mode": mode, "formats": same, "rate": rate,
+            "peak_tflops": peak / 1e12, "ridge_intensity": peak / arch.hbm_bytes_per_s,
+            "formula": f"{arch.rows} x {arch.cols} PEs x 2 FLOP x {arch.clock_hz / 1e9:g} GHz"
+                       f" x {rate:g}",
+        })
+    return out
+
+
+def _ceiling(arch: Arch, name: str, what: str, m: int, k: int, n: int, dtype: str
+             ) -> dict[str, Any]:
+    spec = make_spec(m, k, n, dtype, arch)
+    program = lower(spec, arch).program
+    array_only = Program(i for i in program if not isinstance(i, ReadOut))
+    rep = build_report(array_only, arch, spec)
+    full = build_report(program, arch, spec)
+    losses = {c: v for c, v in rep.percent().items() if c != "useful"}
+    return {
+        "name": name, "what": what, "m": m, "k": k, "n": n, "dtype": dtype,
+        "tflops": rep.tflops, "fraction_of_bf16_peak": rep.tflops / arch.peak_flops() * 1e12,
+        "largest_loss": max(losses, key=lambda c: losses[c]),
+        "tflops_with_readout": full.tflops,
+    }
+
+
+def roofline_data(arch: Arch | str, results: list[Any] | None = None) -> dict[str, Any]:
+    """Roofs, memory slope, ceilings and (from :func:`systolic.workload.evaluate` results)
+    points, JSON-ready; see the module docstring."""
+    from ..workload import intensity
+
+    arch = get_arch(arch)
+    points = []
+    for r in results or []:
+        s, bw = r.op.spec, arch.hbm_bytes_per_s
+        x = intensity(s)
+        points.append({
+            "name": r.op.name, "m": s.m, "k": s.k, "n": s.n, "dtype": s.dtype,
+            "perf_mode": s.perf_mode.spelling, "intensity": x, "tflops": r.report.tflops,
+            "peak_tflops": r.report.peak_tflops, "utilization": r.report.utilization,
+            # the timing model keeps operands on chip; above this the op would be HBM-bound
+            "hbm_bound_tflops": x * bw / 1e12,
+        })
+    return {
+        "arch": arch.name, "rows": arch.rows, "cols": arch.cols, "clock_hz": arch.clock_hz,
+        "hbm_bytes_per_s": arch.hbm_bytes_per_s, "roofs": _roofs(arch),
+        "ceilings": [_ceiling(arch, *c) for c in CEILINGS], "points": points,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.output:
+        from ..plots import check_plot_path
+
+        check_plot_path(args.output)
+    results = None
+    arch_name = args.arch or "trn2"
+    if args.workload:
+        from ..workload import evaluate, load_workload
+
+        workload = load_workload(args.workload, arch=args.arch)
+        archs = sorted({op.arch.name for op in workload.ops})
+        if len(archs) > 1:
+            raise SystolicError(f"{args.workload} mixes arches ({', '.join(archs)}); pass "
+                                f"--arch to put every op on one roofline")
+        arch_name = archs[0]
+        with progress_bar("lowering ops", total=len(workload.ops),
+                          enabled=not args.json) as tick:
+            results = evaluate(workload, tick)
+    data = roofline_data(arch_name, results)
+    if args.output:
+        from ..plots import roofline_plot
+
+        roofline_plot(data, args.output, width=args.width, height=args.height)
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        _print(data, args.output)
+    return 0
+
+
+def _print(data: dict[str, Any], written: str | None) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(highlight=False)
+    if not con.is_terminal:
+        con.width = TABLE_WIDTH
+    bw = data["hbm_bytes_per_s"]
+    con.print(f"[bold]{data['arch']}[/]: one NeuronCore Tensor Engine, {data['rows']} x "
+              f"{data['cols']} PEs at {data['clock_hz'] / 1e9:g} GHz, HBM {bw / 1e9:,.1f} GB/s "
+              f"per core")
+    roofs = Table(box=box.SIMPLE_HEAD, title="roofs", title_justify="left")
+    for col in ("format", "peak TFLOP/s", "= formula", "ridge FLOP/B"):
+        roofs.add_column(col, justify="left" if col in ("format", "= formula") else "right")
+    for r in data["roofs"]:
+        roofs.add_row(r["name"], f"{r['peak_tflops']:.2f}", r["formula"],
+                      f"{r['ridge_intensity']:.0f}")
+    con.print(roofs)
+    ceil = Table(box=box.SIMPLE_HEAD, title="ceilings (timing model, PSUM read-out aside)",
+                 title_justify="left")
+    for col in ("limit", "M x K x N", "TFLOP/s", "of bf16 peak", "with read-out", "why"):
+        ceil.add_column(col, justify="right" if col in ("TFLOP/s", "of bf16 peak",
+                                                        "with read-out") else "left")
+    for c in data["ceilings"]:
+        ceil.add_row(c["name"], f"{c['m']}x{c['k']}x{c['n']} {c['dtype']}",
+                     f"{c['tflops']:.2f}", f"{100 * c['fraction_of_bf16_peak']:.1f}%",
+                     f"{c['tflops_with_readout']:.2f}", c["what"])
+    con.print(ceil)
+    if data["points"]:
+        pts = Table(box=box.SIMPLE_HEAD, title="workload ops", title_justify="left")
+        for col in ("op", "M x K x N", "FLOP/B", "TFLOP/s", "of peak", "HBM bound"):
+            pts.add_column(col, justify="left" if col in ("op", "M x K x N") else "right")
+        for p in data["points"]:
+            pts.add_row(p["name"], f"{p['m']}x{p['k']}x{p['n']} {p['dtype']}",
+                        f"{p['intensity']:.1f}", f"{p['tflops']:.2f}",
+                        f"{100 * p['tflops'] / p['peak_tflops']:.1f}%",
+                        f"{p['hbm_bound_tflops']:.2f}")
+        con.print(pts)
+    if written:
+        con.print(f"wrote {written}")

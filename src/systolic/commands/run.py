@@ -1,0 +1,148 @@
+"""``systolic run FILE.yaml``: cost a workload of named matmuls, op by op and in total."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ..arch import ARCHS
+from ..errors import SystolicError
+from ..report import CAUSES
+from ..workload import evaluate, load_workload, workload_json
+from .common import add_json, positive_int, progress_bar
+
+HELP = "cost a YAML workload of named matmuls, per op and in total"
+DESCRIPTION = """\
+Read a YAML workload (a list of named matmuls a[m, k] @ b[k, n] with dtype, arch, perf_mode
+and repeat), lower and time each op, and print one table: cycles, time, TFLOP/s,
+utilization and the largest loss cause per op, then the total, where each op counts
+repeat times. --json prints {"ops": [...], "total": {...}} for scripts.
+
+A file looks like this (examples/ has more):
+
+  name: SwiGLU MLP
+  defaults: {arch: trn2, dtype: bf16, repeat: 32}
+  ops:
+    - {name: gate, m: 2048, k: 4096, n: 14336}
+    - {name: up,   m: 2048, k: 4096, n: 14336}
+    - {name: down, m: 2048, k: 14336, n: 4096}
+
+Op keys: name, m, k, n (required); dtype (bf16), arch (trn2), perf_mode (none), repeat (1).
+A malformed file gets one line, FILE:LINE: what is wrong, and exit code 2.
+
+--timeline draws one op's LDWEIGHTS/MATMUL/read-out rows (the first op, or --timeline-op);
+--loss-bar draws a stacked bar per op of where its cycles went. Both write .png or .svg.
+
+examples:
+  systolic run examples/swiglu_mlp.yaml
+  systolic run examples/shortfalls.yaml --loss-bar loss.png
+  systolic run examples/seed003_2048.yaml --timeline timeline.png
+  systolic run examples/attention_proj.yaml --arch trn1 --json
+"""
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("run", help=HELP, description=DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file", metavar="FILE.yaml", help="the workload file")
+    p.add_argument("--arch", choices=list(ARCHS), help="run every op on this arch instead")
+    p.add_argument("--timeline", metavar="FILE.png", help="plot one op's timeline (PNG/SVG)")
+    p.add_argument("--timeline-op", metavar="NAME", help="the op --timeline shows (first)")
+    p.add_argument("--loss-bar", metavar="FILE.png",
+                   help="plot a stacked bar per op of where the cycles went (PNG/SVG)")
+    p.add_argument("--width", type=positive_int, default=1200, metavar="PX",
+                   help="plot width in pixels (1200)")
+    p.add_argument("--height", type=positive_int, metavar="PX",
+                   help="plot height in pixels (timeline 520; loss bar 90 + 42 per bar)")
+    add_json(p)
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..plots import check_plot_path
+
+    for path in (args.timeline, args.loss_bar):
+        if path:
+            check_plot_path(path)  # fail before the work, not after it
+    workload = load_workload(args.file, arch=args.arch)
+    if args.timeline_op and args.timeline_op not in {op.name for op in workload.ops}:
+        raise SystolicError(f"--timeline-op {args.timeline_op!r} names no op of {args.file}; "
+                            f"ops: {', '.join(op.name for op in workload.ops)}")
+    with progress_bar("lowering ops", total=len(workload.ops), enabled=not args.json) as tick:
+        results = evaluate(workload, tick)
+    data = workload_json(workload, results)
+    if args.timeline:
+        from ..plots import timeline_plot
+
+        res = next(r for r in results if r.op.name == (args.timeline_op or r.op.name))
+        s = res.op.spec
+        timeline_plot(res.report, res.program, args.timeline, width=args.width,
+                      height=args.height or 520,
+                      title=f"{res.op.name}: {s.m}x{s.k}x{s.n} {s.dtype} on {res.op.arch.name}")
+    if args.loss_bar:
+        from ..plots import loss_bar_plot
+
+        loss_bar_plot(data, args.loss_bar, width=args.width, height=args.height)
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    _print_table(data, [p for p in (args.timeline, args.loss_bar) if p])
+    return 0
+
+
+# Short names of the loss causes for the table's narrow column (CAUSES has the long ones).
+SHORT = {"rows_idle": "rows idle", "cols_idle": "cols idle", "short_moving": "short N",
+         "fp32_passes": "fp32 passes", "weight_load": "weight load",
+         "fill_drain": "fill/drain", "readout": "PSUM read-out", "idle": "idle"}
+TABLE_WIDTH = 110  # when stdout is not a terminal (pipes, docs); a terminal sets its own
+
+
+def _short(cause: str) -> str:
+    return SHORT.get(cause, CAUSES.get(cause, cause))
+
+
+def _time(seconds: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:,.2f} {unit}"
+    return f"{seconds * 1e9:,.1f} ns"
+
+
+def _loss(d: dict[str, Any]) -> str:
+    loss = d["largest_loss"]
+    return "none" if loss["cause"] == "none" else f"{_short(loss['cause'])} {loss['percent']:.2f}%"
+
+
+def _print_table(data: dict[str, Any], written: list[str]) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    archs = sorted({op["arch"] for op in data["ops"]})
+    table = Table(box=box.SIMPLE_HEAD, title=f"{data['name']} ({', '.join(archs)})",
+                  title_justify="left")
+    for name, just in (("op", "left"), ("M x K x N", "left"), ("format", "left"),
+                       ("cycles", "right"), ("time", "right"), ("TFLOP/s", "right"),
+                       ("util", "right"), ("largest loss", "left")):
+        table.add_column(name, justify=just, no_wrap=True)  # type: ignore[arg-type]
+    for op in data["ops"]:
+        mode = "" if op["perf_mode"] == "none" else f" {op['perf_mode']}"
+        fmt = op["dtype"] + mode + ("" if len(archs) == 1 else f" {op['arch']}")
+        name = op["name"] + (f" x{op['repeat']}" if op["repeat"] > 1 else "")
+        table.add_row(name, f"{op['m']}x{op['k']}x{op['n']}", fmt, f"{op['cycles']:,}",
+                      _time(op["seconds"]), f"{op['tflops']:.2f}",
+                      f"{100 * op['utilization']:.2f}%", _loss(op))
+    t = data["total"]
+    table.add_section()
+    table.add_row("total", "", "", f"{t['cycles']:,}", _time(t["seconds"]),
+                  f"{t['tflops']:.2f}", f"{100 * t['utilization']:.2f}%", _loss(t))
+    con = Console(highlight=False)
+    if not con.is_terminal:
+        con.width = TABLE_WIDTH
+    con.print(table)
+    n_ops, calls = len(data["ops"]), t["calls"]
+    note = "; cycles and time are per call, 'NAME xR' runs R times" if calls > n_ops else ""
+    con.print(f"total: {n_ops} op{'s' * (n_ops != 1)}, {calls} call{'s' * (calls != 1)}{note}")
+    for path in written:
+        con.print(f"wrote {path}")

@@ -1,0 +1,320 @@
+"""Workload files: named matmuls in YAML, checked line by line, and what they cost.
+
+A workload file (see ``examples/*.yaml``) is a mapping with an ``ops`` list, or just the
+list::
+
+    name: SwiGLU MLP                   # optional title
+    defaults: {arch: trn2, dtype: bf16}  # optional: any op key but name, m, k, n
+    ops:
+      - name: gate                     # a[m, k] @ b[k, n], numpy semantics
+        m: 2048
+        k: 4096
+        n: 14336
+        repeat: 32                     # calls per step (e.g. one per layer)
+
+Op keys: ``name``, ``m``, ``k``, ``n`` (required), ``dtype`` (bf16), ``arch`` (trn2),
+``perf_mode`` (none), ``repeat`` (1). :func:`load_workload` reads and checks a file; every
+problem raises :class:`WorkloadError` with one line ``FILE:LINE: what is wrong`` (lines are
+1-based; the node marks of ``yaml.compose`` give them). :func:`evaluate` lowers each op and
+reports it with the timing model; :func:`workload_json` sums the ops times their repeats.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from yaml.constructor import SafeConstructor
+
+from .api import make_spec
+from .arch import ARCHS, Arch, get_arch
+from .compiler import MatmulSpec, lower
+from .dtypes import FORMATS, get_format
+from .errors import SystolicError, WorkloadError
+from .isa import PerfMode, Program
+from .report import CAUSES, Report, build_report
+
+__all__ = ["OPERAND_FORMATS", "Op", "OpResult", "Workload", "evaluate", "intensity",
+           "load_workload", "parse_workload", "workload_json"]
+
+OP_KEYS = ("name", "m", "k", "n", "dtype", "arch", "perf_mode", "repeat")
+TOP_KEYS = ("name", "defaults", "ops")
+DEFAULTS: dict[str, Any] = {"dtype": "bf16", "arch": "trn2", "perf_mode": "none", "repeat": 1}
+# Formats a product can take as operands (the rest are scales, the accumulator, or fp4
+# outside MX), as in ``systolic matmul --dtype``.
+OPERAND_FORMATS = tuple(f for f in FORMATS if f not in ("e8m0", "int48", "fp4_e2m1"))
+_OUT_BYTES = 4  # the fp32 PSUM result written back, per element
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One named product of a workload; ``line`` is where it starts in the file (1-based)."""
+
+    name: str
+    spec: MatmulSpec
+    arch: Arch
+    repeat: int
+    line: int
+
+    @property
+    def flops(self) -> int:
+        """2 x M x K x N: one multiply and one add per MAC (seed 003)."""
+        return 2 * self.spec.m * self.spec.k * self.spec.n
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    path: str
+    name: str
+    ops: tuple[Op, ...]
+
+
+def intensity(spec: MatmulSpec) -> float:
+    """Arithmetic intensity, FLOP per byte of device memory: 2MKN over the bytes of a[M, K]
+    and b[K, N] in their format (MX: element bits plus one E8M0 scale byte per 32) and of the
+    fp32 result [M, N], each moved once (the roofline's ideal reuse)."""
+    fmt = get_format(spec.dtype)
+    per = fmt.bits / 8 + 1 / 32 if fmt.kind == "mx" else float(fmt.container_bytes)
+    moved = per * (spec.m * spec.k + spec.k * spec.n) + _OUT_BYTES * spec.m * spec.n
+    return 2 * spec.m * spec.k * spec.n / moved
+
+
+# -- parsing ---------------------------------------------------------------------------------
+
+class _Source:
+    """Raises one-line errors that name the file and the line of a YAML node."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._construct = SafeConstructor()
+
+    def fail(self, node_or_line: yaml.Node | int, message: str) -> WorkloadError:
+        line = (node_or_line if isinstance(node_or_line, int)
+                else node_or_line.start_mark.line + 1)
+        return WorkloadError(f"{self.path}:{line}: {message}")
+
+    def scalar(self, node: yaml.Node) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            raise self.fail(node, f"expected a single value, got a "
+                                  f"{'list' if isinstance(node, yaml.SequenceNode) else 'mapping'}")
+        try:
+            return self._construct.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            raise self.fail(node, f"bad value {node.value!r}: {exc}") from None
+
+    def mapping(self, node: yaml.Node, what: str, allowed: Sequence[str]
+                ) -> dict[str, tuple[Any, yaml.Node]]:
+        """A mapping's keys (each allowed, none repeated) -> (value node, key node)."""
+        if not isinstance(node, yaml.MappingNode):
+            raise self.fail(node, f"{what} must be a mapping of keys to values")
+        out: dict[str, tuple[Any, yaml.Node]] = {}
+        for key_node, value_node in node.value:
+            key = self.scalar(key_node)
+            if key not in allowed:
+                raise self.fail(key_node, f"unknown key {key!r} in {what}; expected one of "
+                                          f"{', '.join(allowed)}")
+            if key in out:
+                raise self.fail(key_node, f"key {key!r} appears twice in {what}")
+            out[key] = (value_node, key_node)
+        return out
+
+
+def _positive(src: _Source, node: yaml.Node, what: str) -> int:
+    value = src.scalar(node)
+    # YAML 1.1 reads yes/no as booleans, which Python counts as integers: refuse them.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise src.fail(node, f"{what} must be a positive integer, got {node.value!r}")
+    if value < 1:
+        raise src.fail(node, f"{what} must be a positive integer, got {value}")
+    return value
+
+
+def _choice(src: _Source, node: yaml.Node, what: str, choices: Sequence[str]) -> str:
+    value = src.scalar(node)
+    text = str(value).lower() if value is not None else ""
+    if text not in choices:
+        raise src.fail(node, f"unknown {what} {node.value!r}; expected one of "
+                             f"{', '.join(choices)}")
+    return text
+
+
+def _op(src: _Source, node: yaml.Node, index: int, defaults: dict[str, yaml.Node],
+        arch_override: str | None) -> Op:
+    fields = src.mapping(node, f"op {index + 1}", OP_KEYS)
+    line = node.start_mark.line + 1
+    if "name" not in fields:
+        raise src.fail(line, f"op {index + 1} has no name; add name: ...")
+    name_node = fields["name"][0]
+    name = src.scalar(name_node)
+    if name is None or str(name).strip() == "":
+        raise src.fail(name_node, f"op {index + 1} has an empty name")
+    name = str(name)
+    missing = [d for d in ("m", "k", "n") if d not in fields]
+    if missing:
+        raise src.fail(line, f"op {name!r} is missing {', '.join(missing)} "
+                             f"(a[m, k] @ b[k, n])")
+    m, k, n = (_positive(src, fields[d][0], d) for d in ("m", "k", "n"))
+    nodes = {key: fields[key][0] if key in fields else defaults.get(key)
+             for key in DEFAULTS}
+    dtype = (_choice(src, nodes["dtype"], "dtype", OPERAND_FORMATS)
+             if nodes["dtype"] is not None else DEFAULTS["dtype"])
+    arch_name = (_choice(src, nodes["arch"], "arch", list(ARCHS))
+                 if nodes["arch"] is not None else DEFAULTS["arch"])
+    mode = (_choice(src, nodes["perf_mode"], "perf_mode", [p.spelling for p in PerfMode])
+            if nodes["perf_mode"] is not None else DEFAULTS["perf_mode"])
+    repeat = (_positive(src, nodes["repeat"], "repeat")
+              if nodes["repeat"] is not None else DEFAULTS["repeat"])
+    arch = get_arch(arch_override or arch_name)
+    try:
+        spec = make_spec(m, k, n, dtype, arch, mode)
+    except SystolicError as exc:  # a format the arch lacks, a perf mode the format lacks
+        # point at the perf mode if one is asked for, else at the format, else at the op
+        where = next((nodes[key] for key in ("perf_mode", "dtype")
+                      if nodes[key] is not None and not (key == "perf_mode" and mode == "none")),
+                     line)
+        raise src.fail(where, f"op {name!r}: {exc}") from None
+    return Op(name, spec, arch, repeat, line)
+
+
+def parse_workload(text: str, path: str = "<workload>", *, arch: str | None = None
+                   ) -> Workload:
+    """Check a workload's YAML text; ``path`` names it in errors. ``arch`` (a preset name)
+    replaces every op's arch."""
+    src = _Source(path)
+    if arch is not None and arch not in ARCHS:
+        raise WorkloadError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHS)}")
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        raise src.fail(line, f"YAML syntax error: {exc.problem or exc.context}") from None
+    except yaml.YAMLError as exc:
+        raise src.fail(1, f"YAML error: {exc}") from None
+    if root is None:
+        raise src.fail(1, "the file is empty; expected a list of ops (see examples/)")
+    title = os.path.splitext(os.path.basename(path))[0]
+    defaults: dict[str, yaml.Node] = {}
+    if isinstance(root, yaml.SequenceNode):
+        ops_node: yaml.Node = root
+    else:
+        top = src.mapping(root, "the workload", TOP_KEYS)
+        if "ops" not in top:
+            raise src.fail(root, "the workload has no 'ops:' list")
+        ops_node = top["ops"][0]
+        if "name" in top:
+            title = str(src.scalar(top["name"][0]))
+        if "defaults" in top:
+            allowed = tuple(DEFAULTS)
+            defaults = {k: v for k, (v, _) in
+                        src.mapping(top["defaults"][0], "defaults", allowed).items()}
+    if not isinstance(ops_node, yaml.SequenceNode):
+        raise src.fail(ops_node, "ops must be a list of matmuls (each item starts with '- ')")
+    if not ops_node.value:
+        raise src.fail(ops_node, "ops is empty; add at least one matmul")
+    ops: list[Op] = []
+    seen: dict[str, int] = {}
+    for i, node in enumerate(ops_node.value):
+        op = _op(src, node, i, defaults, arch)
+        if op.name in seen:
+            raise src.fail(op.line, f"op name {op.name!r} is used twice (first on line "
+                                    f"{seen[op.name]})")
+        seen[op.name] = op.line
+        ops.append(op)
+    return Workload(path, title, tuple(ops))
+
+
+def load_workload(path: str | os.PathLike[str], *, arch: str | None = None) -> Workload:
+    """Read and check a workload file (see the module docstring)."""
+    name = os.fspath(path)
+    try:
+        with open(name, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise WorkloadError(f"{name}: cannot read the workload: {reason}") from None
+    return parse_workload(text, name, arch=arch)
+
+
+# -- evaluation ------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True, eq=False)
+class OpResult:
+    op: Op
+    program: Program
+    report: Report
+
+    def largest_loss(self) -> tuple[str, float]:
+        """The loss cause with the most cycles and its percent (``("none", 0.0)`` if none)."""
+        return _largest(self.report.percent())
+
+    def to_dict(self) -> dict[str, Any]:
+        s, rep = self.op.spec, self.report
+        d = rep.to_dict()
+        cause, pct = self.largest_loss()
+        return {
+            "name": self.op.name, "m": s.m, "k": s.k, "n": s.n, "dtype": s.dtype,
+            "perf_mode": s.perf_mode.spelling, "arch": self.op.arch.name,
+            "repeat": self.op.repeat,
+            **{k: d[k] for k in ("cycles", "seconds", "tflops", "peak_tflops", "utilization",
+                                 "useful_macs", "readout_tail_cycles", "instructions",
+                                 "breakdown")},
+            "flops": self.op.flops, "intensity": intensity(s),
+            "largest_loss": {"cause": cause, "percent": pct},
+        }
+
+
+def _largest(percent: dict[str, float]) -> tuple[str, float]:
+    losses = [(v, k) for k, v in percent.items() if k != "useful" and v > 0]
+    if not losses:
+        return "none", 0.0
+    v, k = max(losses)
+    return k, v
+
+
+def evaluate(workload: Workload, progress: Callable[[int], None] | None = None
+             ) -> list[OpResult]:
+    """Lower each op and report it on the timing model. Ops of the same shape, format and
+    arch share one lowering (a MLP's gate and up projections are the same product)."""
+    done: dict[tuple[MatmulSpec, Arch], tuple[Program, Report]] = {}
+    out: list[OpResult] = []
+    for op in workload.ops:
+        key = (op.spec, op.arch)
+        if key not in done:
+            program = lower(op.spec, op.arch).program
+            done[key] = (program, build_report(program, op.arch, op.spec))
+        out.append(OpResult(op, *done[key]))
+        if progress is not None:
+            progress(1)
+    return out
+
+
+def workload_json(workload: Workload, results: Sequence[OpResult]) -> dict[str, Any]:
+    """``{"name", "ops": [...], "total": {...}}``; the total counts each op ``repeat`` times.
+
+    total.utilization is useful MACs over the array's capacity in the total cycles (the
+    report's definition, summed); total.tflops is total FLOPs over total seconds."""
+    ops = [r.to_dict() for r in results]
+    cycles = sum(r.report.cycles * r.op.repeat for r in results)
+    seconds = sum(r.report.seconds * r.op.repeat for r in results)
+    flops = sum(r.op.flops * r.op.repeat for r in results)
+    macs = sum(r.report.useful_macs * r.op.repeat for r in results)
+    capacity = sum(r.report.cycles * r.op.arch.pes * r.report.pack * r.op.repeat
+                   for r in results)
+    causes = {k: sum(r.report.breakdown[k] * r.op.repeat for r in results) for k in CAUSES}
+    percent = {k: 100.0 * v / cycles if cycles else 0.0 for k, v in causes.items()}
+    cause, pct = _largest(percent)
+    return {
+        "name": workload.name, "file": workload.path, "ops": ops,
+        "total": {
+            "cycles": cycles, "seconds": seconds, "flops": flops,
+            "calls": sum(r.op.repeat for r in results),
+            "tflops": flops / seconds / 1e12 if seconds else 0.0,
+            "utilization": macs / capacity if capacity else 0.0,
+            "breakdown": {k: {"cycles": causes[k], "percent": percent[k]} for k in CAUSES},
+            "largest_loss": {"cause": cause, "percent": pct},
+        },
+    }

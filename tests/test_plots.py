@@ -1,0 +1,155 @@
+"""Plots: files of the asked pixel size, lazy matplotlib, and the roofline's numbers against
+seed 003's closed forms."""
+
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from systolic.cli import main
+
+pytest.importorskip("matplotlib")
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """Width and height from the PNG header: the 8-byte signature, then the IHDR chunk."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
+    return struct.unpack(">II", head[16:24])
+
+
+def test_roofline_png_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "roof.png"
+    assert main(["roofline", "--arch", "trn2", "--workload", str(EXAMPLES / "shortfalls.yaml"),
+                 "-o", str(out), "--width", "640", "--height", "480"]) == 0
+    assert out.stat().st_size > 0 and png_size(out) == (640, 480)
+    assert str(out) in capsys.readouterr().out
+
+
+def test_loss_bar_and_timeline_png_sizes(tmp_path: Path) -> None:
+    bar, line = tmp_path / "loss.png", tmp_path / "tl.png"
+    assert main(["run", str(EXAMPLES / "shortfalls.yaml"), "--loss-bar", str(bar),
+                 "--width", "801", "--height", "333", "--json"]) == 0
+    assert png_size(bar) == (801, 333)
+    assert main(["run", str(EXAMPLES / "shortfalls.yaml"), "--timeline", str(line),
+                 "--timeline-op", "n32", "--width", "1000", "--height", "450"]) == 0
+    assert png_size(line) == (1000, 450)
+
+
+def test_matmul_timeline_default_size(tmp_path: Path) -> None:
+    line = tmp_path / "tl.png"
+    assert main(["matmul", "256", "256", "1024", "--timeline", str(line), "--json"]) == 0
+    assert line.stat().st_size > 0 and png_size(line) == (1200, 520)  # documented default
+
+
+def test_svg_by_suffix(tmp_path: Path) -> None:
+    out = tmp_path / "roof.svg"
+    assert main(["roofline", "--arch", "trn1", "-o", str(out), "--json"]) == 0
+    assert "<svg" in out.read_text()[:2000]
+
+
+@pytest.mark.parametrize("argv", [
+    ["roofline", "-o", "{d}/r.jpg"],
+    ["run", str(EXAMPLES / "seed003_2048.yaml"), "--loss-bar", "{d}/l.pdf"],
+    ["run", str(EXAMPLES / "seed003_2048.yaml"), "--timeline", "{d}/t"],
+    ["roofline", "-o", "{d}/no/such/dir/r.png"],
+    ["roofline", "-o", "{d}/r.png", "--width", "20"],
+])
+def test_bad_plot_paths_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                 argv: list[str]) -> None:
+    assert main([a.format(d=tmp_path) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("systolic: error: ")
+
+
+def test_matplotlib_only_imported_for_plots(tmp_path: Path) -> None:
+    code = ("import sys\nfrom systolic.cli import main\n"
+            f"main(['run', {str(EXAMPLES / 'seed003_2048.yaml')!r}, '--json'])\n"
+            "main(['roofline', '--json'])\n"
+            "assert 'matplotlib' not in sys.modules, 'imported'\n"
+            f"main(['roofline', '-o', {str(tmp_path / 'r.png')!r}])\n"
+            "assert 'matplotlib' in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+def roofline_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:
+    assert main(["roofline", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize(("arch", "clock", "bw"), [("trn1", 2.8e9, 820e9 / 2),
+                                                   ("trn2", 2.4e9, 2.9e12 / 8)])
+def test_roofs_are_seed_003_peaks(capsys: pytest.CaptureFixture[str], arch: str,
+                                  clock: float, bw: float) -> None:
+    data = roofline_json(capsys, "--arch", arch)
+    roofs = {r["name"]: r for r in data["roofs"]}
+    bf16 = 128 * 128 * 2 * clock / 1e12  # seed 003: 91.75 (trn1), 78.6 (trn2)
+    assert roofs["bf16"]["peak_tflops"] == pytest.approx(bf16)
+    assert round(roofs["bf16"]["peak_tflops"], 1) == {"trn1": 91.8, "trn2": 78.6}[arch]
+    assert roofs["fp32"]["peak_tflops"] == pytest.approx(bf16 / 4)  # "roughly 4x"
+    assert ("fp8 DoubleRow" in roofs) == (arch == "trn2")  # no perf modes on NeuronCore-v2
+    if arch == "trn2":
+        assert roofs["fp8 DoubleRow"]["peak_tflops"] == pytest.approx(2 * bf16)  # 158 vs 79
+    assert roofs["bf16"]["ridge_intensity"] == pytest.approx(bf16 * 1e12 / bw)
+
+
+def test_ceilings_follow_seed_003(capsys: pytest.CaptureFixture[str]) -> None:
+    ceilings = {c["name"]: c for c in roofline_json(capsys, "--arch", "trn1")["ceilings"]}
+    # K = 64 half the rows, M = 64 half the columns, N = 32 pays 64: each about 50% of P,
+    # a little under it (fill, drain, the first weight load); fp32 about 25%
+    for name in ("K = 64", "M = 64", "N = 32"):
+        assert 0.45 < ceilings[name]["fraction_of_bf16_peak"] <= 0.5
+    assert 0.24 < ceilings["fp32"]["fraction_of_bf16_peak"] <= 0.25
+    assert ceilings["K = 64"]["largest_loss"] == "rows_idle"
+    assert ceilings["M = 64"]["largest_loss"] == "cols_idle"
+    assert ceilings["N = 32"]["largest_loss"] == "short_moving"
+
+
+def test_points_from_a_workload(capsys: pytest.CaptureFixture[str]) -> None:
+    data = roofline_json(capsys, "--workload", str(EXAMPLES / "shortfalls.yaml"))
+    assert data["arch"] == "trn1"  # the workload's own arch
+    pts = {p["name"]: p for p in data["points"]}
+    n32 = pts["n32"]  # 2MKN / (2(MK + KN) + 4MN), M = K = 2048, N = 32
+    m, k, n = 2048, 2048, 32
+    assert n32["intensity"] == pytest.approx(2 * m * k * n / (2 * (m * k + k * n) + 4 * m * n))
+    assert n32["hbm_bound_tflops"] == pytest.approx(n32["intensity"] * 410e9 / 1e12)
+    for p in pts.values():
+        assert 0 < p["tflops"] <= p["peak_tflops"] * (1 + 1e-9)
+
+
+def test_mixed_arch_workload_needs_arch(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "mix.yaml"
+    f.write_text("- {name: a, m: 8, k: 8, n: 8, arch: trn1}\n"
+                 "- {name: b, m: 8, k: 8, n: 8, arch: trn2}\n")
+    assert main(["roofline", "--workload", str(f)]) == 2
+    assert "--arch" in capsys.readouterr().err
+    assert roofline_json(capsys, "--workload", str(f), "--arch", "trn2")["arch"] == "trn2"
+
+
+def test_merge_and_busy_bins_against_a_cycle_mask() -> None:
+    from systolic.plots import _busy_per_bin, _merge
+
+    rng = np.random.default_rng(3)
+    lo = rng.integers(0, 1000, 200)
+    hi = lo + rng.integers(1, 30, 200)
+    mask = np.zeros(1100, dtype=bool)  # cycle t busy if any [lo, hi) holds it
+    for a, b in zip(lo, hi, strict=True):
+        mask[a:b] = True
+    s, e = _merge(lo, hi)
+    assert np.all(s[1:] > e[:-1])  # disjoint, sorted, not touching
+    merged = np.zeros(1100, dtype=bool)
+    for a, b in zip(s, e, strict=True):
+        merged[a:b] = True
+    assert np.array_equal(merged, mask)
+    edges = np.arange(0, 1101, 50)
+    want = mask.reshape(-1, 50).mean(axis=1)
+    assert np.allclose(_busy_per_bin(s, e, edges.astype(float)), want)
