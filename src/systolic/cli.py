@@ -20,8 +20,15 @@ lower a matmul to LoadStationary/MatMul instructions, run it bit-accurately, cou
 cycles and explain the gap to peak.
 
 examples:
-  systolic matmul 2048 2048 2048 --dtype bf16 --arch trn2
-  systolic matmul 256 512 1024 --dtype fp8_e4m3 --perf-mode double_row --check
+  systolic matmul 2048 2048 2048 --dtype bf16 --arch trn2 --check
+  systolic matmul 256 512 1024 --dtype fp8_e4m3 --perf-mode double_row --trace mm.json
+  systolic step 3 3 3                       # seed 003's 3x3x3 toy, one clock at a time
+  systolic step 4 4 6 --html step.html      # the same as a page to click through
+  systolic run examples/swiglu_mlp.yaml --loss-bar loss.png
+  systolic roofline --arch trn2 --workload examples/seed003_2048.yaml -o roofline.png
+  systolic rtl verilog --rows 4 --cols 4 -o pe_array.v
+
+Every command takes --json for scripts; errors are one line with a non-zero exit code.
 """
 
 

@@ -27,10 +27,25 @@ def _positive(text: str) -> int:
     return value
 
 
+RTL_DESCRIPTION = """\
+The integer processing element of seed 004 (INT8/INT16 operands, INT48 accumulator, one
+cycle of pipeline) and weight-stationary arrays of it, written in Amaranth HDL. `verilog`
+writes synthesizable Verilog; `sim` runs Amaranth's simulator on random operands (with
+overflow, clear and reset) and checks every register on every cycle against the
+behavioural model.
+
+examples:
+  systolic rtl verilog --rows 4 --cols 4 -o pe_array.v
+  systolic rtl sim --rows 3 --cols 3 --cycles 200 --vcd run.vcd
+  systolic rtl sim --rows 2 --cols 2 --json
+"""
+
+
 def add_rtl_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the ``rtl`` subcommand (with ``verilog`` and ``sim``) to an argparse CLI."""
     rtl = subparsers.add_parser(
-        "rtl", help="the integer PE cell and array in Amaranth HDL: Verilog, simulation"
+        "rtl", help="the integer PE cell and array in Amaranth HDL: Verilog, simulation",
+        description=RTL_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = rtl.add_subparsers(dest="rtl_command", required=True)
 
@@ -127,6 +142,8 @@ def run_rtl(args: argparse.Namespace) -> int:
         if args.rtl_command == "sim":
             return _sim(args)
         raise SystolicError(f"Unknown rtl command {args.rtl_command!r}: use verilog or sim.")
+    except BrokenPipeError:
+        return 0  # the reader stopped early (| head): not an error
     except (SystolicError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"systolic rtl: error: {exc}", file=sys.stderr)
         return 2
