@@ -128,3 +128,11 @@ def test_stationary_mismatch() -> None:
 
 def test_mx_formats_only_on_the_mx_pair() -> None:
     fails([load(128, 32, "mxfp8_e4m3")], "trn3", 0, "block-scaled")
+
+
+def test_double_column_passes_the_validator() -> None:
+    # seed 000: DoubleColumn/DoublePixel selectors are validated; only their encoding is unknown
+    prog = [load(128, 32, "fp8_e4m3", PerfMode.DOUBLE_COLUMN),
+            mm(128, 32, 64, SS, "fp8_e4m3", mode=PerfMode.DOUBLE_COLUMN)]
+    verify(Program(prog), "trn2")
+    fails(prog, "trn1", 0, "not supported on trn1")
