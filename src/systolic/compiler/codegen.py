@@ -37,7 +37,8 @@ from ..isa import (
 from .schedule import ReadStep, Step
 from .tiling import KTile, Span, TilePlan
 
-__all__ = ["Codegen", "Gen2Codegen", "Gen3Codegen", "Gen4Codegen", "Layout", "codegen_for"]
+__all__ = ["Codegen", "Gen2Codegen", "Gen3Codegen", "Gen4Codegen", "Layout", "StepEmitter",
+           "codegen_for"]
 
 _ALIGN = 64
 
@@ -90,8 +91,40 @@ class _CacheEntry:
     rect: tuple[int, int, int, int]
 
 
-class Codegen:
-    """Shared codegen; subclasses choose the calc-flag bits for their generation."""
+class StepEmitter:
+    """What every codegen shares: walk the ordered steps, and read finished tiles out.
+
+    Subclasses set ``arch``, ``plan``, ``layout`` and ``out``, and define ``emit_step``."""
+
+    arch: Arch
+    plan: TilePlan
+    layout: Layout
+    out: list[Instruction]
+
+    def emit_step(self, step: Step) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def emit_read(self, r: ReadStep) -> None:
+        """ReadOut of the finished output tile (m, n) from its bank to the result in DRAM."""
+        s, isz, acc = self.plan.spec, self.plan.acc_itemsize, self.plan.acc_dtype
+        src = AccessPattern(Space.PSUM, 0, r.m.size, r.bank * self.arch.psum_bank_bytes,
+                            ((1, r.n.size),), acc)
+        dst = AccessPattern(Space.DRAM, 0, r.m.size,
+                            self.layout.out_offset + (r.m.start * s.n + r.n.start) * isz,
+                            ((1, r.n.size),), acc, partition_step=s.n * isz)
+        self.out.append(ReadOut(src, dst))
+
+    def emit(self, steps: list[Step | ReadStep]) -> list[Instruction]:
+        for s in steps:
+            if isinstance(s, Step):
+                self.emit_step(s)
+            else:
+                self.emit_read(s)
+        return self.out
+
+
+class Codegen(StepEmitter):
+    """Shared dense codegen; subclasses choose the calc-flag bits for their generation."""
 
     generation = 0
 
@@ -205,23 +238,6 @@ class Codegen:
             return
         self._load(sb, step.k, step.m)
         self._matmul(step, self.flags(step.first, step.last))
-
-    def emit_read(self, r: ReadStep) -> None:
-        s = self.plan.spec
-        src = self._psum(r.m, r.n, r.bank)
-        dst = AccessPattern(
-            Space.DRAM, 0, r.m.size,
-            self.layout.out_offset + (r.m.start * s.n + r.n.start) * self.plan.acc_itemsize,
-            ((1, r.n.size),), self.plan.acc_dtype, partition_step=s.n * self.plan.acc_itemsize)
-        self.out.append(ReadOut(src, dst))
-
-    def emit(self, steps: list[Step | ReadStep]) -> list[Instruction]:
-        for s in steps:
-            if isinstance(s, Step):
-                self.emit_step(s)
-            else:
-                self.emit_read(s)
-        return self.out
 
 
 def _rect_overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:

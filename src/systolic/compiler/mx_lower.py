@@ -42,7 +42,6 @@ from ..isa import (
     MatmultMx,
     PerfMode,
     Program,
-    ReadOut,
     Space,
     row_group,
 )
@@ -50,8 +49,8 @@ from ..mx import BLOCK, SLOTS, TILE_K
 from ..mx_isa import scale_span
 from ..verify import verify
 from . import Lowered
-from .codegen import Layout, _align, _SlotCache
-from .schedule import ReadStep, Step, legalize_groups, order_for_reuse
+from .codegen import Layout, StepEmitter, _align, _SlotCache
+from .schedule import Step, legalize_groups, order_for_reuse
 from .tiling import KTile, MatmulSpec, Span, TilePlan, _spans
 
 __all__ = ["MxCodegen", "MxLayout", "lower_mx", "padded_k", "tile_mx"]
@@ -97,7 +96,7 @@ def plan_mx_layout(plan: TilePlan) -> MxLayout:
                     b_scale_offset=b_scale, kp=kp)
 
 
-class MxCodegen:
+class MxCodegen(StepEmitter):
     """Pass 4 for MX: DMA tiles into SBUF slots (LRU, as the dense path), then always the
     pair LdWeightMx + MatmultMx (seed 000: visitInstMatmultMx is generateLdweightMx; jmp
     generateMatmultMx), and ReadOut of finished banks."""
@@ -185,22 +184,6 @@ class MxCodegen:
         self.out.append(MatmultMx(mdata, mscale, dst, self.acc_byte(st.first, st.last),
                                   self.fmt, self.fmt, rg, st.bank))
 
-    def emit_read(self, r: ReadStep) -> None:
-        n_total = self.plan.spec.n
-        src = AccessPattern(Space.PSUM, 0, r.m.size, r.bank * self.arch.psum_bank_bytes,
-                            ((1, r.n.size),), "fp32")
-        dst = AccessPattern(Space.DRAM, 0, r.m.size,
-                            self.layout.out_offset + (r.m.start * n_total + r.n.start) * 4,
-                            ((1, r.n.size),), "fp32", partition_step=n_total * 4)
-        self.out.append(ReadOut(src, dst))
-
-    def emit(self, steps: list[Step | ReadStep]) -> list[Instruction]:
-        for s in steps:
-            if isinstance(s, Step):
-                self.emit_step(s)
-            else:
-                self.emit_read(s)
-        return self.out
 
 
 def lower_mx(spec: MatmulSpec, arch: Arch, *, check: bool = True) -> Lowered:

@@ -78,6 +78,17 @@ class ArrayTrace:
     sum_out: np.ndarray
 
 
+def _drive_weights(weights: np.ndarray, stationary: ArrayLike) -> None:
+    """Write a [K, M] weight tile into an array's [rows, cols] weight registers, zeroing the
+    unused cells; a tile that does not fit is refused in one sentence."""
+    w = as_operands(stationary, "stationary", WEIGHT_BITS)
+    rows, cols = weights.shape
+    if w.ndim != 2 or w.shape[0] > rows or w.shape[1] > cols:
+        raise ShapeError(f"stationary {w.shape} does not fit a {rows} x {cols} array.")
+    weights[:] = 0
+    weights[: w.shape[0], : w.shape[1]] = w
+
+
 def _check_matmul(
     rows: int, cols: int, stationary: ArrayLike, moving: ArrayLike, psum_in: ArrayLike | None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -125,13 +136,7 @@ class WeightStationaryArray:
 
     def load(self, stationary: ArrayLike) -> None:
         """Drive the weight ports: PE(k, m) gets stationary[k, m]; unused cells get 0."""
-        w = as_operands(stationary, "stationary", WEIGHT_BITS)
-        if w.ndim != 2 or w.shape[0] > self.rows or w.shape[1] > self.cols:
-            raise ShapeError(
-                f"stationary {w.shape} does not fit a {self.rows} x {self.cols} array."
-            )
-        self.weights[:] = 0
-        self.weights[: w.shape[0], : w.shape[1]] = w
+        _drive_weights(self.weights, stationary)
 
     def reset(self) -> None:
         """Clear every register, as one edge with ``rst_n`` low does."""
@@ -266,13 +271,7 @@ class AdderTreeArray:
 
     def load(self, stationary: ArrayLike) -> None:
         """Drive the weight inputs; unused multipliers get 0."""
-        w = as_operands(stationary, "stationary", WEIGHT_BITS)
-        if w.ndim != 2 or w.shape[0] > self.rows or w.shape[1] > self.cols:
-            raise ShapeError(
-                f"stationary {w.shape} does not fit a {self.rows} x {self.cols} array."
-            )
-        self.weights[:] = 0
-        self.weights[: w.shape[0], : w.shape[1]] = w
+        _drive_weights(self.weights, stationary)
 
     def step(self, x: ArrayLike, sum_in: ArrayLike | None = None) -> np.ndarray:
         """One clock edge with moving column x [rows]; return the new ``sum_out`` [cols]."""
