@@ -1,0 +1,21 @@
+"""The house rule "ruff clean" as a test, so CI fails on a lint error."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_ruff_is_clean() -> None:
+    if shutil.which("ruff") is None and subprocess.run(
+            [sys.executable, "-m", "ruff", "--version"], capture_output=True).returncode != 0:
+        pytest.skip("ruff is not installed (it comes with the [test] extra)")
+    done = subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "bench"],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
