@@ -101,3 +101,15 @@ def test_errors_are_one_line(capsys: pytest.CaptureFixture[str], argv: list[str]
     assert code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "error" in err and "Traceback" not in err
+
+
+def test_oversized_requests_are_refused_in_one_line(capsys) -> None:  # type: ignore[no-untyped-def]
+    from systolic.cli import main
+
+    assert main(["matmul", "100000", "100000", "100000"]) == 2
+    assert "lowers at most" in capsys.readouterr().err
+    assert main(["matmul", "20000", "20000", "20000", "--check"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--check would hold" in err
+    assert main(["matmul", "8", "8", "8", "--trace", "/nonexistent/dir/t.json"]) == 2
+    assert "cannot write the trace" in capsys.readouterr().err

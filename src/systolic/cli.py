@@ -61,6 +61,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a file that cannot be read or written: one line, no traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        sys.stderr.write(f"systolic: error: {where}{exc.strerror or exc}\n")
+        return 2
+    except MemoryError:
+        sys.stderr.write("systolic: error: out of memory; try a smaller shape\n")
+        return 2
     except KeyboardInterrupt:
         sys.stderr.write("systolic: interrupted\n")
         return 130

@@ -126,7 +126,10 @@ def write_trace(schedule_or_report: Schedule | Report, program: Program,
                       "time_unit": "us"},
     }
     out = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise SystolicError(f"{out}: cannot write the trace: {exc.strerror}") from None
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes 0600; a trace is meant to be shared
         with os.fdopen(fd, "w", encoding="utf-8") as f:

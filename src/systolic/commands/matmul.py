@@ -13,8 +13,12 @@ from ..api import make_spec
 from ..arch import ARCHS, get_arch
 from ..compiler import lower
 from ..dtypes import FORMATS
+from ..errors import SystolicError
 from ..isa import PerfMode
 from .common import add_json, add_output_args, positive_int, progress_bar
+
+# --check keeps a, b, the result, their float64 reference and the simulator's device memory.
+_CHECK_LIMIT = 1 << 27
 
 HELP = "lower one matmul and report its program, cycles and accuracy"
 DESCRIPTION = """\
@@ -64,6 +68,11 @@ def add_parser(sub: Any) -> None:
 def _check(args: argparse.Namespace) -> dict[str, float]:
     from ..api import matmul
 
+    elems = args.m * args.k + args.k * args.n + args.m * args.n
+    if elems > _CHECK_LIMIT:
+        raise SystolicError(f"--check would hold {elems:,} values of data (limit "
+                            f"{_CHECK_LIMIT:,}, about 2 GiB with the simulator's copies); "
+                            f"check a smaller shape, the numerics do not depend on size much")
     rng = np.random.default_rng(args.seed)
     if args.dtype in ("int8", "int16", "uint8"):
         lo, hi = (0, 256) if args.dtype == "uint8" else (-100, 100)
