@@ -29,6 +29,7 @@ from systolic import (
 from systolic.compiler import MatmulSpec, lower
 from systolic.isa import col_group, row_group
 from systolic.sim.systolic import SystolicSimulator, step_matmul
+from systolic.sim.timing import schedule
 
 TRN2 = get_arch("trn2")
 # A toy arch the compiler tiles into many instructions: 8 x 8 PEs, 16 fp32 per PSUM bank.
@@ -148,6 +149,11 @@ def test_compiled_programs_are_bit_identical(spec: MatmulSpec, arch: object,
     np.testing.assert_array_equal(ssim.memory.psum, fsim.memory.psum)
     np.testing.assert_array_equal(ssim.memory.dram, fsim.memory.dram)
     check_timing(low.program, run, arch)
+    # the timing model agrees on every instruction's start and end (issue 4's property)
+    sched = schedule(low.program, arch)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(run.starts, sched.starts)
+    np.testing.assert_array_equal(run.ends, sched.ends)
+    assert (run.cycles, run.readout_tail) == (sched.cycles, sched.readout_tail)
     assert run.macs == sum(ins.moving.partitions * ins.perf_mode.k_fold * ins.dst.partitions
                            * ins.moving.dims[-1][1]
                            for ins in low.program if isinstance(ins, MatMul))
@@ -381,12 +387,11 @@ def test_a_matmul_timed_before_the_data_it_reads_is_refused() -> None:
 
 
 def test_cycle_counts_equal_the_timing_model() -> None:
-    timing = pytest.importorskip("systolic.sim.timing")
     for spec in (MatmulSpec(200, 300, 600, "bf16"), MatmulSpec(40, 200, 600, "fp32"),
                  MatmulSpec(130, 520, 90, "fp8_e4m3", PerfMode.DOUBLE_ROW)):
         low = lower(spec, TRN2)
         run = SystolicSimulator(TRN2, dram_bytes=low.layout.dram_bytes).run(low.program)
-        sched = timing.schedule(low.program, TRN2)
+        sched = schedule(low.program, TRN2)
         np.testing.assert_array_equal(run.starts, sched.starts)
         np.testing.assert_array_equal(run.ends, sched.ends)
         assert run.cycles == sched.cycles
