@@ -55,19 +55,18 @@ from .bundle_fields import (
     Codec,
     Const,
     Derived,
-    DramPattern,
     DtypeByte,
     Fault,
     Flags,
     Gen2Groups,
     GroupByte,
     Int,
-    OnChipPattern,
     Perf,
     Values,
     WordGroups,
     covered,
 )
+from .bundle_patterns import DramPattern, OnChipPattern
 
 __all__ = [
     "BUNDLE_BYTES",
