@@ -19,3 +19,12 @@ def test_ruff_is_clean() -> None:
     done = subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "bench"],
                           cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_mypy_is_clean() -> None:
+    if subprocess.run([sys.executable, "-m", "mypy", "--version"],
+                      capture_output=True).returncode != 0:
+        pytest.skip("mypy is not installed (it comes with the [test] extra)")
+    done = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

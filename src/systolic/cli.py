@@ -7,6 +7,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from . import __version__
 from .errors import SystolicError
@@ -33,7 +34,7 @@ Every command takes --json for scripts; errors are one line with a non-zero exit
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit code 2, no usage dump
+    def error(self, message: str) -> NoReturn:  # one line, exit code 2, no usage dump
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(2)
 

@@ -107,7 +107,7 @@ def _codes(code: int) -> Mapping[int, int]:
     return MappingProxyType({0: code})
 
 
-def _f(name: str, e: int, m: int, storage: object, cbytes: int, code: int, *, inf: bool,
+def _f(name: str, e: int, m: int, storage: type, cbytes: int, code: int, *, inf: bool,
        nan: NanPolicy, overflow: Overflow, bias: int | None = None, bits: int | None = None,
        emax: int | None = None) -> Format:
     return Format(

@@ -314,7 +314,7 @@ def unpack_x4(packed: np.ndarray, fmt: str | Format) -> np.ndarray:
     want = np.uint32 if elem.bits == 8 else np.uint16
     if p.dtype != want:
         raise FormatError(f"{elem.name} x4 containers are {np.dtype(want)}; got {p.dtype}")
-    shifts = np.arange(SLOTS, dtype=want) * want(elem.bits)
+    shifts = np.arange(SLOTS, dtype=want) * np.asarray(elem.bits, dtype=want)
     mask = want(0xFF if elem.bits == 8 else 0x0F)
     lanes = ((p[..., None] >> shifts) & mask).astype(np.uint8)
     return lanes.reshape(*p.shape[:-1], p.shape[-1] * SLOTS).view(elem.storage)

@@ -247,12 +247,13 @@ def _check_generation(generation: int) -> int:
 
 
 # -- encode -------------------------------------------------------------------------------
-def _encode(ins: object, gen: int, base: int, index: int) -> bytearray:
+def _encode(ins: Any, gen: int, base: int, index: int) -> bytearray:
     name = type(ins).__name__
     if type(ins) not in OPCODES:
         raise BundleError(base, f"instruction {index}: {name} is not an instruction type "
                                 f"with a bundle opcode")
-    lay = layout(type(ins), gen)
+    kind: type = type(ins)
+    lay = layout(kind, gen)
     if lay.problem:
         raise BundleError(base, f"instruction {index} ({name}): {lay.problem}; cannot "
                                 f"encode for gen{gen}")

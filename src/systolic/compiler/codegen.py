@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Any
 
 from ..arch import Arch
 from ..isa import (
@@ -98,7 +99,7 @@ class StepEmitter:
 
     arch: Arch
     plan: TilePlan
-    layout: Layout
+    layout: Any  # a Layout, or the MX path's layout: both have out_offset
     out: list[Instruction]
 
     def emit_step(self, step: Step) -> None:  # pragma: no cover - abstract

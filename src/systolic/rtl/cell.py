@@ -151,7 +151,8 @@ class PECell:
         as_operands(sum_in, "sum_in", SUM_BITS)
         a = np.array([self.act_out], dtype=np.int64)
         s = np.array([self.sum_out], dtype=np.int64)
-        pe_update(a, s, np.int64(weight), np.int64(act_in), np.int64(sum_in), clear, rst_n)
+        pe_update(a, s, np.array(weight, np.int64), np.array(act_in, np.int64),
+                  np.array(sum_in, np.int64), clear, rst_n)
         self.act_out, self.sum_out = int(a[0]), int(s[0])
         return self.act_out, self.sum_out
 

@@ -135,12 +135,12 @@ class Lane:
 
     def __init__(self, rows: int, cols: int, fold: int, dtype: type, record: bool) -> None:
         self.rows, self.cols, self.fold = rows, cols, fold
-        self.x = [np.zeros((fold, rows, cols), dtype) for _ in range(2)]
+        self.x: list[np.ndarray] = [np.zeros((fold, rows, cols), dtype) for _ in range(2)]
         self.tag = [np.zeros((rows, cols), np.uint8) for _ in range(2)]
         self.nidx = [np.full((rows, cols), -1, np.int32) for _ in range(2)] if record else []
-        self.ps = [np.zeros((rows + 1, cols), dtype) for _ in range(2)]
-        self.w = np.zeros((fold, rows, cols), dtype)
-        self.prod = np.zeros((fold, rows, cols), dtype)
+        self.ps: list[np.ndarray] = [np.zeros((rows + 1, cols), dtype) for _ in range(2)]
+        self.w: np.ndarray = np.zeros((fold, rows, cols), dtype)
+        self.prod: np.ndarray = np.zeros((fold, rows, cols), dtype)
         self.zero = dtype(0)
         self.cur = 0
         self.flights: list[Flight] = []
