@@ -17,25 +17,13 @@ import argparse
 import pickle
 import platform
 import sys
-import time
-from collections.abc import Callable
 
 import numpy as np
+from timer import best_interleaved
 
 from systolic.arch import get_arch
 from systolic.compiler import MatmulSpec, lower
 from systolic.isa import Program
-
-
-def best(fns: list[Callable[[], object]], repeat: int) -> list[float]:
-    """Best time of each function; the functions take turns so drift hits all alike."""
-    times = [float("inf")] * len(fns)
-    for _ in range(repeat):
-        for i, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            times[i] = min(times[i], time.perf_counter() - t0)
-    return times
 
 
 def main() -> None:
@@ -58,7 +46,7 @@ def main() -> None:
         data = program.to_bytes(gen)
         pickled = pickle.dumps(program, protocol=5)
         assert Program.from_bytes(data, gen) == program == pickle.loads(pickled)
-        t_enc, t_dec, t_pd, t_pl = best([
+        t_enc, t_dec, t_pd, t_pl = best_interleaved([
             lambda p=program, g=gen: p.to_bytes(g),
             lambda d=data, g=gen: Program.from_bytes(d, g),
             lambda p=program: pickle.dumps(p, protocol=5),

@@ -8,22 +8,13 @@ Run: ``python3 bench/bench_compiler.py [--repeat 3] [--skip-large]``.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
+from timer import timed
 
 import systolic
 from systolic import get_arch
 from systolic.compiler import MatmulSpec, lower
-
-
-def timed(fn, repeat: int) -> tuple[float, object]:  # type: ignore[no-untyped-def]
-    best, out = float("inf"), None
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t0)
-    return best, out
 
 
 def main() -> None:

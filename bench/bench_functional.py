@@ -9,22 +9,13 @@ inputs plus output. Run: ``python3 bench/bench_functional.py [--size 2048] [--re
 from __future__ import annotations
 
 import argparse
-import time
 import tracemalloc
 
 import numpy as np
+from timer import best
 
 from systolic import FunctionalSimulator, get_arch
 from systolic.compiler import MatmulSpec, lower
-
-
-def best_of(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:
@@ -46,9 +37,9 @@ def main() -> None:
     sim.write_dram(lowered.layout.a_offset, a, "bf16")
     sim.write_dram(lowered.layout.b_offset, b, "bf16")
 
-    t_numpy = best_of(lambda: a @ b, args.repeat)
-    t_sim = best_of(lambda: sim.run(prog, check=False), args.repeat)
-    t_sim_checked = best_of(lambda: sim.run(prog, check=True), 1)
+    t_numpy = best(lambda: a @ b, args.repeat)
+    t_sim = best(lambda: sim.run(prog, check=False), args.repeat)
+    t_sim_checked = best(lambda: sim.run(prog, check=True), 1)
 
     # peak memory of one run, numpy allocations traced (the state itself is counted: SBUF,
     # PSUM and device memory holding a, b and the result)

@@ -15,27 +15,15 @@ from __future__ import annotations
 
 import argparse
 import platform
-import time
-from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
+from timer import best_interleaved
 
 from systolic import mx
 from systolic.dtypes import get_format
 
 FORMATS = ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp4"]
-
-
-def best(fns: list[Callable[[], object]], repeat: int) -> list[float]:
-    """Best time of each function; the functions take turns so drift hits all alike."""
-    times = [float("inf")] * len(fns)
-    for _ in range(repeat):
-        for i, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            times[i] = min(times[i], time.perf_counter() - t0)
-    return times
 
 
 def main() -> None:
@@ -59,7 +47,7 @@ def main() -> None:
     for name in FORMATS:
         storage = get_format(get_format(name).element or name).storage
         t = mx.quantize(x, name, rule=args.rule)
-        tq, tc, td = best([lambda name=name: mx.quantize(x, name, rule=args.rule),
+        tq, tc, td = best_interleaved([lambda name=name: mx.quantize(x, name, rule=args.rule),
                            lambda storage=storage: x.astype(storage),
                            lambda t=t: mx.dequantize(t)], args.repeat)
         q, c, d = (args.n / s / 1e6 for s in (tq, tc, td))

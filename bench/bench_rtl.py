@@ -19,22 +19,11 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
-from collections.abc import Callable
 
 import numpy as np
+from timer import best
 
 from systolic.rtl.array import AdderTreeArray, WeightStationaryArray
-
-
-def best(fn: Callable[[], object], repeat: int) -> float:
-    """Best wall-clock time of ``repeat`` calls, seconds."""
-    out = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        out = min(out, time.perf_counter() - t0)
-    return out
 
 
 def main() -> None:

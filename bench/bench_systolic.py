@@ -18,26 +18,16 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
 from collections.abc import Callable
 
 import numpy as np
+from timer import best
 
 from systolic import AccessPattern, CalcFlags, LoadStationary, MatMul, Program, Space
 from systolic.arch import get_arch
 from systolic.compiler import MatmulSpec, lower
 from systolic.sim.functional import FunctionalSimulator
 from systolic.sim.systolic import SystolicSimulator
-
-
-def best(fn: Callable[[], object], repeat: int) -> float:
-    """Best wall-clock time of ``repeat`` calls, seconds."""
-    out = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        out = min(out, time.perf_counter() - t0)
-    return out
 
 
 def one_instruction(n: int, dtype: str, repeat: int) -> list[str]:

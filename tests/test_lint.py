@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from helpers import missing_extra
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_ruff_is_clean() -> None:
     if shutil.which("ruff") is None and subprocess.run(
             [sys.executable, "-m", "ruff", "--version"], capture_output=True).returncode != 0:
-        pytest.skip("ruff is not installed (it comes with the [test] extra)")
+        missing_extra("ruff")
     done = subprocess.run([sys.executable, "-m", "ruff", "check", "src", "tests", "bench"],
                           cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -24,7 +24,7 @@ def test_ruff_is_clean() -> None:
 def test_mypy_is_clean() -> None:
     if subprocess.run([sys.executable, "-m", "mypy", "--version"],
                       capture_output=True).returncode != 0:
-        pytest.skip("mypy is not installed (it comes with the [test] extra)")
+        missing_extra("mypy")
     done = subprocess.run([sys.executable, "-m", "mypy"], cwd=ROOT, capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stdout + done.stderr

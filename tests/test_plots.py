@@ -11,10 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import require_module
 
 from systolic.cli import main
 
-pytest.importorskip("matplotlib")
+require_module("matplotlib", "matplotlib (the plots)")
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
 

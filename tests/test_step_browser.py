@@ -10,9 +10,11 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from helpers import require_module
 
 from systolic.sim.systolic import step_matmul
 from systolic.web import write_step_page
@@ -33,8 +35,7 @@ def _chromium() -> str | None:
 
 @pytest.fixture(scope="module")
 def browser():  # type: ignore[no-untyped-def]
-    sync_api = pytest.importorskip("playwright.sync_api",
-                                   reason="the playwright python package is not installed")
+    sync_api: Any = require_module("playwright.sync_api", "playwright (drives the browser)")
     path = _chromium()
     if path is None:
         pytest.skip("no chromium binary found (apt-get install -y chromium, or set CHROMIUM)")
