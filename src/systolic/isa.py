@@ -25,17 +25,25 @@ from .errors import ShapeError
 
 __all__ = [
     "AccessPattern",
+    "Activation",
+    "ActivationFunc",
+    "AluOp",
     "CalcFlags",
+    "DmaCopy",
     "DmaLoad",
+    "Engine",
     "Instruction",
     "LdWeightMx",
     "LoadStationary",
     "MatMul",
     "MatmultMx",
+    "Memset",
     "PerfMode",
     "Program",
     "ReadOut",
     "Space",
+    "TensorCopy",
+    "TensorTensor",
     "col_group",
     "row_group",
 ]
@@ -85,6 +93,39 @@ class PerfMode(enum.IntEnum):
         except KeyError:
             names = ", ".join(m.spelling for m in cls)
             raise ShapeError(f"unknown perf mode {value!r}; choose one of {names}") from None
+
+
+class Engine(enum.Enum):
+    """The NeuronCore engine whose in-order queue executes an instruction.
+
+    The names follow the NKI architecture guides and the profile rows of Neuron Explorer
+    (FACTS "The whole NeuronCore"): Tensor (the PE array), Vector, Scalar (Activation),
+    GpSimd, and the DMA queues.
+    """
+
+    TENSOR = "tensor"
+    VECTOR = "vector"
+    SCALAR = "scalar"
+    GPSIMD = "gpsimd"
+    DMA = "dma"
+
+
+class AluOp(enum.Enum):
+    """Elementwise operators of ``nisa.tensor_tensor`` (NKI spells them ``nl.add`` ...)."""
+
+    ADD = "add"
+    SUBTRACT = "subtract"
+    MULTIPLY = "multiply"
+    MAXIMUM = "maximum"
+    MINIMUM = "minimum"
+
+
+class ActivationFunc(enum.Enum):
+    """The ``nisa.activation`` functions this model implements (NKI: ``nl.copy``,
+    ``nl.identity``): both are y = scale * x, rounded to the output format."""
+
+    COPY = "copy"
+    IDENTITY = "identity"
 
 
 class Space(enum.Enum):
@@ -323,8 +364,83 @@ class ReadOut:
     dst: AccessPattern
 
 
-Instruction = LoadStationary | MatMul | LdWeightMx | MatmultMx | DmaLoad | ReadOut
-OPCODES: tuple[type, ...] = (LoadStationary, MatMul, LdWeightMx, MatmultMx, DmaLoad, ReadOut)
+# --- engine instructions: what an NKI kernel does besides nc_matmul --------------------
+# The seeds name only the PE's instructions. These carry what the NKI front end records
+# (nisa.dma_copy, tensor_copy, tensor_tensor, memset, activation); each names the engine
+# whose queue runs it. Their values: systolic.sim; their cost: the whole-core timing.
+
+
+@dataclass(frozen=True, slots=True)
+class DmaCopy:
+    """A DMA transfer between any two of DRAM (HBM), SBUF (and PSUM where the generation
+    allows it); ``src`` and ``dst`` enumerate the same shape element for element, and the
+    dtypes must match (a DMA moves bytes, it does not cast). ``queue`` is the DMA queue
+    (0..arch DMA queues - 1) the transfer is issued on."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    queue: int = 0
+
+    engine = Engine.DMA
+
+
+@dataclass(frozen=True, slots=True)
+class TensorCopy:
+    """``nisa.tensor_copy``: dst = src, cast to dst's format (through fp32 when the formats
+    differ: NKI docs); runs on ``engine`` (Vector, Scalar or GpSimd)."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class TensorTensor:
+    """``nisa.tensor_tensor``: dst = op(a, b) elementwise, computed in fp32 and rounded to
+    dst's format; ``a``, ``b`` and ``dst`` have the same shape."""
+
+    a: AccessPattern
+    b: AccessPattern
+    dst: AccessPattern
+    op: AluOp = AluOp.ADD
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class Memset:
+    """``nisa.memset``: every element of dst = value (rounded to dst's format)."""
+
+    dst: AccessPattern
+    value: float = 0.0
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class Activation:
+    """``nisa.activation`` with a copy/identity function: dst = func(scale * src), on the
+    Scalar (Activation) engine."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    func: ActivationFunc = ActivationFunc.COPY
+    scale: float = 1.0
+    engine: Engine = Engine.SCALAR
+
+
+# The engine of the PE's own instructions (class attributes: not fields, not in the text).
+LoadStationary.engine = Engine.TENSOR  # type: ignore[attr-defined]
+MatMul.engine = Engine.TENSOR  # type: ignore[attr-defined]
+LdWeightMx.engine = Engine.TENSOR  # type: ignore[attr-defined]
+MatmultMx.engine = Engine.TENSOR  # type: ignore[attr-defined]
+DmaLoad.engine = Engine.DMA  # type: ignore[attr-defined]
+# ReadOut: the engine that reads PSUM and writes the result out (Vector: unsure which engine
+# the first release's read-out stands for; the whole-core timing decides).
+ReadOut.engine = Engine.VECTOR  # type: ignore[attr-defined]
+
+Instruction = (LoadStationary | MatMul | LdWeightMx | MatmultMx | DmaLoad | ReadOut | DmaCopy
+               | TensorCopy | TensorTensor | Memset | Activation)
+OPCODES: tuple[type, ...] = (LoadStationary, MatMul, LdWeightMx, MatmultMx, DmaLoad, ReadOut,
+                             DmaCopy, TensorCopy, TensorTensor, Memset, Activation)
 
 
 @dataclass(frozen=True, slots=True)
