@@ -32,6 +32,7 @@ __all__ = [
     "DmaCopy",
     "DmaLoad",
     "Engine",
+    "Group",
     "Instruction",
     "LdWeightMx",
     "LoadStationary",
@@ -441,6 +442,21 @@ Instruction = (LoadStationary | MatMul | LdWeightMx | MatmultMx | DmaLoad | Read
                | TensorCopy | TensorTensor | Memset | Activation)
 OPCODES: tuple[type, ...] = (LoadStationary, MatMul, LdWeightMx, MatmultMx, DmaLoad, ReadOut,
                              DmaCopy, TensorCopy, TensorTensor, Memset, Activation)
+
+
+class Group:
+    """Named groups of instruction kinds, declared once (tinygrad's ``GroupOp``): every
+    module that asks "is this a weight load / a compute / a DMA" reads these tuples, usable
+    directly with ``isinstance``."""
+
+    LOAD: tuple[type, ...] = (LoadStationary, LdWeightMx)  # latch a stationary tile
+    COMPUTE: tuple[type, ...] = (MatMul, MatmultMx)  # stream a moving tile into PSUM
+    PE: tuple[type, ...] = LOAD + COMPUTE  # the Tensor Engine's own instructions
+    MX: tuple[type, ...] = (LdWeightMx, MatmultMx)  # gen4 MX pair
+    DENSE: tuple[type, ...] = (LoadStationary, MatMul)
+    DMA: tuple[type, ...] = (DmaLoad, DmaCopy)  # transfers on the DMA queues
+    ELEMENTWISE: tuple[type, ...] = (TensorCopy, TensorTensor, Memset, Activation)
+    READOUT: tuple[type, ...] = (ReadOut,)
 
 
 @dataclass(frozen=True, slots=True)
