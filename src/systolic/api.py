@@ -18,9 +18,9 @@ from .arch import Arch, get_arch
 from .compiler import Lowered, MatmulSpec, lower
 from .dtypes import get_format
 from .errors import ArchError, FormatError, ShapeError, SystolicError
+from .generation import UNENCODED_PERF_MODES
 from .isa import PerfMode, Program
 from .sim.functional import FunctionalSimulator
-from .verify import UNENCODED_PERF_MODES
 
 if TYPE_CHECKING:
     from .report import Report

@@ -31,6 +31,7 @@ from .errors import FormatError
 __all__ = [
     "FORMATS",
     "Format",
+    "accumulator_format",
     "decode",
     "e8m0_from_exponent",
     "encode",
@@ -189,6 +190,12 @@ def get_format(fmt: str | Format) -> Format:
         raise FormatError(
             f"unknown format {fmt!r}; choose one of {', '.join(_BY_NAME)}"
         ) from None
+
+
+def accumulator_format(dtype: str | Format) -> str:
+    """PSUM accumulator format for an operand format: fp32 always for floats (seed 000 "The
+    fp32 PSUM Accumulator"); the INT48 of seed 004 for the integer path."""
+    return "int48" if get_format(dtype).is_int else "fp32"
 
 
 def _as_float32(x: object) -> np.ndarray:

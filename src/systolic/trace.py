@@ -52,9 +52,10 @@ def _args(ins: object) -> dict[str, Any]:
                 "col_group": ins.col_group, "shape": f"K={k} M={ins.dst.partitions} "
                 f"N={ins.moving.dims[-1][1]}", "format": ins.moving.dtype,
                 "stationary_format": ins.stationary_dtype,
-                "perf_mode": ins.perf_mode.spelling, "two_pass": ins.two_pass}
+                "perf_mode": ins.perf_mode.spelling, "two_pass": int(ins.fp32_pass)}
     if isinstance(ins, MatmultMx):
-        return {"flags": ins.flags.name or "NONE", "acc": ins.acc, "row_group": ins.row_group,
+        return {"flags": ins.flags.name or "NONE", "acc": int(ins.flags),
+                "row_group": ins.row_group,
                 "col_group": 15, "shape": f"K={4 * ins.moving.partitions} "
                 f"M={ins.dst.partitions} N={ins.moving.dims[-1][1]}", "format": ins.fmt,
                 "stationary_format": ins.stationary_fmt, "perf_mode": "none"}
@@ -62,7 +63,7 @@ def _args(ins: object) -> dict[str, Any]:
         return {"row_group": ins.row_group, "col_group": ins.col_group,
                 "shape": f"K={ins.src.partitions} M={ins.src.dims[-1][1]}",
                 "format": ins.src.dtype, "perf_mode": ins.perf_mode.spelling,
-                "half": ins.half, "column": ins.column}
+                "half": ins.fp32_pass.spelling, "column": ins.column}
     if isinstance(ins, LdWeightMx):
         return {"row_group": ins.row_group, "col_group": 15,
                 "shape": f"K={4 * ins.src.partitions} M={ins.src.dims[-1][1]}",

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from math import prod
+from typing import NoReturn
 
 from .arch import Arch, get_arch
-from .dtypes import get_format
+from .dtypes import accumulator_format, get_format
 from .errors import ShapeError, SystolicError, VerifyError
+from .generation import rules
+from .geometry import Rect
 from .isa import (
-    VALID_MX_ACC_BYTES,
     AccessPattern,
     CalcFlags,
     DmaLoad,
+    Fp32Pass,
     Instruction,
     LdWeightMx,
     LoadStationary,
@@ -28,28 +31,18 @@ from .isa import (
     Program,
     ReadOut,
     Space,
+    TileGroup,
     col_group,
     row_group,
+    tile_position_problem,
 )
 from .memory import check_bounds, psum_bank
+from .verify_mx import check_ld_weight_mx, check_matmult_mx
 
-__all__ = ["Checker", "Tile", "accumulator_format", "mx_k_per_partition", "verify"]
+__all__ = ["Checker", "Tile", "verify"]
 
 _FP32_FAMILY = frozenset({"fp32", "fp32r", "tf32"})
 _FP8 = frozenset({"fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn"})
-# Perf modes whose distinct bundle bytes no encoder was seen emitting (seed 000 GOTCHA).
-UNENCODED_PERF_MODES = frozenset({PerfMode.DOUBLE_COLUMN, PerfMode.DOUBLE_PIXEL})
-
-
-def accumulator_format(dtype: str) -> str:
-    """PSUM accumulator format for an operand format: fp32 always for floats (seed 000 "The
-    fp32 PSUM Accumulator"); the INT48 of seed 004 for the integer path."""
-    return "int48" if get_format(dtype).is_int else "fp32"
-
-
-def mx_k_per_partition() -> int:
-    """Logical contraction elements per partition on the MX path: x4 unpack (seed 000)."""
-    return 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,21 +56,22 @@ class Tile:
     k: int
     dtype: str
     perf_mode: PerfMode
-    half: str
+    fp32_pass: Fp32Pass
     index: int  # the instruction that latched it
+    mx: bool = False  # latched by an LdWeightMx (only a MatmultMx may use it)
+
+    @property
+    def rect(self) -> Rect:
+        return Rect(self.row, self.rows, self.col, self.cols)
 
     def overlaps(self, other: Tile) -> bool:
-        return (self.row < other.row + other.rows and other.row < self.row + self.rows
-                and self.col < other.col + other.cols and other.col < self.col + self.cols)
+        return self.rect.overlaps(other.rect)
 
 
-def _region(ap: AccessPattern) -> tuple[int, int, int, int]:
+def _region(ap: AccessPattern) -> Rect:
+    """A PSUM region: partitions x the bytes it touches in each."""
     lo, hi = ap.free_bytes_span
-    return (ap.partition, ap.partition + ap.partitions, lo, hi)
-
-
-def _overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
-    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+    return Rect.spans(ap.partition, ap.partition + ap.partitions, lo, hi)
 
 
 @dataclass
@@ -88,10 +82,10 @@ class Checker:
     dram_bytes: int | None = None
     tiles: list[Tile] = field(default_factory=list)
     # PSUM region -> (state, index of the START): state "open" or "done" (awaiting read-out)
-    regions: dict[tuple[int, int, int, int], tuple[str, int]] = field(default_factory=dict)
+    regions: dict[Rect, tuple[str, int]] = field(default_factory=dict)
 
     # -- helpers -------------------------------------------------------------------------
-    def _fail(self, i: int, msg: str) -> None:
+    def _fail(self, i: int, msg: str) -> NoReturn:
         raise VerifyError(i, msg)
 
     def _bounds(self, i: int, ap: AccessPattern, role: str, space: Space) -> None:
@@ -126,9 +120,9 @@ class Checker:
                           f"(leading free dims), got {lead}")
         return ap.partitions * lead
 
-    def _open_region(self, i: int, reg: tuple[int, int, int, int]) -> None:
+    def _open_region(self, i: int, reg: Rect) -> None:
         for other, (state, start) in list(self.regions.items()):
-            if _overlap(other, reg):
+            if other.overlaps(reg):
                 if state == "done":
                     self._fail(i, f"START over a PSUM result finished at or after instruction "
                                   f"{start} that was never read out; add a ReadOut first")
@@ -157,11 +151,18 @@ class Checker:
             self.regions[reg] = ("done", self.regions[reg][1])
 
     def _flags_for_gen(self, i: int, flags: CalcFlags) -> None:
-        gen, level = self.arch.generation, self.arch.arch_level
-        if CalcFlags.ACCUMULATE in flags and (gen == 2 or (gen == 3 and level > 40)):
-            why = "gen2 bundles carry only START and STOP" if gen == 2 else (
-                f"gen3 at arch level {level} > 40 omits the accumulate byte (seed 000)")
-            self._fail(i, f"the ACCUMULATE bit cannot be written: {why}")
+        """The generation table's calc-byte rule, the same one the encoder applies."""
+        if not isinstance(flags, int) or isinstance(flags, bool):
+            self._fail(i, f"flags must be CalcFlags, not {flags!r}")
+        problem = rules(self.arch.generation).calc_problem(flags, self.arch.arch_level)
+        if problem:
+            self._fail(i, problem)
+
+    def _fp32_pass(self, i: int, value: object) -> Fp32Pass:
+        if not isinstance(value, Fp32Pass):
+            names = ", ".join(p.spelling for p in Fp32Pass)
+            self._fail(i, f"fp32_pass must be an Fp32Pass ({names}), not {value!r}")
+        return value
 
     # -- instructions --------------------------------------------------------------------
     def step(self, i: int, ins: Instruction) -> None:
@@ -195,7 +196,6 @@ class Checker:
                 return t
         self._fail(i, f"no stationary tile latched at rows {row}..{row + rows - 1}, columns "
                       f"{col}..{col + cols - 1}; emit a LoadStationary of that tile first")
-        raise AssertionError  # unreachable
 
     def _load(self, i: int, ins: LoadStationary) -> None:
         src = ins.src
@@ -211,18 +211,26 @@ class Checker:
             self._fail(i, f"stationary M = {m} at column {ins.column} exceeds the "
                           f"{self.arch.cols} array columns; split M into tiles of "
                           f"{self.arch.cols}")
-        if ins.half not in ("full", "hi", "lo"):
-            self._fail(i, f"half must be full, hi or lo, not {ins.half!r}")
-        if ins.half != "full" and src.dtype != "fp32":
-            self._fail(i, "the hi/lo split is the fp32 two-pass lowering; use half=full")
+        split = self._fp32_pass(i, ins.fp32_pass)
+        if split is not Fp32Pass.FULL and src.dtype != "fp32":
+            self._fail(i, "the hi/lo split is the fp32 two-pass lowering; use fp32_pass=full")
         self._groups(i, ins.row_group, ins.col_group, src.partition, src.partitions,
                      ins.column, m, force_col=False)
         self._latch(Tile(src.partition, src.partitions, ins.column, m, k, src.dtype,
-                         ins.perf_mode, ins.half, i))
+                         ins.perf_mode, split, i))
 
-    def _groups(self, i: int, rg: int, cg: int, row: int, rows: int, col: int, cols: int,
-                force_col: bool) -> None:
-        want_r, want_c = row_group(row, rows), col_group(col, cols, force_col)
+    def _position(self, i: int, axis: str, pos: int, size: int) -> None:
+        problem = tile_position_problem(pos, size, self.arch.quadrant)
+        if problem:
+            self._fail(i, f"tile {axis} {pos}..{pos + size - 1}: {problem}")
+
+    def _groups(self, i: int, rg: TileGroup, cg: TileGroup, row: int, rows: int, col: int,
+                cols: int, force_col: bool) -> None:
+        q = self.arch.quadrant
+        self._position(i, "rows", row, rows)
+        if not force_col:
+            self._position(i, "columns", col, cols)
+        want_r, want_c = row_group(row, rows, q), col_group(col, cols, force_col, q)
         if (rg, cg) != (want_r, want_c):
             self._fail(i, f"tile group (row {rg}, col {cg}) does not match the tile's position: "
                           f"expected (row {want_r}, col {want_c}) by the quadrant rule")
@@ -270,23 +278,18 @@ class Checker:
         self._groups(i, ins.row_group, ins.col_group, mv.partition, mv.partitions,
                      dst.partition, m, force_col=False)
         self._flags_for_gen(i, ins.flags)
-        if ins.two_pass not in (0, 1, 2):
-            self._fail(i, f"two_pass must be 0, 1 or 2, not {ins.two_pass}")
+        self._fp32_pass(i, ins.fp32_pass)
         self._accumulate(i, dst, ins.flags)
 
     def _ld_mx(self, i: int, ins: LdWeightMx) -> None:
-        from .mx_isa import check_ld_weight_mx
-
-        tile = check_ld_weight_mx(self, i, ins)
-        self._latch(tile)
+        src = ins.src
+        m = check_ld_weight_mx(self, i, ins)
+        self._latch(Tile(src.partition, src.partitions, 0, m, 4 * src.partitions, ins.fmt,
+                         PerfMode.NONE, Fp32Pass.FULL, i, mx=True))
 
     def _mm_mx(self, i: int, ins: MatmultMx) -> None:
-        from .mx_isa import check_matmult_mx
-
-        if ins.acc not in VALID_MX_ACC_BYTES:
-            self._fail(i, f"MX accumulate byte {ins.acc} is not one of "
-                          f"{sorted(VALID_MX_ACC_BYTES)} (seed 000 checkAccumulationFlag)")
         check_matmult_mx(self, i, ins)
+        self._flags_for_gen(i, ins.flags)
         self._accumulate(i, ins.dst, ins.flags)
 
     def _dma(self, i: int, ins: DmaLoad) -> None:

@@ -1,7 +1,10 @@
 """Program <-> bytes: one instruction per 64-byte little-endian bundle, per generation.
 
-``Program.to_bytes(generation)`` and ``Program.from_bytes(data, generation)`` call
-:func:`encode_program` and :func:`decode_program`; decoding gives back an equal Program.
+:func:`encode_program` and :func:`decode_program` (the ISA knows nothing of bundles:
+this is the compiler's encoding of it); decoding gives back an equal Program. Both take a
+generation (2, 3 or 4, at its preset's arch level) or an :class:`~systolic.arch.Arch`
+(whose arch level decides seed 000's gen3 calc-byte gate). What varies by generation is
+read from :mod:`systolic.generation`.
 The full table of offsets, with which ones seed 000 places and which this project places,
 is ``docs/bundles.md``; in short:
 
@@ -37,10 +40,14 @@ from typing import Any
 
 import numpy as np
 
+from ..arch import ARCHS, Arch, get_arch
 from ..errors import ArchError, BundleError, SystolicError
+from ..generation import GENERATIONS as GENERATION_RULES
+from ..generation import GenerationRules, rules
 from ..isa import (
-    VALID_MX_ACC_BYTES,
     DmaLoad,
+    Fp32Pass,
+    Group,
     Instruction,
     LdWeightMx,
     LoadStationary,
@@ -51,11 +58,11 @@ from ..isa import (
     ReadOut,
 )
 from .bundle_fields import (
-    Choice,
     Codec,
     Const,
     Derived,
     DtypeByte,
+    EnumByte,
     Fault,
     Flags,
     Gen2Groups,
@@ -79,7 +86,7 @@ __all__ = [
 ]
 
 BUNDLE_BYTES = 64
-GENERATIONS = (2, 3, 4)
+GENERATIONS = tuple(GENERATION_RULES)  # 2, 3, 4
 HEADER = struct.Struct("<HBB")  # opcode, generation byte, check byte
 
 # seed 000 "The MX Dispatch Path": generateLdweightMx "op 0x1009", generateMatmultMx
@@ -93,17 +100,9 @@ OPCODES: Mapping[type, int] = MappingProxyType({
     MatmultMx: 0x100A,
 })
 _BY_OPCODE = {op: cls for cls, op in OPCODES.items()}
-_MX = (LdWeightMx, MatmultMx)
-
-# Calc-flag bytes per generation (seed 000 "The Flag Byte"): CoreV2 ORs only START (1) and
-# STOP (2); CoreV3 adds ACCUMULATE (4) to the 3-bit field; gen4 bytes must pass
-# checkAccumulationFlag's {0,1,2,3,4,6}.
-_FLAGS = {
-    2: (frozenset(range(4)), "CoreV2 writes only the START and STOP bits"),
-    3: (frozenset(range(8)), "the calc field is 3 bits (START 1, STOP 2, ACCUMULATE 4)"),
-    4: (VALID_MX_ACC_BYTES, "gen4 accumulate bytes must be one of {0,1,2,3,4,6} "
-                            "(seed 000 checkAccumulationFlag)"),
-}
+# An int generation stands for its first preset's arch level (trn1 20, trn2 30, trn3 40).
+_PRESET_LEVEL = {g: next(a.arch_level for a in ARCHS.values() if a.generation == g)
+                 for g in GENERATIONS}
 
 
 def _active_cols(values: Values) -> int:
@@ -123,14 +122,13 @@ def _load_stationary(gen: int) -> list[Codec]:
     return [
         OnChipPattern("src", addr=0x04, dims=0x08, parts=0x14, dtype=0x15),
         Int("column", 0x16),
-        Choice("half", 0x17, {"full": 0, "hi": 1, "lo": 2}),
+        EnumByte("fp32_pass", 0x17, Fp32Pass),
         Perf(0x21),
         _groups(gen),
     ]
 
 
 def _matmul(gen: int) -> list[Codec]:
-    valid, why = _FLAGS[gen]
     return [
         OnChipPattern("moving", addr=0x04, dims=0x08, parts=0x14, dtype=0x15),
         # the PSUM destination's body sits at +0x30, where seed 000 puts MX's
@@ -139,12 +137,12 @@ def _matmul(gen: int) -> list[Codec]:
         Int("stationary_partition", 0x19),
         Int("zp_moving", 0x1A, 2, signed=True),
         Int("zp_stationary", 0x1C, 2, signed=True),
-        Int("two_pass", 0x1E, allowed=(0, 1, 2), why=" (0, or the fp32 pass 1 / 2)"),
+        EnumByte("fp32_pass", 0x1E, Fp32Pass),
         Perf(0x21),
         _groups(gen),
         # seed gives the offset, not the width; a byte cannot hold N = 512, so 16 bits
         Derived("num_active_cols", 0x27, 2, _active_cols),
-        Flags(0x2B, valid, why),
+        Flags(0x2B, rules(gen)),
     ]
 
 
@@ -171,7 +169,7 @@ def _matmult_mx(gen: int) -> list[Codec]:
         *_mx_pair("moving"),
         OnChipPattern("dst", addr=0x30, dims=0x34, parts=0x28, dtype=0x29),
         DtypeByte("fmt", 0x2A),
-        Int("acc", 0x2B, allowed=VALID_MX_ACC_BYTES, why=" (seed 000 checkAccumulationFlag)"),
+        Flags(0x2B, rules(gen)),  # the raw accumulate byte, the gen4 rule of the table
         GroupByte("row_group", 0x2C),
         _MX_COL,
         DtypeByte("stationary_fmt", 0x2E),
@@ -207,13 +205,14 @@ class Layout:
     fields: tuple[str, ...] = ()  # every dataclass field, in order
     # the reserved bytes as a mask over the bundle read as one little-endian integer
     reserved_mask: int = 0
+    calc_byte: int | None = None  # the offset of the calc byte, where the layout has one
 
 
 @cache
 def layout(cls: type, generation: int) -> Layout:
     """The bundle layout of ``cls`` on ``generation`` (cached)."""
     opcode = OPCODES[cls]
-    if cls in _MX and generation != 4:
+    if cls in Group.MX and not rules(generation).mx:
         why = f"{cls.__name__} is gen4 only (seed 000: the MX path exists on CoreV4 alone)"
         return Layout(cls, opcode, (), (), MappingProxyType({}), why)
     codecs = tuple(_BUILDERS[cls](generation))
@@ -235,28 +234,50 @@ def layout(cls: type, generation: int) -> Layout:
         else:
             problem = (f"{cls.__name__}.{name} has no position in the bundle layout; "
                        f"bundle.py must place it before {cls.__name__} can be encoded")
+    calc = next((c.off for c in codecs if isinstance(c, Flags)), None)
     return Layout(cls, opcode, codecs, reserved, MappingProxyType(unplaced), problem,
-                  tuple(fields), sum(0xFF << (8 * o) for o in reserved))
+                  tuple(fields), sum(0xFF << (8 * o) for o in reserved), calc)
 
 
-def _check_generation(generation: int) -> int:
-    if isinstance(generation, bool) or generation not in GENERATIONS:
+@dataclass(frozen=True, slots=True)
+class _Target:
+    gen: int
+    level: int
+    rules: GenerationRules
+
+
+def _target(target: int | Arch | str) -> _Target:
+    """(generation, arch level) from a generation number, an Arch or a preset name."""
+    if isinstance(target, (Arch, str)):
+        arch = get_arch(target)
+        return _Target(arch.generation, arch.arch_level, rules(arch.generation))
+    if isinstance(target, bool) or target not in GENERATIONS:
         raise ArchError(f"bundle generation must be 2, 3 or 4 (arch.generation), not "
-                        f"{generation!r}")
-    return generation
+                        f"{target!r}")
+    return _Target(target, _PRESET_LEVEL[target], rules(target))
+
+
+def _calc_gate(lay: Layout, t: _Target) -> str:
+    """Why this layout's calc byte cannot be encoded or decoded at the target's arch level
+    (seed 000's gen3 gate leaves the byte untouched, so no bundle could say START/STOP)."""
+    return "" if lay.calc_byte is None else t.rules.calc_byte_problem(t.level)
 
 
 # -- encode -------------------------------------------------------------------------------
-def _encode(ins: Any, gen: int, base: int, index: int) -> bytearray:
+def _encode(ins: Any, t: _Target, base: int, index: int) -> bytearray:
     name = type(ins).__name__
     if type(ins) not in OPCODES:
         raise BundleError(base, f"instruction {index}: {name} is not an instruction type "
                                 f"with a bundle opcode")
     kind: type = type(ins)
+    gen = t.gen
     lay = layout(kind, gen)
     if lay.problem:
         raise BundleError(base, f"instruction {index} ({name}): {lay.problem}; cannot "
                                 f"encode for gen{gen}")
+    gate = _calc_gate(lay, t)
+    if gate and lay.calc_byte is not None:
+        raise BundleError(base + lay.calc_byte, f"instruction {index} ({name}): {gate}")
     values = {f: getattr(ins, f) for f in lay.fields}
     buf = bytearray(BUNDLE_BYTES)
     try:
@@ -274,21 +295,23 @@ def _encode(ins: Any, gen: int, base: int, index: int) -> bytearray:
     return buf
 
 
-def encode_instruction(ins: Instruction, generation: int) -> bytes:
+def encode_instruction(ins: Instruction, generation: int | Arch | str) -> bytes:
     """One instruction as its 64-byte bundle; raises BundleError if a field does not fit."""
-    return bytes(_encode(ins, _check_generation(generation), 0, 0))
+    return bytes(_encode(ins, _target(generation), 0, 0))
 
 
-def encode_program(program: Program, generation: int) -> bytes:
-    """The Program as ``64 * len(program)`` bytes for ``generation`` (2, 3 or 4)."""
-    gen = _check_generation(generation)
-    return b"".join([_encode(ins, gen, i * BUNDLE_BYTES, i)
+def encode_program(program: Program, generation: int | Arch | str) -> bytes:
+    """The Program as ``64 * len(program)`` bytes for ``generation`` (2, 3 or 4, or an
+    Arch / preset name, whose arch level the gen3 calc-byte gate reads)."""
+    t = _target(generation)
+    return b"".join([_encode(ins, t, i * BUNDLE_BYTES, i)
                      for i, ins in enumerate(program)])
 
 
 # -- decode -------------------------------------------------------------------------------
-def _decode(buf: memoryview, gen: int, base: int, checksum: int) -> Instruction:
+def _decode(buf: memoryview, t: _Target, base: int, checksum: int) -> Instruction:
     opcode, gbyte, _ = HEADER.unpack_from(buf, 0)
+    gen = t.gen
     cls = _BY_OPCODE.get(opcode)
     if cls is None:
         raise BundleError(base, f"unknown opcode {opcode:#06x}; known: "
@@ -301,6 +324,9 @@ def _decode(buf: memoryview, gen: int, base: int, checksum: int) -> Instruction:
     lay = layout(cls, gen)
     if lay.problem:
         raise BundleError(base, f"opcode {opcode:#06x} ({cls.__name__}): {lay.problem}")
+    gate = _calc_gate(lay, t)
+    if gate and lay.calc_byte is not None:
+        raise BundleError(base + lay.calc_byte, f"{cls.__name__} bundle: {gate}")
     out: Values = {}
     try:
         for codec in lay.codecs:
@@ -323,7 +349,8 @@ def _decode(buf: memoryview, gen: int, base: int, checksum: int) -> Instruction:
     return ins
 
 
-def decode_instruction(bundle: bytes | bytearray | memoryview, generation: int) -> Instruction:
+def decode_instruction(bundle: bytes | bytearray | memoryview,
+                       generation: int | Arch | str) -> Instruction:
     """The instruction in one 64-byte bundle."""
     program = decode_program(bundle, generation)
     if len(program) != 1:
@@ -331,9 +358,10 @@ def decode_instruction(bundle: bytes | bytearray | memoryview, generation: int) 
     return program[0]
 
 
-def decode_program(data: bytes | bytearray | memoryview, generation: int) -> Program:
+def decode_program(data: bytes | bytearray | memoryview,
+                   generation: int | Arch | str) -> Program:
     """The Program in ``data``; raises BundleError at the first byte that is not valid."""
-    gen = _check_generation(generation)
+    t = _target(generation)
     raw = bytes(data)
     tail = len(raw) % BUNDLE_BYTES
     if tail:
@@ -345,5 +373,5 @@ def decode_program(data: bytes | bytearray | memoryview, generation: int) -> Pro
     sums = (np.frombuffer(raw, dtype=np.uint8).reshape(-1, BUNDLE_BYTES)
             .sum(axis=1, dtype=np.uint32) & 0xFF).tolist()
     view = memoryview(raw)
-    return Program([_decode(view[b:b + BUNDLE_BYTES], gen, b, sums[i])
+    return Program([_decode(view[b:b + BUNDLE_BYTES], t, b, sums[i])
                     for i, b in enumerate(range(0, len(raw), BUNDLE_BYTES))])

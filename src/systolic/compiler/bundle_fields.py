@@ -26,25 +26,26 @@ field of its own.
 
 from __future__ import annotations
 
+import enum
 import struct
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any
 
 from ..dtypes import FORMATS
-from ..isa import CalcFlags, PerfMode
-from ..verify import UNENCODED_PERF_MODES
+from ..generation import UNENCODED_PERF_MODES, GenerationRules
+from ..isa import CalcFlags, PerfMode, TileGroup
 
 __all__ = [
     "DRAM_AP_BYTES",
     "GROUP_MASKS",
     "MX_DTYPE_BIT",
     "NO_ENCODING",
-    "Choice",
     "Codec",
     "Const",
     "Derived",
     "DtypeByte",
+    "EnumByte",
     "Fault",
     "Flags",
     "Gen2Groups",
@@ -66,7 +67,7 @@ Buf = bytes | bytearray | memoryview
 
 # Tile-group masks: the quadrant LUT {1, 2, 4, 8} and the two-quadrant / whole-axis spans
 # {3, 12, 15} of seed 000 "The PE Tile-Group Model" (translateToRowGroup @ 0x1089e70).
-GROUP_MASKS = frozenset({1, 2, 4, 8, 3, 12, 15})
+GROUP_MASKS = frozenset(int(g) for g in TileGroup)
 # Set in a dtype byte when the pattern holds x4-packed MX containers (project): the format
 # table gives each MX format its element format's code, so the code alone is ambiguous.
 MX_DTYPE_BIT = 0x80
@@ -192,51 +193,42 @@ def byte_range(off: int, n: int) -> tuple[int, ...]:
 
 
 class Int(Codec):
-    """An integer field, optionally restricted to ``allowed`` values."""
+    """An integer field."""
 
-    def __init__(self, name: str, off: int, nbytes: int = 1, signed: bool = False,
-                 allowed: Collection[int] | None = None, why: str = "") -> None:
+    def __init__(self, name: str, off: int, nbytes: int = 1, signed: bool = False) -> None:
         self.names, self.span = (name,), byte_range(off, nbytes)
         self.name, self.off, self.nbytes, self.signed = name, off, nbytes, signed
-        self.allowed, self.why = allowed, why
-
-    def _check(self, value: int) -> None:
-        if self.allowed is not None and value not in self.allowed:
-            raise Fault(self.off, f"{self.name} = {value} is not one of "
-                                  f"{sorted(self.allowed)}{self.why}")
 
     def put(self, buf: bytearray, values: Values, gen: int) -> None:
-        value = values[self.name]
-        put_int(buf, self.off, self.nbytes, self.signed, value, self.name)
-        self._check(value)
+        put_int(buf, self.off, self.nbytes, self.signed, values[self.name], self.name)
 
     def get(self, buf: Buf, gen: int, out: Values) -> None:
-        value = get_int(buf, self.off, self.nbytes, self.signed)
-        self._check(value)
-        out[self.name] = value
+        out[self.name] = get_int(buf, self.off, self.nbytes, self.signed)
 
 
-class Choice(Codec):
-    """A byte that stands for one of a few values (``mapping`` value -> byte)."""
+class EnumByte(Codec):
+    """A byte holding an ``IntEnum`` member's value (the fp32 pass)."""
 
-    def __init__(self, name: str, off: int, mapping: Mapping[Any, int]) -> None:
-        self.names, self.span, self.name, self.off = (name,), (off,), name, off
-        self.enc = dict(mapping)
-        self.dec = {b: v for v, b in mapping.items()}
+    def __init__(self, name: str, off: int, kind: type[enum.IntEnum]) -> None:
+        self.names, self.span, self.name, self.off, self.kind = (name,), (off,), name, off, kind
+
+    def _choices(self) -> str:
+        return ", ".join(f"{m.name.lower()} ({int(m)})" for m in self.kind)
 
     def put(self, buf: bytearray, values: Values, gen: int) -> None:
         value = values[self.name]
-        if value not in self.enc:
-            raise Fault(self.off, f"{self.name} = {value!r} is not one of "
-                                  f"{', '.join(map(str, self.enc))}")
-        buf[self.off] = self.enc[value]
+        if not isinstance(value, self.kind):
+            raise Fault(self.off, f"{self.name} = {value!r} is not a {self.kind.__name__}: "
+                                  f"one of {self._choices()}")
+        buf[self.off] = int(value)
 
     def get(self, buf: Buf, gen: int, out: Values) -> None:
         b = buf[self.off]
-        if b not in self.dec:
+        try:
+            out[self.name] = self.kind(b)
+        except ValueError:
             raise Fault(self.off, f"{self.name} byte {b:#04x} is not one of "
-                                  f"{', '.join(f'{x:#04x}' for x in self.dec)}")
-        out[self.name] = self.dec[b]
+                                  f"{self._choices()}") from None
 
 
 class Perf(Codec):
@@ -266,14 +258,16 @@ class Perf(Codec):
 
 
 class Flags(Codec):
-    """The calc-flag byte (seed 000 "The Flag Byte"), restricted to a per-generation set."""
+    """The calc-flag byte (seed 000 "The Flag Byte"): the bytes the generation table allows
+    (:attr:`GenerationRules.calc_bytes`, the set the verifier checks too)."""
 
-    def __init__(self, off: int, valid: frozenset[int], why: str) -> None:
-        self.names, self.span, self.off, self.valid, self.why = ("flags",), (off,), off, valid, why
+    def __init__(self, off: int, gen_rules: GenerationRules) -> None:
+        self.names, self.span, self.off = ("flags",), (off,), off
+        self.valid, self.why = gen_rules.calc_bytes, gen_rules.calc_why
 
     def put(self, buf: bytearray, values: Values, gen: int) -> None:
         flags = values["flags"]
-        if not isinstance(flags, int) or int(flags) not in self.valid:
+        if isinstance(flags, bool) or not isinstance(flags, int) or int(flags) not in self.valid:
             raise Fault(self.off, f"calc flags {flags!r} cannot be written on gen{gen}: "
                                   f"{self.why}")
         buf[self.off] = int(flags)
@@ -336,11 +330,11 @@ def normalise_col_group(col: int) -> int:
     return col >> ((col & -col).bit_length() - 1) if col else 0
 
 
-def _group(value: object, off: int, what: str) -> int:
+def _group(value: object, off: int, what: str) -> TileGroup:
     if isinstance(value, bool) or not isinstance(value, int) or value not in GROUP_MASKS:
         raise Fault(off, f"{what} {value!r} is not a quadrant mask {sorted(GROUP_MASKS)} "
                          f"(seed 000 tile-group LUT)")
-    return value
+    return TileGroup(value)
 
 
 class Gen2Groups(Codec):

@@ -1,8 +1,8 @@
-"""Pass 4, codegen per generation: instructions, the weight-tile cache, fp32 two-pass.
+"""Pass 4, codegen: instructions, the weight-tile cache, fp32 two-pass.
 
-Three small classes share one base; they differ only where seed 000 says the generations
-differ: which calc-flag bits are written (gen2: START/STOP only; gen3: also ACCUMULATE,
-unless the arch level is above 40; gen4: the byte validated to lie in {0,1,2,3,4,6}).
+The generations differ here only in which calc-flag bits are written (gen2: START/STOP
+only; gen3: also ACCUMULATE, unless the arch level is above 40; gen4 as gen3), and that
+rule is read from the generation table, :mod:`systolic.generation`.
 
 The WeightTileState cache (seed 000) is keyed on the (row group, column group) pair. A hit
 needs the same weights (SBUF address), the same perf signature and no intervening writer:
@@ -22,10 +22,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..arch import Arch
+from ..generation import rules
 from ..isa import (
     AccessPattern,
     CalcFlags,
     DmaLoad,
+    Fp32Pass,
     Instruction,
     LoadStationary,
     MatMul,
@@ -38,8 +40,7 @@ from ..isa import (
 from .schedule import ReadStep, Step
 from .tiling import KTile, Span, TilePlan
 
-__all__ = ["Codegen", "Gen2Codegen", "Gen3Codegen", "Gen4Codegen", "Layout", "StepEmitter",
-           "codegen_for"]
+__all__ = ["Codegen", "Layout", "StepEmitter", "codegen_for"]
 
 _ALIGN = 64
 
@@ -88,7 +89,7 @@ class _SlotCache:
 class _CacheEntry:
     offset: int
     perf: PerfMode
-    half: str
+    half: Fp32Pass
     rect: tuple[int, int, int, int]
 
 
@@ -125,9 +126,7 @@ class StepEmitter:
 
 
 class Codegen(StepEmitter):
-    """Shared dense codegen; subclasses choose the calc-flag bits for their generation."""
-
-    generation = 0
+    """Dense codegen; the calc-flag bits of each generation come from its rules."""
 
     def __init__(self, arch: Arch, plan: TilePlan) -> None:
         self.arch, self.plan = arch, plan
@@ -144,18 +143,8 @@ class Codegen(StepEmitter):
         self.out: list[Instruction] = []
 
     # -- calc flags ---------------------------------------------------------------------
-    def writes_accumulate_bit(self) -> bool:
-        return False
-
     def flags(self, first: bool, last: bool) -> CalcFlags:
-        f = CalcFlags.NONE
-        if first:
-            f |= CalcFlags.START
-        if last:
-            f |= CalcFlags.STOP
-        if not first and self.writes_accumulate_bit():
-            f |= CalcFlags.ACCUMULATE
-        return f
+        return rules(self.arch.generation).calc_flags(first, last, self.arch.arch_level)
 
     # -- operands ------------------------------------------------------------------------
     def _stationary(self, k: KTile, m: Span) -> AccessPattern:
@@ -202,21 +191,23 @@ class Codegen(StepEmitter):
             del self.cache[key]
 
     # -- emission ------------------------------------------------------------------------
-    def _load(self, sb: AccessPattern, k: KTile, m: Span, half: str = "full") -> None:
+    def _load(self, sb: AccessPattern, k: KTile, m: Span,
+              half: Fp32Pass = Fp32Pass.FULL) -> None:
         rg, cg = row_group(0, k.partitions), col_group(0, m.size)
         rect = (0, k.partitions, 0, m.size)
         hit = self.cache.get((rg, cg))
-        if (half == "full" and hit is not None and hit.offset == sb.offset
+        if (half is Fp32Pass.FULL and hit is not None and hit.offset == sb.offset
                 and hit.perf == k.perf_mode and hit.half == half and hit.rect == rect):
             return  # WeightTileState hit: the weights are warm, emit the MatMul alone
         self.out.append(LoadStationary(sb, 0, rg, cg, k.perf_mode, half))
         # a load replaces any tile on the PEs it covers
         for key in [key for key, e in self.cache.items() if _rect_overlap(e.rect, rect)]:
             del self.cache[key]
-        if half == "full":
+        if half is Fp32Pass.FULL:
             self.cache[(rg, cg)] = _CacheEntry(sb.offset, k.perf_mode, half, rect)
 
-    def _matmul(self, step: Step, flags: CalcFlags, two_pass: int = 0) -> None:
+    def _matmul(self, step: Step, flags: CalcFlags,
+                two_pass: Fp32Pass = Fp32Pass.FULL) -> None:
         k, m = step.k, step.m
         spec = self.plan.spec
         self.out.append(MatMul(
@@ -224,17 +215,17 @@ class Codegen(StepEmitter):
             stationary_dtype=spec.dtype, stationary_partition=0,
             row_group=row_group(0, k.partitions), col_group=col_group(0, m.size),
             perf_mode=k.perf_mode, zp_moving=spec.zp_b, zp_stationary=spec.zp_a,
-            two_pass=two_pass,
+            fp32_pass=two_pass,
         ))
 
     def emit_step(self, step: Step) -> None:
         sb = self._stationary(step.k, step.m)
         if self.plan.spec.dtype == "fp32":
             # seed 000: LoadWeights, MatMul(START), LoadWeights, MatMul(STOP), invalidate.
-            self._load(sb, step.k, step.m, "hi")
-            self._matmul(step, self.flags(step.first, False), two_pass=1)
-            self._load(sb, step.k, step.m, "lo")
-            self._matmul(step, self.flags(False, step.last), two_pass=2)
+            self._load(sb, step.k, step.m, Fp32Pass.HI)
+            self._matmul(step, self.flags(step.first, False), two_pass=Fp32Pass.HI)
+            self._load(sb, step.k, step.m, Fp32Pass.LO)
+            self._matmul(step, self.flags(False, step.last), two_pass=Fp32Pass.LO)
             self.cache.clear()
             return
         self._load(sb, step.k, step.m)
@@ -245,34 +236,5 @@ def _rect_overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) ->
     return a[0] < b[0] + b[1] and b[0] < a[0] + a[1] and a[2] < b[2] + b[3] and b[2] < a[2] + a[3]
 
 
-class Gen2Codegen(Codegen):
-    """CoreV2: writes only the START/STOP bits (seed 000 "The Flag Byte")."""
-
-    generation = 2
-
-
-class Gen3Codegen(Codegen):
-    """CoreV3: also the ACCUMULATE bit, unless the arch level is above 40 (seed 000 QUIRK)."""
-
-    generation = 3
-
-    def writes_accumulate_bit(self) -> bool:
-        return self.arch.arch_level <= 40
-
-
-class Gen4Codegen(Gen3Codegen):
-    """CoreV4: the dense path as gen3; its accumulate byte must lie in {0,1,2,3,4,6}."""
-
-    generation = 4
-
-    def flags(self, first: bool, last: bool) -> CalcFlags:
-        from ..isa import VALID_MX_ACC_BYTES
-
-        f = super().flags(first, last)
-        assert int(f) in VALID_MX_ACC_BYTES, f"calc byte {int(f)} outside the valid set"
-        return f
-
-
 def codegen_for(arch: Arch, plan: TilePlan) -> Codegen:
-    cls = {2: Gen2Codegen, 3: Gen3Codegen, 4: Gen4Codegen}[arch.generation]
-    return cls(arch, plan)
+    return Codegen(arch, plan)

@@ -46,8 +46,8 @@ from ..isa import (
     row_group,
 )
 from ..mx import BLOCK, SLOTS, TILE_K
-from ..mx_isa import scale_span
 from ..verify import verify
+from ..verify_mx import scale_span
 from . import Lowered
 from .codegen import Layout, StepEmitter, _align, _SlotCache
 from .schedule import Step, legalize_groups, order_for_reuse
@@ -118,12 +118,12 @@ class MxCodegen(StepEmitter):
         self.out: list[Instruction] = []
 
     @staticmethod
-    def acc_byte(first: bool, last: bool) -> int:
+    def acc_byte(first: bool, last: bool) -> CalcFlags:
         """gen4 accumulate byte: START first, ACCUMULATE after, STOP last (seed 000)."""
         f = CalcFlags.START if first else CalcFlags.ACCUMULATE
         if last:
             f |= CalcFlags.STOP
-        return int(f)
+        return f
 
     def _scale_dmas(self, src_start: int, src_step: int, dims: tuple[tuple[int, int], ...],
                     blocks: int, sbuf_offset: int) -> None:

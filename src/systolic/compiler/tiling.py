@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..arch import Arch
-from ..dtypes import get_format
+from ..dtypes import accumulator_format, get_format
 from ..isa import PerfMode
-from ..verify import accumulator_format
 
 __all__ = ["KTile", "MatmulSpec", "Span", "TilePlan", "tile"]
 

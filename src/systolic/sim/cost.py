@@ -83,7 +83,7 @@ def column_period(ins: Compute, arch: Arch) -> int:
     if isinstance(ins, MatmultMx):
         return 1
     if ins.moving.dtype in ("fp32", "fp32r"):
-        if ins.two_pass:  # the two passes share the 4x: each streams at half rate
+        if ins.fp32_pass:  # the two passes share the 4x: each streams at half rate
             return arch.fp32_pass_slowdown
         return round(1 / arch.rate_fp32)  # one fp32 pass: seed 003 "roughly 4x"
     return 1

@@ -13,7 +13,7 @@ Semantics (seed 000 "The Two-Phase Protocol", "The Reference-Model Writeback"):
   rounding per add); STOP closes the group.
 * DoubleRow folds two contraction rows into one pass: a [P, 2, N] operand is K = 2P with
   k = 2p + j (seed 000: the reference model doubles the contraction extent).
-* fp32 two-pass: the compiler latches ``half=hi`` = bf16(w) for pass 1 and ``half=lo`` =
+* fp32 two-pass: the compiler latches ``fp32_pass=hi`` = bf16(w) for pass 1 and ``lo`` =
   bf16(w - bf16(w)) for pass 2, each against the full fp32 moving tile, and the two passes
   add in PSUM. So ``fp32`` here is w ~ hi + lo to 16 significant bits, about 1e-5 relative
   error; ``fp32r`` is seed 000's reference model: operands rounded once (tf32 precision in
@@ -261,7 +261,7 @@ class FunctionalSimulator:
         k = src.partitions * int(np.prod([n for _, n in src.dims[:-1]]))
         values = values.reshape(k, src.dims[-1][1])
         self.latch(src.partition, src.partitions, ins.column, src.dims[-1][1],
-                   _latch_values(values, ins.half))
+                   _latch_values(values, ins.fp32_pass.spelling))
 
     def _matmul(self, ins: MatMul) -> None:
         mv, dst = ins.moving, ins.dst

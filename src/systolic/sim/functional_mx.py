@@ -48,7 +48,7 @@ import numpy as np
 from ..dtypes import get_format
 from ..isa import AccessPattern, LdWeightMx, MatmultMx
 from ..mx import BLOCK, SLOTS
-from ..mx_isa import scale_rows
+from ..verify_mx import scale_rows
 
 if TYPE_CHECKING:
     from .functional import FunctionalSimulator

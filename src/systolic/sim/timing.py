@@ -140,7 +140,7 @@ class Schedule:
 
 
 def _compute_entry(ins: MatMul | MatmultMx, arch: Arch) -> tuple[int, ...]:
-    passes = 2 if isinstance(ins, MatMul) and ins.two_pass else 1
+    passes = 2 if isinstance(ins, MatMul) and ins.fp32_pass else 1
     rows = array_rows(ins)
     return (matmul_interval(ins, arch), matmul_duration(ins, arch), moving_n(ins),
             column_period(ins, arch), rows, array_cols(ins), contraction(ins) // rows, passes,
@@ -185,7 +185,7 @@ def schedule(program: Program, arch: Arch | str, *, check: bool = False) -> Sche
             # the fields cost.py reads: shape, formats, two-pass (see _compute_entry)
             mv = ins.moving  # type: ignore[union-attr]
             key = (tp, mv.partitions, mv.dims, mv.dtype, ins.dst.partitions,  # type: ignore
-                   ins.two_pass if tp is MatMul else 0)  # type: ignore[union-attr]
+                   ins.fp32_pass if tp is MatMul else 0)  # type: ignore[union-attr]
             e = memo.get(key)
             if e is None:
                 e = memo[key] = _compute_entry(ins, arch)  # type: ignore[arg-type]

@@ -1,8 +1,10 @@
 """Verifier rules of the gen4 MX pair, :class:`LdWeightMx` and :class:`MatmultMx`.
 
 :class:`systolic.verify.Checker` calls :func:`check_ld_weight_mx` (which returns the
-:class:`Tile` to latch) and :func:`check_matmult_mx` (after it has checked the accumulate
-byte against {0,1,2,3,4,6}; it applies the START/STOP bookkeeping afterwards). The rules, with
+stationary M; the checker latches the tile) and :func:`check_matmult_mx` (the checker then
+applies the generation table's accumulate-byte rule, {0,1,2,3,4,6} on gen4, and the
+START/STOP bookkeeping). This module sits beside :mod:`systolic.verify` and below it: it
+imports the checker's type only for annotations. The rules, with
 their sources:
 
 * MX exists on gen4 only (seed 000: "the modern MX path ... gen4 only"), in the arch's
@@ -27,16 +29,17 @@ from __future__ import annotations
 from math import prod
 from typing import TYPE_CHECKING
 
-from .isa import AccessPattern, LdWeightMx, MatmultMx, PerfMode, Space, row_group
+from .isa import AccessPattern, LdWeightMx, MatmultMx, Space, row_group
 from .memory import psum_bank
 from .mx import BLOCK, SLOTS, TILE_K
 
 if TYPE_CHECKING:
-    from .verify import Checker, Tile
+    from .verify import Checker
 
-__all__ = ["MX_TILE", "check_ld_weight_mx", "check_matmult_mx", "scale_rows", "scale_span"]
+__all__ = ["check_ld_weight_mx", "check_matmult_mx", "scale_rows", "scale_span"]
 
-MX_TILE = "mx"  # Tile.half of a tile latched by LdWeightMx: marks its provenance
+# The quadrant the scale rows step by: Arch.quadrant of every preset (seed 000 "Partition
+# Geometry"); the scale layout functions below take no Arch, so it is named once here.
 _QUADRANT = 32
 _BLOCK_PARTS = BLOCK // SLOTS  # 8 partitions per scale block
 _OFFSETS = (0, 4, 8, 12)
@@ -79,7 +82,7 @@ def _data_and_scale(checker: Checker, i: int, data: AccessPattern, scale: Access
         checker._fail(i, f"{role} spans {parts} partitions; MX needs whole scale blocks of 8 "
                          f"partitions, at most {checker.arch.rows} (K = 4 x partitions <= "
                          f"{TILE_K})")
-    if data.partition % _QUADRANT:
+    if data.partition % checker.arch.quadrant:
         checker._fail(i, f"{role} starts at partition {data.partition}; an MX tile starts at a "
                          f"quadrant boundary (0, 32, 64, 96) so each block's scale sits in "
                          f"its own quadrant")
@@ -96,10 +99,8 @@ def _data_and_scale(checker: Checker, i: int, data: AccessPattern, scale: Access
     return size
 
 
-def check_ld_weight_mx(checker: Checker, i: int, ins: LdWeightMx) -> Tile:
-    """Check an LdWeightMx; return the MX tile it latches (rows = partitions, cols = M)."""
-    from .verify import Tile
-
+def check_ld_weight_mx(checker: Checker, i: int, ins: LdWeightMx) -> int:
+    """Check an LdWeightMx; return the stationary M (the tile's columns from 0)."""
     _gen4(checker, i, ins.fmt, "stationary")
     src = ins.src
     m = _data_and_scale(checker, i, src, ins.scale, ins.fmt, "LdWeightMx")
@@ -109,17 +110,17 @@ def check_ld_weight_mx(checker: Checker, i: int, ins: LdWeightMx) -> Tile:
     if m > checker.arch.cols:
         checker._fail(i, f"stationary M = {m} exceeds the {checker.arch.cols} array columns; "
                          f"split M into tiles of {checker.arch.cols}")
-    want = row_group(src.partition, src.partitions)
+    checker._position(i, "rows", src.partition, src.partitions)
+    want = row_group(src.partition, src.partitions, checker.arch.quadrant)
     if ins.row_group != want:
         checker._fail(i, f"row group {ins.row_group} does not match partitions "
                          f"{src.partition}..{src.partition + src.partitions - 1}: expected "
                          f"{want} by the quadrant rule")
-    return Tile(src.partition, src.partitions, 0, m, 4 * src.partitions, ins.fmt,
-                PerfMode.NONE, MX_TILE, i)
+    return m
 
 
 def check_matmult_mx(checker: Checker, i: int, ins: MatmultMx) -> None:
-    """Check a MatmultMx (its accumulate byte is checked by the caller)."""
+    """Check a MatmultMx (its accumulate byte is checked by the caller, as a MatMul's)."""
     _gen4(checker, i, ins.fmt, "moving")
     _gen4(checker, i, ins.stationary_fmt, "stationary")
     mv, dst = ins.moving, ins.dst
@@ -141,14 +142,14 @@ def check_matmult_mx(checker: Checker, i: int, ins: MatmultMx) -> None:
         checker._fail(i, f"no MX tile latched at rows {mv.partition}..{last}, columns "
                          f"0..{dst.partitions - 1}; emit an LdWeightMx of that tile first "
                          f"(the MX path always pairs them, seed 000)")
-    assert tile is not None
-    if tile.half != MX_TILE:
+    if not tile.mx:
         checker._fail(i, f"the tile at these rows and columns was latched by a LoadStationary "
                          f"(instruction {tile.index}); a MatmultMx needs an LdWeightMx")
     if tile.dtype != ins.stationary_fmt:
         checker._fail(i, f"MatmultMx names stationary {ins.stationary_fmt}, but the latched "
                          f"tile (instruction {tile.index}) is {tile.dtype}")
-    want = row_group(mv.partition, mv.partitions)
+    checker._position(i, "rows", mv.partition, mv.partitions)
+    want = row_group(mv.partition, mv.partitions, checker.arch.quadrant)
     if ins.row_group != want:
         checker._fail(i, f"row group {ins.row_group} does not match partitions "
                          f"{mv.partition}..{mv.partition + mv.partitions - 1}: expected {want}")

@@ -1,0 +1,278 @@
+"""The instructions: frozen, slotted dataclasses with typed fields, and their groups.
+
+The dense pair follows seed 000 "The Two-Phase Protocol": ``LoadStationary`` latches a
+weight tile [K, M] into the array (rows = SBUF partitions, K; columns = M); ``MatMul``
+streams the moving tile [K, N] through it into a PSUM bank. The MatMul bundle has no
+weights address (seed 000 QUIRK): it carries the weights' dtype, base partition and tile
+group only, and the weights are array state. Two instructions the seed does not name make a
+Program self-contained: ``DmaLoad`` (device memory -> SBUF) and ``ReadOut`` (PSUM -> device
+memory, the copy another engine does after a group's STOP).
+
+:data:`Instruction` (the union) is declared once; :data:`OPCODES` (its members, in order)
+is derived from it. The Program type that holds them is :mod:`systolic.isa`'s.
+"""
+
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+
+from .isa_fields import (
+    AccessPattern,
+    ActivationFunc,
+    AluOp,
+    CalcFlags,
+    Engine,
+    Fp32Pass,
+    PerfMode,
+    TileGroup,
+    col_group,
+)
+
+__all__ = [
+    "OPCODES",
+    "Activation",
+    "DmaCopy",
+    "DmaLoad",
+    "Group",
+    "Instruction",
+    "LdWeightMx",
+    "LoadStationary",
+    "MatMul",
+    "MatmultMx",
+    "Memset",
+    "ReadOut",
+    "TensorCopy",
+    "TensorTensor",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadStationary:
+    """Latch the weight tile ``src`` [K, M] into array rows src.partition.. and columns
+    ``column``.. (seed 000 phase 1). ``fp32_pass`` selects the fp32 two-pass split: HI
+    latches bf16(w), LO latches bf16(w - bf16(w)); FULL latches w as its format gives it."""
+
+    src: AccessPattern
+    column: int = 0
+    row_group: TileGroup = TileGroup.ALL
+    col_group: TileGroup = TileGroup.ALL
+    perf_mode: PerfMode = PerfMode.NONE
+    fp32_pass: Fp32Pass = Fp32Pass.FULL
+
+
+@dataclass(frozen=True, slots=True)
+class MatMul:
+    """Stream ``moving`` [K, N] through the latched tile into PSUM ``dst`` [M, N] (phase 2).
+
+    ``stationary_dtype``, ``stationary_partition`` and the tile group say which latched
+    tile is used (the bundle carries no weights address). Zero points are subtracted
+    before the product: out = sum_k (moving - zp_moving) * (stationary - zp_stationary)
+    (seed 000, reference-model writeback). ``fp32_pass`` is FULL, or HI / LO for the first /
+    second pass of an fp32 lowering (the pass of the tile it streams against).
+    """
+
+    moving: AccessPattern
+    dst: AccessPattern
+    flags: CalcFlags
+    stationary_dtype: str
+    stationary_partition: int = 0
+    row_group: TileGroup = TileGroup.ALL
+    col_group: TileGroup = TileGroup.ALL
+    perf_mode: PerfMode = PerfMode.NONE
+    zp_moving: int = 0
+    zp_stationary: int = 0
+    fp32_pass: Fp32Pass = Fp32Pass.FULL
+
+
+@dataclass(frozen=True, slots=True)
+class LdWeightMx:
+    """gen4 MX weight load (seed 000 op 0x1009): latch an MX stationary tile [K, M].
+
+    The dual-address descriptor (seed 000 "Operand Binding and the Paired Scale": one
+    MXMEM_PATTERN1D holding the data ADDR4 and the E8M0 scale ADDR4 as a pair):
+
+    * ``src``: the data, SBUF partitions src.partition.. (P of them, a multiple of 8 from a
+      quadrant boundary), one free dim of M x4 containers, dtype ``fmt`` (4 bytes for mxfp8,
+      2 for mxfp4). Partition p, slot q holds contraction element k = 4p + q, so the logical
+      K is 4P (seed 000: K *= 4), at most 512 (docs/mx_layout.md).
+    * ``scale``: the E8M0 block scales, dtype ``e8m0``, same free shape as ``src``. Block g
+      (partitions 8g..8g+7) keeps its scale in its own quadrant at partition
+      ``scale.partition + 32*(g//4) + g%4``, where ``scale.partition - src.partition`` is the
+      quadrant offset 0, 4, 8 or 12 (FACTS "Hardware"); the pattern spans those rows.
+
+    There is no weight cache, no perf mode and no column tiling: the tile starts at
+    ``column`` 0 and the column group is forced to 15 (seed 000, generateMatmultMx
+    ``mov byte [r13+0x2D],0x0F``), so it is a property, not a field. ``row_group`` is the
+    quadrant rule of the data's partitions.
+    """
+
+    src: AccessPattern
+    scale: AccessPattern
+    column: int = 0
+    row_group: TileGroup = TileGroup.ALL
+    fmt: str = "mxfp8_e4m3"
+
+    @property
+    def col_group(self) -> TileGroup:
+        return col_group(0, 0, force=True)
+
+    @property
+    def k(self) -> int:
+        """Logical contraction elements: 4 per partition (seed 000 x4 unpack)."""
+        return 4 * self.src.partitions
+
+
+@dataclass(frozen=True, slots=True)
+class MatmultMx:
+    """gen4 MX matmul (seed 000 op 0x100A): stream an MX moving tile [K, N] through the tile
+    latched by the preceding :class:`LdWeightMx` into PSUM ``dst`` [M, N] (fp32).
+
+    ``moving``/``scale`` is the same dual-address descriptor as LdWeightMx's (N columns of x4
+    containers, dtype ``fmt``; E8M0 scales in each block's quadrant). ``dst`` stays a plain
+    pattern (seed 000). ``flags`` is the pre-packed accumulate byte (the same CalcFlags as a
+    MatMul's), copied verbatim to bundle byte 0x2B: bit0 START, bit1 STOP, bit2 ACCUMULATE;
+    the gen4 rule of :mod:`systolic.generation` accepts only {0, 1, 2, 3, 4, 6} (seed 000
+    checkAccumulationFlag), so 5 and 7 are refused by :func:`systolic.verify` and the
+    encoder, not here (a Program may hold them until it is verified).
+    ``stationary_fmt`` names the latched tile's format (the bundle has no weights address).
+    ``psum_zero_region`` is the PSUM bank that START clears (bundle byte 0x2F), i.e. the
+    bank ``dst`` lies in. Column group forced 15 and no perf mode, as for LdWeightMx.
+
+    Per block pair the product is scale_a x scale_b x (sum of the 32 element products),
+    block results summed in fp32 (OCP MX v1.0 section 6); the order of the additions is
+    :mod:`systolic.sim.functional_mx`'s docstring.
+    """
+
+    moving: AccessPattern
+    scale: AccessPattern
+    dst: AccessPattern
+    flags: CalcFlags
+    fmt: str = "mxfp8_e4m3"
+    stationary_fmt: str = "mxfp8_e4m3"
+    row_group: TileGroup = TileGroup.ALL
+    psum_zero_region: int = 0
+
+    @property
+    def col_group(self) -> TileGroup:
+        return col_group(0, 0, force=True)
+
+    @property
+    def k(self) -> int:
+        """Logical contraction elements: 4 per partition (seed 000 x4 unpack)."""
+        return 4 * self.moving.partitions
+
+
+@dataclass(frozen=True, slots=True)
+class DmaLoad:
+    """Copy device memory to SBUF (another engine's work; the timing model treats it as
+    overlapped). ``src`` and ``dst`` enumerate the same shape, element for element."""
+
+    src: AccessPattern
+    dst: AccessPattern
+
+
+@dataclass(frozen=True, slots=True)
+class ReadOut:
+    """Copy a finished PSUM result to device memory, as the engine that reads PSUM does.
+
+    Only a region whose accumulation group saw STOP may be read out; the region is then
+    free for a new START. The timing model charges it to the read-out engine."""
+
+    src: AccessPattern
+    dst: AccessPattern
+
+
+# --- engine instructions: what an NKI kernel does besides nc_matmul --------------------
+# The seeds name only the PE's instructions. These carry what the NKI front end records
+# (nisa.dma_copy, tensor_copy, tensor_tensor, memset, activation); each names the engine
+# whose queue runs it. Their values: systolic.sim; their cost: the whole-core timing.
+
+
+@dataclass(frozen=True, slots=True)
+class DmaCopy:
+    """A DMA transfer between any two of DRAM (HBM), SBUF (and PSUM where the generation
+    allows it); ``src`` and ``dst`` enumerate the same shape element for element, and the
+    dtypes must match (a DMA moves bytes, it does not cast). ``queue`` is the DMA queue
+    (0..arch DMA queues - 1) the transfer is issued on."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    queue: int = 0
+
+    engine = Engine.DMA
+
+
+@dataclass(frozen=True, slots=True)
+class TensorCopy:
+    """``nisa.tensor_copy``: dst = src, cast to dst's format (through fp32 when the formats
+    differ: NKI docs); runs on ``engine`` (Vector, Scalar or GpSimd)."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class TensorTensor:
+    """``nisa.tensor_tensor``: dst = op(a, b) elementwise, computed in fp32 and rounded to
+    dst's format; ``a``, ``b`` and ``dst`` have the same shape."""
+
+    a: AccessPattern
+    b: AccessPattern
+    dst: AccessPattern
+    op: AluOp = AluOp.ADD
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class Memset:
+    """``nisa.memset``: every element of dst = value (rounded to dst's format)."""
+
+    dst: AccessPattern
+    value: float = 0.0
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class Activation:
+    """``nisa.activation`` with a copy/identity function: dst = func(scale * src), on the
+    Scalar (Activation) engine."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    func: ActivationFunc = ActivationFunc.COPY
+    scale: float = 1.0
+    engine: Engine = Engine.SCALAR
+
+
+# The engine of the PE's own instructions (class attributes: not fields, not in the text).
+LoadStationary.engine = Engine.TENSOR  # type: ignore[attr-defined]
+MatMul.engine = Engine.TENSOR  # type: ignore[attr-defined]
+LdWeightMx.engine = Engine.TENSOR  # type: ignore[attr-defined]
+MatmultMx.engine = Engine.TENSOR  # type: ignore[attr-defined]
+DmaLoad.engine = Engine.DMA  # type: ignore[attr-defined]
+# ReadOut: the engine that reads PSUM and writes the result out (Vector: unsure which engine
+# the first release's read-out stands for; the whole-core timing decides).
+ReadOut.engine = Engine.VECTOR  # type: ignore[attr-defined]
+
+Instruction = (LoadStationary | MatMul | LdWeightMx | MatmultMx | DmaLoad | ReadOut | DmaCopy
+               | TensorCopy | TensorTensor | Memset | Activation)
+# Every instruction class, in the union's order (opcode order of counts() and the text form).
+OPCODES: tuple[type, ...] = typing.get_args(Instruction)
+
+
+class Group:
+    """Named groups of instruction kinds, declared once (tinygrad's ``GroupOp``): every
+    module that asks "is this a weight load / a compute / a DMA" reads these tuples, usable
+    directly with ``isinstance``."""
+
+    LOAD: tuple[type, ...] = (LoadStationary, LdWeightMx)  # latch a stationary tile
+    COMPUTE: tuple[type, ...] = (MatMul, MatmultMx)  # stream a moving tile into PSUM
+    PE: tuple[type, ...] = LOAD + COMPUTE  # the Tensor Engine's own instructions
+    MX: tuple[type, ...] = (LdWeightMx, MatmultMx)  # gen4 MX pair
+    DENSE: tuple[type, ...] = (LoadStationary, MatMul)
+    DMA: tuple[type, ...] = (DmaLoad, DmaCopy)  # transfers on the DMA queues
+    ELEMENTWISE: tuple[type, ...] = (TensorCopy, TensorTensor, Memset, Activation)
+    READOUT: tuple[type, ...] = (ReadOut,)
+
