@@ -23,7 +23,7 @@ from timer import best_interleaved
 
 from systolic.arch import get_arch
 from systolic.compiler import MatmulSpec, lower
-from systolic.isa import Program
+from systolic.compiler.bundle import decode_program, encode_program
 
 
 def main() -> None:
@@ -43,12 +43,12 @@ def main() -> None:
         arch = get_arch(name)
         gen = arch.generation
         program = lower(MatmulSpec(args.size, args.size, args.size, args.dtype), arch).program
-        data = program.to_bytes(gen)
+        data = encode_program(program, gen)
         pickled = pickle.dumps(program, protocol=5)
-        assert Program.from_bytes(data, gen) == program == pickle.loads(pickled)
+        assert decode_program(data, gen) == program == pickle.loads(pickled)
         t_enc, t_dec, t_pd, t_pl = best_interleaved([
-            lambda p=program, g=gen: p.to_bytes(g),
-            lambda d=data, g=gen: Program.from_bytes(d, g),
+            lambda p=program, g=gen: encode_program(p, g),
+            lambda d=data, g=gen: decode_program(d, g),
             lambda p=program: pickle.dumps(p, protocol=5),
             lambda s=pickled: pickle.loads(s),
         ], args.repeat)

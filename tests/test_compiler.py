@@ -22,6 +22,7 @@ from systolic import (
     round_to,
 )
 from systolic.compiler import MatmulSpec, lower
+from systolic.isa import Fp32Pass
 
 DENSE_FLOATS = ["bf16", "fp16", "fp32", "fp32r", "tf32", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn"]
 
@@ -101,10 +102,10 @@ def test_fp32_lowers_to_two_passes_and_never_caches() -> None:
     assert len(compute) == 4 * 2 * 8  # (load, mm, load, mm) per (k, n) step
     for j in range(0, len(compute), 4):
         l1, m1, l2, m2 = compute[j:j + 4]
-        assert isinstance(l1, LoadStationary) and l1.half == "hi"
-        assert isinstance(l2, LoadStationary) and l2.half == "lo"
-        assert isinstance(m1, MatMul) and m1.two_pass == 1
-        assert isinstance(m2, MatMul) and m2.two_pass == 2
+        assert isinstance(l1, LoadStationary) and l1.fp32_pass is Fp32Pass.HI
+        assert isinstance(l2, LoadStationary) and l2.fp32_pass is Fp32Pass.LO
+        assert isinstance(m1, MatMul) and m1.fp32_pass is Fp32Pass.HI
+        assert isinstance(m2, MatMul) and m2.fp32_pass is Fp32Pass.LO
         assert CalcFlags.STOP not in m1.flags and CalcFlags.START not in m2.flags
 
 

@@ -19,7 +19,7 @@ from systolic import (
     Space,
     round_to,
 )
-from systolic.isa import col_group, row_group
+from systolic.isa import Fp32Pass, col_group, row_group
 
 
 def build(k: int, m: int, n: int, steps: int, dtype: str, mode: PerfMode,
@@ -128,10 +128,11 @@ def test_fp32_two_pass_halves_add_up() -> None:
     dst = AccessPattern(Space.PSUM, 0, 8, 0, ((1, 16),), "fp32")
     rg, cg = row_group(0, 64), col_group(0, 8)
     prog = Program([
-        LoadStationary(w_ap, 0, rg, cg, half="hi"),
-        MatMul(x_ap, dst, CalcFlags.START, "fp32", 0, rg, cg, two_pass=1),
-        LoadStationary(w_ap, 0, rg, cg, half="lo"),
-        MatMul(x_ap, dst, CalcFlags.STOP | CalcFlags.ACCUMULATE, "fp32", 0, rg, cg, two_pass=2),
+        LoadStationary(w_ap, 0, rg, cg, fp32_pass=Fp32Pass.HI),
+        MatMul(x_ap, dst, CalcFlags.START, "fp32", 0, rg, cg, fp32_pass=Fp32Pass.HI),
+        LoadStationary(w_ap, 0, rg, cg, fp32_pass=Fp32Pass.LO),
+        MatMul(x_ap, dst, CalcFlags.STOP | CalcFlags.ACCUMULATE, "fp32", 0, rg, cg,
+               fp32_pass=Fp32Pass.LO),
     ])
     sim = FunctionalSimulator("trn2")
     sim.memory.write(w_ap, w)

@@ -7,9 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from systolic import AccessPattern, CalcFlags, LoadStationary, MatMul, PerfMode, Program, Space
-from systolic.asm import parse_program
 from systolic.errors import ParseError, ShapeError
-from systolic.isa import DmaLoad, ReadOut, col_group, row_group
+from systolic.isa import DmaLoad, Fp32Pass, ReadOut, col_group, row_group
 
 
 @pytest.mark.parametrize(("pos", "size", "want"), [
@@ -43,7 +42,7 @@ ReadOut src=PSUM[0:32]@0x0(1:100):fp32 dst=DRAM[0:32:400]@0x4000(1:100):fp32
 
 def test_small_program_text_round_trips() -> None:
     small = SMALL.replace("\\\n", "")
-    prog = parse_program(small)
+    prog = Program.parse(small)
     assert prog.text() == small
     mm = prog[2]
     assert isinstance(mm, MatMul)
@@ -71,13 +70,13 @@ def _ap(space: Space, dtype: str) -> st.SearchStrategy[AccessPattern]:
 INSTRUCTIONS = st.one_of(
     st.builds(LoadStationary, _ap(Space.SBUF, "bf16"), st.integers(0, 127),
               st.sampled_from([1, 2, 4, 8, 3, 12, 15]), st.sampled_from([1, 3, 15]),
-              st.sampled_from(list(PerfMode)), st.sampled_from(["full", "hi", "lo"])),
+              st.sampled_from(list(PerfMode)), st.sampled_from(list(Fp32Pass))),
     st.builds(MatMul, _ap(Space.SBUF, "fp8_e4m3"), _ap(Space.PSUM, "fp32"),
               st.sampled_from([CalcFlags(v) for v in range(8)]),
               st.sampled_from(["bf16", "fp8_e5m2"]), st.integers(0, 127),
               st.sampled_from([1, 15]), st.sampled_from([2, 15]),
               st.sampled_from(list(PerfMode)), st.integers(-128, 127), st.integers(0, 255),
-              st.integers(0, 2)),
+              st.sampled_from(list(Fp32Pass))),
     st.builds(DmaLoad, _ap(Space.DRAM, "int8"), _ap(Space.SBUF, "int8")),
     st.builds(ReadOut, _ap(Space.PSUM, "int48"), _ap(Space.DRAM, "int48")),
 )
@@ -98,5 +97,5 @@ def test_text_form_round_trips(instructions: list[object]) -> None:
 ])
 def test_parse_errors_name_the_line(text: str, match: str) -> None:
     with pytest.raises(ParseError, match=match) as info:
-        parse_program("# comment\n\n" + text)
+        Program.parse("# comment\n\n" + text)
     assert info.value.line == 3

@@ -169,7 +169,7 @@ DmaLoad src=DRAM[0:2:16]@0x340(1:16):e8m0 dst=SBUF[0:2]@0x10040(1:16):e8m0
 LdWeightMx src=SBUF[0:16]@0x0(1:8):mxfp4 scale=SBUF[0:2]@0x100(1:8):e8m0 row_group=1 \
 fmt=mxfp4
 MatmultMx moving=SBUF[0:16]@0x10000(1:16):mxfp4 scale=SBUF[0:2]@0x10040(1:16):e8m0 \
-dst=PSUM[0:8]@0x0(1:16):fp32 acc=3 fmt=mxfp4 stationary_fmt=mxfp4 row_group=1
+dst=PSUM[0:8]@0x0(1:16):fp32 flags=START|STOP fmt=mxfp4 stationary_fmt=mxfp4 row_group=1
 ReadOut src=PSUM[0:8]@0x0(1:16):fp32 dst=DRAM[0:8:64]@0x380(1:16):fp32
 """
 
@@ -192,20 +192,20 @@ def test_programs_are_only_pairs_dma_and_readout(m: int, k: int, n: int, fmt: st
     for i, ins in enumerate(p):  # always both, in order: no weight cache (seed 000)
         if isinstance(ins, MatmultMx):
             assert isinstance(p[i - 1], LdWeightMx)
-            assert ins.col_group == 15 and ins.acc in {1, 3, 4, 6}
+            assert ins.col_group == 15 and int(ins.flags) in {1, 3, 4, 6}
     assert Program.parse(p.text()) == p
 
 
 def test_accumulate_bytes_follow_start_accumulate_stop() -> None:
     p = lower(MatmulSpec(64, 2048, 64, "mxfp8_e5m2"), TRN3).program  # 4 K tiles, one group
-    assert [ins.acc for ins in p if isinstance(ins, MatmultMx)] == [1, 4, 4, 6]
+    assert [int(ins.flags) for ins in p if isinstance(ins, MatmultMx)] == [1, 4, 4, 6]
 
 
 # -- refusals ------------------------------------------------------------------------------
 def mx_program(acc: int = 3) -> Program:
     p = lower(MatmulSpec(8, 64, 16, "mxfp8_e4m3"), TRN3).program
-    return Program(dataclasses.replace(ins, acc=acc) if isinstance(ins, MatmultMx) else ins
-                   for ins in p)
+    return Program(dataclasses.replace(ins, flags=CalcFlags(acc))
+                   if isinstance(ins, MatmultMx) else ins for ins in p)
 
 
 @pytest.mark.parametrize("acc", [5, 7])

@@ -112,7 +112,7 @@ def check_timing(program: Program, run: object, arch: object) -> None:
         ins = program[i]
         assert isinstance(ins, MatMul)
         n = ins.moving.dims[-1][1]
-        p = (fp32 // 2 if ins.two_pass else fp32) if ins.moving.dtype in ("fp32", "fp32r") else 1
+        p = (fp32 // 2 if ins.fp32_pass else fp32) if ins.moving.dtype in ("fp32", "fp32r") else 1
         dur = p * (n - 1) + ins.moving.partitions + ins.dst.partitions - 1
         assert run.ends[i] - run.starts[i] == dur  # type: ignore[attr-defined]
     assert run.cycles == max(run.ends[i] for i in mm)  # type: ignore[attr-defined]

@@ -237,12 +237,12 @@ def check_rules(prog: Program, arch, sch) -> None:
             assert ends[i] - starts[i] == ceil(ins.src.dims[-1][1] / arch.ldweights_speedup)
         elif isinstance(ins, MatMul):
             fp32 = ins.moving.dtype == "fp32"
-            period = (2 if ins.two_pass else 4) if fp32 else 1
+            period = (2 if ins.fp32_pass else 4) if fp32 else 1
             n, k, m = ins.moving.dims[-1][1], ins.moving.partitions, ins.dst.partitions
             bounds = [0]
             if mms:
                 p = prog[mms[-1]]
-                pp = (2 if p.two_pass else 4) if p.moving.dtype == "fp32" else 1
+                pp = (2 if p.fp32_pass else 4) if p.moving.dtype == "fp32" else 1
                 bounds.append(starts[mms[-1]] + max(pp * p.moving.dims[-1][1],
                                                     arch.mm_init_latency))
             since = [j for j in range(mms[-1] + 1 if mms else 0, i)
