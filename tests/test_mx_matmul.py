@@ -288,7 +288,7 @@ def test_scale_offset_4_is_read_from_its_rows() -> None:
         LdWeightMx(src, AccessPattern(Space.SBUF, 4, 1, 64, ((1, 2),), "e8m0"), 0, 1, fmt),
         MatmultMx(dataclasses.replace(src, offset=128),
                   AccessPattern(Space.SBUF, 4, 1, 192, ((1, 2),), "e8m0"), dst,
-                  int(CalcFlags.START | CalcFlags.STOP), fmt, fmt, 1),
+                  CalcFlags.START | CalcFlags.STOP, fmt, fmt, 1),
     ])
     sim.run(prog)
     deq = mx.dequantize(q).astype(np.float64)

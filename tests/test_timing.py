@@ -185,8 +185,8 @@ def test_mx_instructions_follow_the_same_rules():
     mv = AccessPattern(Space.SBUF, 0, 128, 8192, ((1, 256),), "mxfp8_e4m3")
     mscale = AccessPattern(Space.SBUF, 0, 4, 16384, ((1, 64),), "e8m0")
     dst = AccessPattern(Space.PSUM, 0, 128, 0, ((1, 256),), "fp32")
-    prog = Program([LdWeightMx(data, scale), MatmultMx(mv, mscale, dst, 1),
-                    MatmultMx(mv, mscale, dst, 6)])
+    prog = Program([LdWeightMx(data, scale), MatmultMx(mv, mscale, dst, CalcFlags(1)),
+                    MatmultMx(mv, mscale, dst, CalcFlags(6))])
     sch = schedule(prog, arch)
     assert (sch.starts[0], sch.ends[0]) == (0, 32)
     assert list(sch.starts[1:]) == [32, 32 + 256]

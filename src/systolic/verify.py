@@ -152,8 +152,9 @@ class Checker:
 
     def _flags_for_gen(self, i: int, flags: CalcFlags) -> None:
         """The generation table's calc-byte rule, the same one the encoder applies."""
-        if not isinstance(flags, int) or isinstance(flags, bool):
-            self._fail(i, f"flags must be CalcFlags, not {flags!r}")
+        if not isinstance(flags, CalcFlags):
+            self._fail(i, f"flags must be CalcFlags (START, STOP, ACCUMULATE or'd together), "
+                          f"not {flags!r}")
         problem = rules(self.arch.generation).calc_problem(flags, self.arch.arch_level)
         if problem:
             self._fail(i, problem)
