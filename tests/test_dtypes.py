@@ -1,4 +1,8 @@
-"""Every format's rounding, checked against expectations derived from its bit layout."""
+"""Every format's rounding, checked against expectations derived from its bit layout.
+
+The formats under test are read from the format table (``FORMATS``), so a new format is
+tested as soon as it has a row; the references are ml_dtypes and float64 arithmetic.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +14,27 @@ from hypothesis import strategies as st
 
 from systolic import FORMATS, FormatError, decode, encode, get_format, round_to
 
-FLOATS = ["bf16", "fp16", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "fp4_e2m1", "tf32", "fp32r"]
-ML = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16, "fp8_e4m3": ml_dtypes.float8_e4m3,
-      "fp8_e4m3fn": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2,
-      "fp4_e2m1": ml_dtypes.float4_e2m1fn}
+FLOATS = [n for n, f in FORMATS.items() if f.kind == "float"]
+INTS = [n for n, f in FORMATS.items() if f.kind == "int"]
+
+
+def _is_own_storage(name: str) -> bool:
+    """The storage dtype is the format itself (ml_dtypes / numpy), not a wider container."""
+    f = FORMATS[name]
+    return int(ml_dtypes.finfo(f.storage).nmant) == f.man_bits
+
+
+# formats whose storage type is the format: ml_dtypes (or numpy) is the reference for them
+ML = {n: FORMATS[n].storage for n in FLOATS if _is_own_storage(n)}
+# formats kept in a wider container and rounded by this project (tf32, fp32r)
+CONTAINED = [n for n in FLOATS if not _is_own_storage(n)]
+
+
+def test_the_derived_lists_cover_the_seed_formats() -> None:
+    # the table-derived lists hold at least the formats the seeds and FACTS name
+    assert {"bf16", "fp16", "fp32", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "fp4_e2m1"} <= set(ML)
+    assert set(CONTAINED) == {"tf32", "fp32r"}
+    assert {"int8", "uint8", "int16", "int48"} <= set(INTS)
 
 
 def rne_reference(x: np.ndarray, man_bits: int, min_exp: int, max_val: float,
@@ -56,7 +77,7 @@ def test_edge_cases_follow_the_format(name: str) -> None:
         mx + ulp_at_max / 2,  # tie above max: to even, so overflows iff max is odd
         mx * 4 if mx < 1e37 else mx,
     ], dtype=np.float32)
-    got = round_to(cases, name).astype(np.float64)
+    got = round_to(cases, name, overflow="format").astype(np.float64)
     min_exp = int(np.log2(norm))
     expected = rne_reference(cases, f.man_bits, min_exp, mx, f.overflow)
     np.testing.assert_array_equal(got, expected)
@@ -73,34 +94,148 @@ def test_edge_cases_follow_the_format(name: str) -> None:
         assert got[12] == mx
 
 
+def _bound(name: str) -> tuple[float, bool]:
+    """The overflow threshold from the bit layout alone: max + half an ulp at max, and
+    whether the tie there rounds up (max's last mantissa bit is 1); independent of the
+    code's own ``Format.overflow_bound``."""
+    f = FORMATS[name]
+    _, e = np.frexp(f.max)  # f.max = m * 2**e, 0.5 <= m < 1
+    ulp = 2.0 ** (e - 1 - f.man_bits)
+    return f.max + ulp / 2, round(f.max / ulp) % 2 == 1
+
+
 @pytest.mark.parametrize("name", [n for n in FLOATS if n in ML])
 @given(st.lists(st.floats(width=32, allow_nan=False), min_size=1, max_size=64))
 def test_equals_ml_dtypes(name: str, values: list[float]) -> None:
     x = np.array(values, dtype=np.float32)
     with np.errstate(over="ignore"):
         expected = x.astype(ML[name]).astype(np.float32)
-    np.testing.assert_array_equal(round_to(x, name), expected)
+    np.testing.assert_array_equal(round_to(x, name, overflow="format"), expected)
+    # the default refuses exactly the values the format's own rule would send past max
+    t, tie_up = _bound(name)
+    ax = np.abs(x.astype(np.float64))
+    beyond = ((ax > t) | ((ax == t) & tie_up)) & np.isfinite(x)
+    if not FORMATS[name].inf:
+        beyond |= np.isinf(x)  # refused too, as "no infinity"
+    if beyond.any():
+        with pytest.raises(FormatError, match=r"holds at most|no infinity"):
+            round_to(x, name)
+    else:
+        np.testing.assert_array_equal(round_to(x, name), expected)
 
 
-@pytest.mark.parametrize("name", ["tf32", "fp32r"])
+@pytest.mark.parametrize("name", CONTAINED)
 @given(st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False), min_size=1,
                 max_size=32))
 def test_tf32_rounding_matches_float64_reference(name: str, values: list[float]) -> None:
     x = np.array(values, dtype=np.float32)
     f = get_format(name)
     expected = rne_reference(x, 10, -126, f.max, "inf")
-    np.testing.assert_array_equal(round_to(x, name).astype(np.float64), expected)
+    np.testing.assert_array_equal(round_to(x, name, overflow="format").astype(np.float64),
+                                  expected)
 
 
 def test_nan_policies() -> None:
     nan = np.array([np.nan], dtype=np.float32)
-    for name in ["bf16", "fp16", "fp8_e4m3", "fp8_e4m3fn", "fp8_e5m2", "tf32"]:
-        assert np.isnan(round_to(nan, name)).all()
+    for name in FLOATS:
+        if FORMATS[name].nan in ("ieee", "fn"):
+            assert np.isnan(round_to(nan, name)).all()
+        else:
+            with pytest.raises(FormatError, match="no NaN"):
+                encode(nan, name)
     with pytest.raises(FormatError, match="no NaN"):
         encode(nan, "fp4_e2m1")
-    # e4m3fn overflows to NaN, never to its max (FACTS "Numerics")
-    assert np.isnan(round_to(np.float32(500.0), "fp8_e4m3fn"))
+    # e4m3fn overflows to NaN, never to its max (FACTS "Numerics"), under its own rule
+    assert np.isnan(round_to(np.float32(500.0), "fp8_e4m3fn", overflow="format"))
     assert round_to(np.float32(460.0), "fp8_e4m3fn") == 448.0
+
+
+# quiet and signalling NaNs of both signs, with payloads in the kept and the dropped bits
+NAN_BITS = [0x7FC00000, 0x7F800001, 0x7FC00001, 0x7FFFFFFF, 0x7FA00000, 0xFF800001,
+            0xFFC00000, 0xFFFFFFFF]
+
+
+@pytest.mark.parametrize("name", CONTAINED)
+def test_nan_payloads_stay_nan_with_their_bits(name: str) -> None:
+    # A NaN is not rounded as a number: 0x7F800001 rounded as one would carry into inf
+    # (payload in the dropped bits), 0x7FFFFFFF would carry into the sign bit.
+    bits = np.array(NAN_BITS, dtype=np.uint32)
+    got = encode(bits.view(np.float32), name)
+    assert np.isnan(got).all()
+    np.testing.assert_array_equal(got.view(np.uint32), bits)  # passed through, bit for bit
+    assert list(np.signbit(got)) == [b >> 31 == 1 for b in NAN_BITS]
+
+
+# -- out-of-range values: one policy for every format (docs/NUMERICS.md) -----------------
+def _just_above(x: float) -> np.float32:
+    return np.nextafter(np.float32(x), np.float32(np.inf))
+
+
+def _just_below(x: float) -> np.float32:
+    return np.nextafter(np.float32(x), np.float32(0))
+
+
+@pytest.mark.parametrize("name", [n for n in FLOATS if FORMATS[n].max < 3e38])
+def test_out_of_range_is_refused_naming_the_max(name: str) -> None:
+    f = FORMATS[name]
+    t, tie_up = _bound(name)
+    first_over = np.float32(t) if tie_up else _just_above(t)
+    # below the threshold: rounds to max under every policy
+    for policy in ("error", "saturate", "format"):
+        got = round_to(np.array([_just_below(t), -_just_below(t)]), name, overflow=policy)
+        np.testing.assert_array_equal(got, [f.max, -f.max])
+    for x in (first_over, -first_over, np.float32(f.max * 4)):
+        with pytest.raises(FormatError, match=f"{name} holds at most {f.max:g}"):
+            encode(np.array([1.0, x], dtype=np.float32), name)
+        sat = round_to(np.array([x]), name, overflow="saturate")
+        assert sat[0] == np.copysign(f.max, x)
+        native = round_to(np.array([x]), name, overflow="format")[0]
+        if f.overflow == "inf":
+            assert native == np.copysign(np.inf, x)
+        elif f.overflow == "nan":
+            assert np.isnan(native)
+        else:
+            assert native == np.copysign(f.max, x)
+        if name in ML:  # the format's own rule is ml_dtypes' cast
+            with np.errstate(over="ignore"):
+                ml = np.float32(np.array([x]).astype(ML[name])[0])
+            np.testing.assert_array_equal(native, ml)
+
+
+@pytest.mark.parametrize("name", FLOATS)
+def test_infinities_follow_the_format(name: str) -> None:
+    f = FORMATS[name]
+    inf = np.array([np.inf, -np.inf], dtype=np.float32)
+    if f.inf:
+        np.testing.assert_array_equal(round_to(inf, name), inf)
+    else:
+        with pytest.raises(FormatError, match="no infinity"):
+            encode(inf, name)
+        np.testing.assert_array_equal(round_to(inf, name, overflow="saturate"),
+                                      [f.max, -f.max])
+
+
+def test_float64_beyond_float32_is_an_overflow() -> None:
+    # float64 1e39 is finite; float32 cannot hold it: refused, not turned into inf
+    with pytest.raises(FormatError, match="fp32 holds at most"):
+        encode(np.array([1e39]), "fp32")
+    assert round_to(np.array([1e39]), "fp32", overflow="saturate")[0] == FORMATS["fp32"].max
+    with pytest.raises(FormatError, match="overflow must be one of"):
+        encode(np.ones(1), "bf16", overflow="clip")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", INTS)
+def test_integers_refuse_or_saturate_at_their_range(name: str) -> None:
+    f = FORMATS[name]
+    bits = f.bits
+    lo, hi = (0, (1 << bits) - 1) if np.dtype(f.storage).kind == "u" else (
+        -(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    np.testing.assert_array_equal(round_to(np.array([lo, hi]), name), [lo, hi])
+    for bad in (lo - 1, hi + 1):
+        with pytest.raises(FormatError, match=f"holds {lo}..{hi}"):
+            encode(np.array([bad]), name)
+    np.testing.assert_array_equal(round_to(np.array([lo - 1, hi + 1]), name,
+                                           overflow="saturate"), [lo, hi])
 
 
 def test_float64_input_is_read_as_float32_first() -> None:

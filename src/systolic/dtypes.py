@@ -14,6 +14,22 @@ Traps handled on purpose (FACTS "Numerics", verified with ml_dtypes 0.6.0):
   exponent (:func:`e8m0_from_exponent`), never by casting a float.
 * ``tf32`` and ``fp32r`` have no ml_dtypes type; they live in float32 containers and are
   rounded to a 10-bit mantissa by integer arithmetic on the float32 bits (RNE).
+
+Out-of-range values, one policy for every format (:func:`encode`'s ``overflow``):
+
+* ``"error"`` (the default): a finite value whose nearest-even rounding lies beyond the
+  format's largest finite value raises :class:`FormatError` naming that maximum, as the
+  integer formats always did. Without it, ``fp8_e4m3`` turned 300 into inf silently (and
+  the product into NaN), ``fp8_e4m3fn`` turned 500 into NaN and ``fp4_e2m1`` turned 100
+  into 6. An infinity is refused only by a format that has none (``fp8_e4m3fn``, fp4).
+* ``"saturate"``: such values (and infinities, for a format without them) become +-max;
+  integers clamp to their range.
+* ``"format"``: the format's own rule (:attr:`Format.overflow`: inf, NaN or saturate, as
+  ml_dtypes casts), for callers that model the hardware's cast of an intermediate.
+
+The threshold is derived from the table: max plus half its ulp, a tie rounding up exactly
+when max's last mantissa bit is 1 (bf16, fp16, fp8_e4m3, fp8_e5m2, tf32) and down when it
+is 0 (fp8_e4m3fn: 464 rounds to 448). Documented in docs/NUMERICS.md.
 """
 
 from __future__ import annotations
@@ -41,6 +57,9 @@ __all__ = [
 
 Kind = Literal["float", "int", "scale", "mx"]
 Overflow = Literal["inf", "nan", "saturate", "error"]
+# What encode does with values beyond a format's range (module docstring).
+OverflowPolicy = Literal["error", "saturate", "format"]
+_POLICIES = ("error", "saturate", "format")
 NanPolicy = Literal["ieee", "fn", "none", "e8m0"]
 
 
@@ -102,6 +121,17 @@ class Format:
 
     def code(self, generation: int) -> int:
         return self.codes[generation] if generation in self.codes else self.codes[0]
+
+    @property
+    def overflow_bound(self) -> tuple[float, bool]:
+        """(t, tie_up): a finite value overflows when |x| > t, or |x| == t and tie_up.
+
+        t is max plus half an ulp at max; at the tie, round-to-nearest-even goes up (out of
+        range) exactly when max's last mantissa bit is 1. Derived from ``max`` and
+        ``man_bits``, for the float kinds.
+        """
+        ulp = 2.0 ** (np.floor(np.log2(self.max)) - self.man_bits)
+        return float(self.max + ulp / 2), int(self.max / ulp) % 2 == 1
 
 
 def _codes(code: int) -> Mapping[int, int]:
@@ -221,13 +251,64 @@ def _round_mantissa(x32: np.ndarray, man_bits: int) -> np.ndarray:
     return out.view(np.float32)
 
 
-def encode(x: object, fmt: str | Format) -> np.ndarray:
+def _overflowing(arr: np.ndarray, x32: np.ndarray, f: Format) -> np.ndarray | None:
+    """Mask of the finite inputs whose rounding to ``f`` lies beyond +-max, or None if none.
+
+    A value wider than float32 that float32 cannot hold (1e39 as float64) overflows too.
+    """
+    t, tie_up = f.overflow_bound
+    a = np.abs(x32)
+    big: np.ndarray | None = None
+    if t < float(np.finfo(np.float32).max):  # fp32 itself: only the wide inputs below
+        with np.errstate(invalid="ignore"):
+            big = ((a >= np.float32(t)) if tie_up else (a > np.float32(t))) & (a < np.inf)
+    if arr.dtype.itemsize > 4 or arr.dtype.kind in "iu":
+        inf32 = np.isinf(a)
+        if inf32.any():
+            with np.errstate(invalid="ignore", over="ignore"):
+                wide = inf32 & np.isfinite(arr.astype(np.float64))
+            big = wide if big is None else big | wide
+    return big if big is not None and big.any() else None
+
+
+def _apply_overflow(arr: np.ndarray, x32: np.ndarray, f: Format,
+                    policy: OverflowPolicy) -> np.ndarray:
+    """``x32`` with the overflow policy applied (module docstring); raises for "error"."""
+    if policy == "format":
+        return x32
+    big = _overflowing(arr, x32, f)
+    inf_in = None  # infinite inputs, for a format that has no infinity
+    if not f.inf:
+        m = np.isinf(x32) if big is None else np.isinf(x32) & ~big
+        inf_in = m if m.any() else None
+    if big is None and inf_in is None:
+        return x32
+    if policy == "error":
+        if big is not None:
+            worst = float(np.max(np.abs(np.asarray(arr, dtype=np.float64)[big])))
+            raise FormatError(
+                f"{f.name} holds at most {f.max:g} in magnitude; got {worst:g}, which would "
+                f"round to {'inf' if f.inf else 'NaN' if f.nan == 'fn' else f'{f.max:g}'}: "
+                f"scale the input, or encode with overflow='saturate'")
+        raise FormatError(f"{f.name} has no infinity; got an infinite input: pass finite "
+                          f"values, or encode with overflow='saturate'")
+    mask = np.zeros(x32.shape, dtype=bool)
+    for part in (big, inf_in):
+        if part is not None:
+            mask |= part
+    return np.where(mask, np.copysign(np.float32(f.max), x32), x32).astype(np.float32)
+
+
+def encode(x: object, fmt: str | Format, *, overflow: OverflowPolicy = "error") -> np.ndarray:
     """Round ``x`` (read as float32) to ``fmt`` and return it in the format's storage dtype.
 
     Raises :class:`FormatError` for values a format cannot hold without a silent change:
-    non-integers or out-of-range values for integer formats, NaN for fp4_e2m1.
+    non-integers for integer formats, NaN for fp4_e2m1, and (``overflow="error"``, the
+    default) values beyond the format's range; ``overflow`` is the module docstring's policy.
     """
     f = get_format(fmt)
+    if overflow not in _POLICIES:
+        raise FormatError(f"overflow must be one of {', '.join(_POLICIES)}, not {overflow!r}")
     if f.kind == "mx":
         raise FormatError(f"{f.name} is block-scaled: quantize with systolic.mx.quantize")
     if f.kind == "int":
@@ -241,14 +322,18 @@ def encode(x: object, fmt: str | Format) -> np.ndarray:
             vals = a64.astype(np.int64)
         lo, hi = (-(1 << 47), (1 << 47) - 1) if f.name == "int48" else (
             int(np.iinfo(f.storage).min), int(np.iinfo(f.storage).max))
+        if overflow == "saturate":
+            vals = np.clip(vals, lo, hi)
         if vals.size and (vals.min() < lo or vals.max() > hi):
             raise FormatError(
                 f"{f.name} holds {lo}..{hi}; got values from {vals.min()} to {vals.max()}"
             )
         return vals.astype(f.storage)
-    x32 = _as_float32(x)
+    with np.errstate(over="ignore"):  # float64 beyond float32: caught as overflow below
+        x32 = _as_float32(x)
     if f.kind == "scale":
         raise FormatError("e8m0 scales are built from exponents: use e8m0_from_exponent")
+    x32 = _apply_overflow(np.asarray(x), x32, f, overflow)
     if f.name in ("tf32", "fp32r"):
         return _round_mantissa(x32, f.man_bits)
     if f.name == "fp4_e2m1" and np.isnan(x32).any():
@@ -271,9 +356,11 @@ def decode(raw: np.ndarray, fmt: str | Format) -> np.ndarray:
     return arr.astype(np.float32)
 
 
-def round_to(x: object, fmt: str | Format) -> np.ndarray:
-    """The values ``x`` takes in ``fmt``, as float32 (int64 for integer formats)."""
-    return decode(encode(x, fmt), fmt)
+def round_to(x: object, fmt: str | Format, *,
+             overflow: OverflowPolicy = "error") -> np.ndarray:
+    """The values ``x`` takes in ``fmt``, as float32 (int64 for integer formats); ``overflow``
+    as :func:`encode`."""
+    return decode(encode(x, fmt, overflow=overflow), fmt)
 
 
 def e8m0_from_exponent(exp: np.ndarray | int) -> np.ndarray:
