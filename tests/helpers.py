@@ -45,3 +45,29 @@ def require_module(name: str, what: str) -> object:
     except ImportError:
         missing_extra(what)
         raise AssertionError from None  # unreachable: missing_extra raises
+
+
+def _normalise_text(text: str) -> list[str]:
+    """Program text as comparable lines: backslash-newline continuations joined, runs of
+    whitespace made one space, blank lines and ``#`` comments dropped."""
+    import re
+
+    lines = []
+    for raw in text.replace("\\\n", " ").splitlines():
+        line = re.sub(r"\s+", " ", raw).strip()
+        if line and not line.startswith("#"):
+            lines.append(line)
+    return lines
+
+
+def assert_program_text(got: object, expected: str) -> None:
+    """Assert a Program (or its text) reads as the inline golden ``expected``, the way
+    Amaranth's ``assertRepr`` compares IR: layout-insensitive (see :func:`_normalise_text`),
+    and a mismatch fails with a unified diff of the two texts, line by line."""
+    import difflib
+
+    text = got if isinstance(got, str) else got.text()  # type: ignore[attr-defined]
+    have, want = _normalise_text(text), _normalise_text(expected)
+    if have != want:
+        diff = "\n".join(difflib.unified_diff(want, have, "expected", "got", lineterm=""))
+        raise AssertionError(f"program text differs from the golden text:\n{diff}")
