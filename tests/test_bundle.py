@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from systolic.arch import ARCHS, get_arch
-from systolic.compiler import MatmulSpec, lower
+from systolic.arch import ARCHS, Arch, get_arch
+from systolic.compiler import MatmulSpec, bundle_doc, lower
 from systolic.compiler.bundle import decode_program, encode_program
 from systolic.dtypes import FORMATS
-from systolic.errors import ArchError, BundleError
+from systolic.errors import ArchError, BundleError, VerifyError
 from systolic.isa import (
     AccessPattern,
     CalcFlags,
@@ -35,6 +36,7 @@ from systolic.isa import (
     col_group,
     row_group,
 )
+from systolic.verify import verify
 
 B = 64
 
@@ -484,3 +486,81 @@ def test_a_new_field_encodes_only_at_its_default(monkeypatch: pytest.MonkeyPatch
     assert decode_program(encode_program(Program([ins]), 4), 4) == Program([ins])
     with pytest.raises(BundleError, match="field block = 64 has no position"):
         encode_program(Program([ext(**fields, block=64)]), 4)
+
+
+# -- one rule for the calc byte, read by the verifier and the encoder --------------------
+def _verify_flags_problem(flags: CalcFlags, arch: Arch) -> str:
+    """The verifier's complaint about ``flags`` on a lone latched MatMul, or ""."""
+    ld = LoadStationary(sbuf(32, 32, 0, ((1, 32),)), 64, row_group(32, 32), col_group(64, 32))
+    try:
+        verify(Program([ld, dataclasses.replace(matmul(), flags=flags)]), arch)
+    except VerifyError as exc:
+        if exc.index == 1 and ("ACCUMULATE bit" in exc.message
+                               or "accumulate byte" in exc.message):
+            return exc.message
+    return ""
+
+
+@pytest.mark.parametrize("arch", ["trn1", "trn2", "trn3"])
+@pytest.mark.parametrize("value", range(8))
+def test_verifier_and_encoder_agree_on_every_calc_byte(arch: str, value: int) -> None:
+    # seed 000: gen2 writes START/STOP only; gen3 the 3-bit field; gen4 {0,1,2,3,4,6}
+    seed_bytes = {2: range(4), 3: range(8), 4: (0, 1, 2, 3, 4, 6)}
+    a = get_arch(arch)
+    flags = CalcFlags(value)
+    refused_by_verify = bool(_verify_flags_problem(flags, a))
+    try:
+        encode_program(Program([dataclasses.replace(matmul(), flags=flags)]), a)
+        refused_by_encoder = False
+    except BundleError as exc:
+        assert exc.offset == 0x2B
+        refused_by_encoder = True
+    assert refused_by_verify == refused_by_encoder == (value not in seed_bytes[a.generation])
+
+
+@pytest.mark.parametrize("value", [5, 7])
+def test_gen4_dense_calc_byte_5_and_7_are_refused_by_verify(value: int) -> None:
+    assert "accumulate byte" in _verify_flags_problem(CalcFlags(value), get_arch("trn3"))
+
+
+def test_gen3_above_arch_level_40_never_writes_the_calc_byte() -> None:
+    # seed 000 QUIRK: generateMatMulAccumulateFlag returns without touching +0x2B above
+    # level 40; the encoder refuses rather than write the byte, naming the memset path
+    high = dataclasses.replace(get_arch("trn2"), arch_level=41)
+    with pytest.raises(BundleError, match=r"does not write the calc byte \+0x2B") as err:
+        encode_program(Program([matmul()]), high)
+    assert err.value.offset == 0x2B and "explicit-memset" in err.value.message
+    data = encode_program(Program([matmul()]), get_arch("trn2"))  # level 30: written
+    assert data[0x2B] == int(CalcFlags.START | CalcFlags.STOP)
+    with pytest.raises(BundleError, match="does not write the calc byte"):
+        decode_program(data, high)
+    # instructions without a calc byte encode at any level, identically
+    ld = LoadStationary(sbuf(32, 32, 0, ((1, 32),)), 64, row_group(32, 32), col_group(64, 32))
+    assert encode_program(Program([ld]), high) == encode_program(Program([ld]), 3)
+    assert decode_program(encode_program(Program([ld]), high), high) == Program([ld])
+
+
+# -- the documented table is the encoder's table ----------------------------------------
+def test_docs_bundle_tables_are_the_layouts() -> None:
+    # docs/bundles.md carries the generated tables; a field moved in bundle.py (or the doc
+    # edited by hand) fails here until `python3 -m systolic.compiler.bundle_doc --write
+    # docs/bundles.md` is run and the diff reviewed, so every offset is pinned.
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "bundles.md").read_text()
+    start, end = doc.index(bundle_doc.BEGIN), doc.index(bundle_doc.END)
+    assert doc[start:end + len(bundle_doc.END) + 1] == bundle_doc.layout_tables()
+    assert bundle_doc.splice(doc) == doc
+
+
+def test_doc_offsets_match_the_bytes_written() -> None:
+    # independent of the layout objects: each documented field's bytes change when (and
+    # only when) that field's value changes in an encoded MatMul (gen3)
+    base = encode_program(Program([matmul()]), 3)
+    changes = {0x1A: {"zp_moving": 7}, 0x1C: {"zp_stationary": 7},
+               0x19: {"stationary_partition": 7}, 0x1E: {"fp32_pass": Fp32Pass.LO},
+               0x21: {"perf_mode": PerfMode.DOUBLE_ROW_SW_INTERLEAVE},
+               0x2B: {"flags": CalcFlags.START}}
+    for off, change in changes.items():
+        got = encode_program(Program([dataclasses.replace(matmul(), **change)]), 3)
+        diff = {i for i in range(4, B) if got[i] != base[i]}
+        assert min(diff) == off, (change, sorted(diff))
+        assert f"| +0x{off:02X} |" in bundle_doc.layout_tables()

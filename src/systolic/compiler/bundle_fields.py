@@ -181,6 +181,10 @@ class Codec:
     names: tuple[str, ...] = ()
     span: tuple[int, ...] = ()
 
+    def describe(self) -> list[tuple[int, int, str]]:
+        """(offset, bytes, what) of each part, for the generated table in docs/bundles.md."""
+        raise NotImplementedError
+
     def put(self, buf: bytearray, values: Values, gen: int) -> None:
         raise NotImplementedError
 
@@ -199,6 +203,10 @@ class Int(Codec):
         self.names, self.span = (name,), byte_range(off, nbytes)
         self.name, self.off, self.nbytes, self.signed = name, off, nbytes, signed
 
+    def describe(self) -> list[tuple[int, int, str]]:
+        kind = f"{'i' if self.signed else 'u'}{8 * self.nbytes}"
+        return [(self.off, self.nbytes, f"`{self.name}` ({kind})")]
+
     def put(self, buf: bytearray, values: Values, gen: int) -> None:
         put_int(buf, self.off, self.nbytes, self.signed, values[self.name], self.name)
 
@@ -214,6 +222,9 @@ class EnumByte(Codec):
 
     def _choices(self) -> str:
         return ", ".join(f"{m.name.lower()} ({int(m)})" for m in self.kind)
+
+    def describe(self) -> list[tuple[int, int, str]]:
+        return [(self.off, 1, f"`{self.name}`: {self._choices()}")]
 
     def put(self, buf: bytearray, values: Values, gen: int) -> None:
         value = values[self.name]
@@ -236,6 +247,11 @@ class Perf(Codec):
 
     def __init__(self, off: int) -> None:
         self.names, self.span, self.off = ("perf_mode",), (off,), off
+
+    def describe(self) -> list[tuple[int, int, str]]:
+        known = ", ".join(f"{int(m)} {m.spelling}" for m in PerfMode
+                          if m not in UNENCODED_PERF_MODES)
+        return [(self.off, 1, f"`perf_mode` (MatmultPerfMode: {known})")]
 
     def put(self, buf: bytearray, values: Values, gen: int) -> None:
         mode = values["perf_mode"]
@@ -265,6 +281,9 @@ class Flags(Codec):
         self.names, self.span, self.off = ("flags",), (off,), off
         self.valid, self.why = gen_rules.calc_bytes, gen_rules.calc_why
 
+    def describe(self) -> list[tuple[int, int, str]]:
+        return [(self.off, 1, "`flags`: calc byte, bit0 START, bit1 STOP, bit2 ACCUMULATE")]
+
     def put(self, buf: bytearray, values: Values, gen: int) -> None:
         flags = values["flags"]
         if isinstance(flags, bool) or not isinstance(flags, int) or int(flags) not in self.valid:
@@ -286,6 +305,9 @@ class DtypeByte(Codec):
     def __init__(self, name: str, off: int) -> None:
         self.names, self.span, self.name, self.off = (name,), (off,), name, off
 
+    def describe(self) -> list[tuple[int, int, str]]:
+        return [(self.off, 1, f"`{self.name}` (dtype byte)")]
+
     def put(self, buf: bytearray, values: Values, gen: int) -> None:
         buf[self.off] = dtype_byte(values[self.name], gen, self.off, self.name)
 
@@ -298,6 +320,9 @@ class Const(Codec):
 
     def __init__(self, off: int, value: int, why: str) -> None:
         self.span, self.off, self.value, self.why = (off,), off, value, why
+
+    def describe(self) -> list[tuple[int, int, str]]:
+        return [(self.off, 1, f"always {self.value:#04x} (checked)")]
 
     def put(self, buf: bytearray, values: Values, gen: int) -> None:
         buf[self.off] = self.value
@@ -314,6 +339,9 @@ class Derived(Codec):
     def __init__(self, what: str, off: int, nbytes: int, fn: Callable[[Values], int]) -> None:
         self.span, self.what, self.off, self.nbytes, self.fn = byte_range(off, nbytes), what, off, \
             nbytes, fn
+
+    def describe(self) -> list[tuple[int, int, str]]:
+        return [(self.off, self.nbytes, f"{self.what} (u{8 * self.nbytes}, derived, checked)")]
 
     def put(self, buf: bytearray, values: Values, gen: int) -> None:
         put_int(buf, self.off, self.nbytes, False, self.fn(values), self.what)
@@ -345,6 +373,10 @@ class Gen2Groups(Codec):
     def __init__(self, row: int, col: int, norm: int) -> None:
         self.span, self.row, self.col, self.norm = (row, col, norm), row, col, norm
 
+    def describe(self) -> list[tuple[int, int, str]]:
+        return [(self.row, 1, "`row_group`"), (self.col, 1, "`col_group`"),
+                (self.norm, 1, "normalised column group (derived, checked)")]
+
     def put(self, buf: bytearray, values: Values, gen: int) -> None:
         buf[self.row] = _group(values["row_group"], self.row, "row_group")
         buf[self.col] = c = _group(values["col_group"], self.col, "col_group")
@@ -367,6 +399,9 @@ class WordGroups(Codec):
     def __init__(self, off: int) -> None:
         self.span, self.off = (off, off + 1), off
 
+    def describe(self) -> list[tuple[int, int, str]]:
+        return [(self.off, 2, "`col_group << 8 | row_group` (u16)")]
+
     def put(self, buf: bytearray, values: Values, gen: int) -> None:
         row = _group(values["row_group"], self.off, "row_group")
         col = _group(values["col_group"], self.off + 1, "col_group")
@@ -382,6 +417,9 @@ class GroupByte(Codec):
 
     def __init__(self, name: str, off: int) -> None:
         self.names, self.span, self.name, self.off = (name,), (off,), name, off
+
+    def describe(self) -> list[tuple[int, int, str]]:
+        return [(self.off, 1, f"`{self.name}`")]
 
     def put(self, buf: bytearray, values: Values, gen: int) -> None:
         buf[self.off] = _group(values[self.name], self.off, self.name)

@@ -88,6 +88,14 @@ class OnChipPattern(Codec):
         self.addr, self.dims, self.parts, self.dtype = addr, dims, parts, dtype
         self.span = (*byte_range(addr, 4), *byte_range(dims, 12), parts, dtype)
 
+    def describe(self) -> list[tuple[int, int, str]]:
+        n = self.name
+        return [(self.addr, 4, f"`{n}` ADDR4: region bits 28..29, start address (partition "
+                               f"folded in) bits 0..27"),
+                (self.dims, 12, f"`{n}` dims: 3 x (i16 step, u16 num)"),
+                (self.parts, 1, f"`{n}` partitions (u8)"),
+                (self.dtype, 1, f"`{n}` dtype byte")]
+
     def put(self, buf: bytearray, values: Values, gen: int) -> None:
         ap = _ap(values[self.name], self.addr, self.name)
         if ap.space not in _REGION:
@@ -134,6 +142,9 @@ class DramPattern(Codec):
     def __init__(self, name: str, off: int) -> None:
         self.names, self.name, self.off = (name,), name, off
         self.span = byte_range(off, DRAM_AP_BYTES)
+
+    def describe(self) -> list[tuple[int, int, str]]:
+        return [(self.off, DRAM_AP_BYTES, f"`{self.name}` DRAM pattern (41 bytes, below)")]
 
     def put(self, buf: bytearray, values: Values, gen: int) -> None:
         o = self.off
