@@ -19,7 +19,7 @@ from systolic import (
     get_arch,
     verify,
 )
-from systolic.isa import col_group, row_group
+from systolic.isa import Fp32Pass, col_group, row_group
 
 S, P, D = Space.SBUF, Space.PSUM, Space.DRAM
 
@@ -136,3 +136,66 @@ def test_double_column_passes_the_validator() -> None:
             mm(128, 32, 64, SS, "fp8_e4m3", mode=PerfMode.DOUBLE_COLUMN)]
     verify(Program(prog), "trn2")
     fails(prog, "trn1", 0, "not supported on trn1")
+
+
+def test_tile_start_must_be_a_multiple_of_its_size() -> None:
+    # a 64-row tile at partition 32 would be tagged 3 (the LUT's idx = 1) while it occupies
+    # quadrants 1 and 2: refused (NKI: tile_position a multiple of tile_size)
+    off = AccessPattern(S, 32, 64, 0, ((1, 32),), "bf16")
+    fails([LoadStationary(off, 0, row_group(32, 64), col_group(0, 32))], "trn2", 0,
+          r"tile rows 32\.\.95: .*multiple of 64, not at 32")
+    fails([LoadStationary(sb(32, 64), 32, row_group(0, 32), col_group(32, 64))], "trn2", 0,
+          r"tile columns 32\.\.95: .*multiple of 64")
+    fails([LoadStationary(AccessPattern(S, 16, 16, 0, ((1, 8),), "bf16"), 0,
+                          row_group(16, 16), col_group(0, 8))], "trn2", 0, "multiple of 32")
+    # the aligned tiles of each size pass, wherever they sit
+    for row, rows in [(96, 32), (64, 64), (0, 128), (32, 20)]:
+        ap = AccessPattern(S, row, rows, 0, ((1, 32),), "bf16")
+        verify(Program([LoadStationary(ap, 0, row_group(row, rows), col_group(0, 32))]),
+               "trn2")
+
+
+def test_gen4_dense_calc_bytes_5_and_7_are_refused() -> None:
+    # one rule with the encoder (generation table): {0,1,2,3,4,6} on gen4, dense as MX
+    for flags in (CalcFlags.START | CalcFlags.ACCUMULATE, CalcFlags(7)):
+        fails([load(128, 128), mm(128, 128, 64, flags)], "trn3", 1,
+              f"accumulate byte {int(flags)} is not one of")
+    verify(Program([load(128, 128), mm(128, 128, 64, CalcFlags(3))]), "trn3")
+
+
+def test_perf_mode_must_match_the_latched_tile() -> None:
+    fails([load(64, 32, "fp8_e4m3", PerfMode.DOUBLE_ROW),
+           mm(64, 32, 100, SS, "fp8_e4m3", mode=PerfMode.DOUBLE_ROW_SW_INTERLEAVE)], "trn2", 1,
+          "perf mode double_row_sw_interleave differs from the latched tile's double_row")
+
+
+def test_fp8_e4m3fn_does_not_mix_with_the_legacy_e4m3() -> None:
+    fails([load(128, 32, "fp8_e4m3fn"), mm(128, 32, 64, SS, "fp8_e4m3", sdtype="fp8_e4m3fn")],
+          "trn3", 1, "fp8_e4m3fn does not mix with the legacy fp8_e4m3")
+
+
+def test_zero_points_belong_to_integers() -> None:
+    fails([load(128, 128), dataclasses.replace(mm(128, 128, 64, SS), zp_moving=3)], "trn2", 1,
+          "zero points belong to the integer path")
+    fails([load(128, 128), dataclasses.replace(mm(128, 128, 64, SS), zp_stationary=-1)],
+          "trn2", 1, "zero points belong to the integer path")
+    ints = [load(128, 128, "int8"), dataclasses.replace(
+        mm(128, 128, 64, SS, "int8"), zp_moving=3, zp_stationary=-1,
+        dst=AccessPattern(P, 0, 128, 0, ((1, 64),), "int48"))]
+    verify(Program(ints), "trn2")
+
+
+def test_fp32_pass_range_and_format() -> None:
+    fails([load(128, 128), dataclasses.replace(mm(128, 128, 64, SS), fp32_pass=3)], "trn2", 1,
+          "fp32_pass must be an Fp32Pass")
+    fails([dataclasses.replace(load(128, 128), fp32_pass="hi")], "trn2", 0,
+          "fp32_pass must be an Fp32Pass")
+    fails([dataclasses.replace(load(128, 128), fp32_pass=Fp32Pass.HI)], "trn2", 0,
+          "the hi/lo split is the fp32 two-pass lowering")
+    verify(Program([dataclasses.replace(load(128, 128, "fp32"), fp32_pass=Fp32Pass.LO)]),
+           "trn2")
+
+
+def test_flags_must_be_calc_flags() -> None:
+    fails([load(128, 128), dataclasses.replace(mm(128, 128, 64, SS), flags=3)], "trn2", 1,
+          "flags must be CalcFlags")
