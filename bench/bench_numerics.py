@@ -52,6 +52,17 @@ DATA: dict[str, Callable[[np.random.Generator, tuple[int, int]], np.ndarray]] = 
 }
 
 
+def product_error(a: np.ndarray, b: np.ndarray, ref: np.ndarray, dtype: str, arch: str,
+                  rule: str) -> float | None:
+    """The product's relative error, or None where the operands do not fit the format
+    (dtypes refuses values beyond its range: docs/NUMERICS.md "Out-of-range values")."""
+    try:
+        out = systolic.matmul(a, b, dtype=dtype, arch=arch, mx_rule=rule).out
+    except systolic.FormatError:
+        return None
+    return rel_error(out, ref)
+
+
 def rel_error(out: np.ndarray, ref: np.ndarray) -> float:
     """Frobenius-norm relative error; inf if the result holds inf or NaN."""
     if not np.all(np.isfinite(out)):
@@ -73,13 +84,18 @@ def measure(m: int, n: int, trials: int, seed: int) -> list[dict[str, object]]:
         for label, dtype, arch, rule in FORMATS:
             row: dict[str, object] = {"format": label, "data": data, "arch": arch}
             for k in KS:
-                errs = [rel_error(systolic.matmul(a, b, dtype=dtype, arch=arch,
-                                                  mx_rule=rule).out, ref)
-                        for a, b, ref in (operands[k, t] for t in range(trials))]
-                row[f"median_k{k}"] = float(np.median(errs))
-                row[f"max_k{k}"] = float(np.max(errs))
+                got = [product_error(a, b, ref, dtype, arch, rule)
+                       for a, b, ref in (operands[k, t] for t in range(trials))]
+                errs = [e for e in got if e is not None]
+                # a refused trial has no error to rank: the cell says so (None)
+                row[f"median_k{k}"] = float(np.median(errs)) if 2 * len(errs) > trials else None
+                row[f"max_k{k}"] = float(np.max(errs)) if len(errs) == trials else None
             rows.append(row)
     return rows
+
+
+def _cell(value: object) -> str:
+    return "refused" if value is None else f"{value:.2e}"
 
 
 def markdown(rows: list[dict[str, object]]) -> str:
@@ -90,7 +106,7 @@ def markdown(rows: list[dict[str, object]]) -> str:
     for r in rows:
         cells = []
         for k in KS:
-            cells += [f"{r[f'median_k{k}']:.2e}", f"{r[f'max_k{k}']:.2e}"]
+            cells += [_cell(r[f"median_k{k}"]), _cell(r[f"max_k{k}"])]
         lines.append(f"| {r['format']} | {r['arch']} | {r['data']} | " + " | ".join(cells)
                      + " |")
     return "\n".join(lines)

@@ -289,9 +289,11 @@ def _apply_overflow(arr: np.ndarray, x32: np.ndarray, f: Format,
             raise FormatError(
                 f"{f.name} holds at most {f.max:g} in magnitude; got {worst:g}, which would "
                 f"round to {'inf' if f.inf else 'NaN' if f.nan == 'fn' else f'{f.max:g}'}: "
-                f"scale the input, or encode with overflow='saturate'")
+                f"scale the input, or saturate it first (round_to(x, {f.name!r}, "
+                f"overflow='saturate'))")
         raise FormatError(f"{f.name} has no infinity; got an infinite input: pass finite "
-                          f"values, or encode with overflow='saturate'")
+                          f"values, or saturate them first (round_to(x, {f.name!r}, "
+                          f"overflow='saturate'))")
     mask = np.zeros(x32.shape, dtype=bool)
     for part in (big, inf_in):
         if part is not None:
