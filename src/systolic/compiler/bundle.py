@@ -65,14 +65,12 @@ from .bundle_fields import (
     EnumByte,
     Fault,
     Flags,
-    Gen2Groups,
-    GroupByte,
     Int,
     Perf,
     Values,
-    WordGroups,
     covered,
 )
+from .bundle_groups import Gen2Groups, GroupByte, WordGroups
 from .bundle_patterns import DramPattern, OnChipPattern
 
 __all__ = [

@@ -8,8 +8,8 @@ place in the stream and wraps it in :class:`~systolic.errors.BundleError`.
 
 Where a byte comes from (seed 000 or this project) is said where the layouts are built, in
 :mod:`.bundle`, and in ``docs/bundles.md``. This module holds the encodings of the field
-*kinds*: integers, dtype bytes and tile groups; :mod:`.bundle_patterns` holds the two
-access-pattern forms:
+*kinds*: integers, enums, flags and dtype bytes; :mod:`.bundle_groups` holds the tile-group
+codecs and :mod:`.bundle_patterns` the two access-pattern forms:
 
 * **ADDR4 pattern** (SBUF / PSUM), a 16-byte body ``u32 ADDR4 | 3 x (i16 step, u16 num)``
   plus two tag bytes ``u8 partitions`` and ``u8 dtype`` placed by the layout. The ADDR4
@@ -34,11 +34,10 @@ from typing import Any
 
 from ..dtypes import FORMATS
 from ..generation import UNENCODED_PERF_MODES, GenerationRules
-from ..isa import CalcFlags, PerfMode, TileGroup
+from ..isa import CalcFlags, PerfMode
 
 __all__ = [
     "DRAM_AP_BYTES",
-    "GROUP_MASKS",
     "MX_DTYPE_BIT",
     "NO_ENCODING",
     "Codec",
@@ -48,26 +47,19 @@ __all__ = [
     "EnumByte",
     "Fault",
     "Flags",
-    "Gen2Groups",
-    "GroupByte",
     "Int",
     "Perf",
     "Values",
-    "WordGroups",
     "byte_range",
     "covered",
     "dtype_tables",
     "get_int",
-    "normalise_col_group",
     "put_int",
 ]
 
 Values = dict[str, Any]
 Buf = bytes | bytearray | memoryview
 
-# Tile-group masks: the quadrant LUT {1, 2, 4, 8} and the two-quadrant / whole-axis spans
-# {3, 12, 15} of seed 000 "The PE Tile-Group Model" (translateToRowGroup @ 0x1089e70).
-GROUP_MASKS = frozenset(int(g) for g in TileGroup)
 # Set in a dtype byte when the pattern holds x4-packed MX containers (project): the format
 # table gives each MX format its element format's code, so the code alone is ambiguous.
 MX_DTYPE_BIT = 0x80
@@ -350,82 +342,6 @@ class Derived(Codec):
         got, want = get_int(buf, self.off, self.nbytes, False), self.fn(out)
         if got != want:
             raise Fault(self.off, f"{self.what} is {got} but the other fields give {want}")
-
-
-def normalise_col_group(col: int) -> int:
-    """The gen2 normalised column group (project reading of seed 000's +0x2E): the group
-    shifted right so that its lowest set quadrant is bit 0 (4 -> 1, 12 -> 3, 15 -> 15)."""
-    return col >> ((col & -col).bit_length() - 1) if col else 0
-
-
-def _group(value: object, off: int, what: str) -> TileGroup:
-    if isinstance(value, bool) or not isinstance(value, int) or value not in GROUP_MASKS:
-        raise Fault(off, f"{what} {value!r} is not a quadrant mask {sorted(GROUP_MASKS)} "
-                         f"(seed 000 tile-group LUT)")
-    return TileGroup(value)
-
-
-class Gen2Groups(Codec):
-    """CoreV2 row group, column group, normalised column group (seed 000 tile-group NOTE)."""
-
-    names = ("row_group", "col_group")
-
-    def __init__(self, row: int, col: int, norm: int) -> None:
-        self.span, self.row, self.col, self.norm = (row, col, norm), row, col, norm
-
-    def describe(self) -> list[tuple[int, int, str]]:
-        return [(self.row, 1, "`row_group`"), (self.col, 1, "`col_group`"),
-                (self.norm, 1, "normalised column group (derived, checked)")]
-
-    def put(self, buf: bytearray, values: Values, gen: int) -> None:
-        buf[self.row] = _group(values["row_group"], self.row, "row_group")
-        buf[self.col] = c = _group(values["col_group"], self.col, "col_group")
-        buf[self.norm] = normalise_col_group(c)
-
-    def get(self, buf: Buf, gen: int, out: Values) -> None:
-        out["row_group"] = _group(buf[self.row], self.row, "row group byte")
-        out["col_group"] = c = _group(buf[self.col], self.col, "column group byte")
-        if buf[self.norm] != normalise_col_group(c):
-            raise Fault(self.norm, f"normalised column group {buf[self.norm]:#04x} does not "
-                                   f"match column group {c:#04x} (expected "
-                                   f"{normalise_col_group(c):#04x})")
-
-
-class WordGroups(Codec):
-    """CoreV3/V4 ``(col << 8 | row)`` as one little-endian word (seed 000)."""
-
-    names = ("row_group", "col_group")
-
-    def __init__(self, off: int) -> None:
-        self.span, self.off = (off, off + 1), off
-
-    def describe(self) -> list[tuple[int, int, str]]:
-        return [(self.off, 2, "`col_group << 8 | row_group` (u16)")]
-
-    def put(self, buf: bytearray, values: Values, gen: int) -> None:
-        row = _group(values["row_group"], self.off, "row_group")
-        col = _group(values["col_group"], self.off + 1, "col_group")
-        struct.pack_into("<H", buf, self.off, col << 8 | row)
-
-    def get(self, buf: Buf, gen: int, out: Values) -> None:
-        out["row_group"] = _group(buf[self.off], self.off, "row group byte")
-        out["col_group"] = _group(buf[self.off + 1], self.off + 1, "column group byte")
-
-
-class GroupByte(Codec):
-    """One tile-group byte (the MX row group)."""
-
-    def __init__(self, name: str, off: int) -> None:
-        self.names, self.span, self.name, self.off = (name,), (off,), name, off
-
-    def describe(self) -> list[tuple[int, int, str]]:
-        return [(self.off, 1, f"`{self.name}`")]
-
-    def put(self, buf: bytearray, values: Values, gen: int) -> None:
-        buf[self.off] = _group(values[self.name], self.off, self.name)
-
-    def get(self, buf: Buf, gen: int, out: Values) -> None:
-        out[self.name] = _group(buf[self.off], self.off, f"{self.name} byte")
 
 
 # -- access patterns ----------------------------------------------------------------------
