@@ -24,6 +24,7 @@ from .dtypes import get_format
 from .errors import ShapeError
 
 __all__ = [
+    "FULL_COL_GROUP_FORMATS",
     "AccessPattern",
     "Activation",
     "ActivationFunc",
@@ -156,6 +157,11 @@ def row_group(pos: int, size: int) -> int:
 def col_group(pos: int, size: int, force: bool = False) -> int:
     """Column group; ``force`` gives 15 (fp32r / transpose / MX, seed 000)."""
     return 15 if force else _quadrant_mask(pos, size)
+
+
+# Dense formats whose column group translateToColGroup forces to 15 (seed 000: "force -> 15
+# (full col; fp32r / transpose / MX)"); MX forces it in its own instructions.
+FULL_COL_GROUP_FORMATS = frozenset({"fp32r"})
 
 
 @dataclass(frozen=True, slots=True)

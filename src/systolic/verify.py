@@ -15,6 +15,7 @@ from .arch import Arch, get_arch
 from .dtypes import get_format
 from .errors import ShapeError, SystolicError, VerifyError
 from .isa import (
+    FULL_COL_GROUP_FORMATS,
     VALID_MX_ACC_BYTES,
     AccessPattern,
     CalcFlags,
@@ -216,7 +217,7 @@ class Checker:
         if ins.half != "full" and src.dtype != "fp32":
             self._fail(i, "the hi/lo split is the fp32 two-pass lowering; use half=full")
         self._groups(i, ins.row_group, ins.col_group, src.partition, src.partitions,
-                     ins.column, m, force_col=False)
+                     ins.column, m, force_col=src.dtype in FULL_COL_GROUP_FORMATS)
         self._latch(Tile(src.partition, src.partitions, ins.column, m, k, src.dtype,
                          ins.perf_mode, ins.half, i))
 
@@ -268,7 +269,8 @@ class Checker:
         if tile.k != k:
             self._fail(i, f"moving K = {k} differs from the latched tile's K = {tile.k}")
         self._groups(i, ins.row_group, ins.col_group, mv.partition, mv.partitions,
-                     dst.partition, m, force_col=False)
+                     dst.partition, m,
+                     force_col=ins.stationary_dtype in FULL_COL_GROUP_FORMATS)
         self._flags_for_gen(i, ins.flags)
         if ins.two_pass not in (0, 1, 2):
             self._fail(i, f"two_pass must be 0, 1 or 2, not {ins.two_pass}")
