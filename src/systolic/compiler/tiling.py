@@ -129,8 +129,9 @@ def check_size(spec: MatmulSpec, arch: Arch) -> None:
     """Raise :class:`ShapeError` if ``spec`` lowers to more than :data:`MAX_MATMULS`."""
     count = matmul_count(spec, arch)
     if count > MAX_MATMULS:
+        what = "MatmultMx" if is_mx(spec) else "MatMuls"
         raise ShapeError(
-            f"{spec.m}x{spec.k}x{spec.n} lowers to {count:,} MatMuls; this Python model "
+            f"{spec.m}x{spec.k}x{spec.n} lowers to {count:,} {what}; this Python model "
             f"lowers at most {MAX_MATMULS:,} (tens of minutes): model a slice of the product "
             f"(fewer M or N tiles) and scale its cycles")
 
