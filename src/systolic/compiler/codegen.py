@@ -106,12 +106,14 @@ def sbuf_region(ap: AccessPattern) -> Rect:
 
 @dataclass(frozen=True, slots=True)
 class CachedTile:
-    """A tile latched on the PEs ``rect`` (rows x columns) from SBUF ``stationary``."""
+    """A tile latched on the PEs ``rect`` (rows x columns) from SBUF ``stationary``, which
+    occupies ``region`` (partitions x bytes, :func:`sbuf_region`)."""
 
     group: tuple[int, int]
     stationary: AccessPattern
     perf_mode: PerfMode
     rect: Rect
+    region: Rect
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,9 +125,12 @@ class WeightTileState:
 
     tiles: tuple[CachedTile, ...] = ()
 
-    def is_latched(self, tile: CachedTile) -> bool:
-        """True when ``tile`` (same group, SBUF pattern, perf mode and PEs) is latched."""
-        return tile in self.tiles
+    def is_latched(self, group: tuple[int, int], stationary: AccessPattern,
+                   perf_mode: PerfMode, rect: Rect) -> bool:
+        """True when the tile of ``group`` is ``stationary`` latched on the PEs ``rect`` in
+        ``perf_mode`` (seed 000: same weights, same perf signature, no intervening writer)."""
+        return any(t.group == group and t.stationary == stationary
+                   and t.perf_mode is perf_mode and t.rect == rect for t in self.tiles)
 
     def loaded(self, rect: Rect, tile: CachedTile | None = None) -> WeightTileState:
         """After a LoadStationary on the PEs ``rect``: every tile there (and the entry of
@@ -140,7 +145,7 @@ class WeightTileState:
         if not self.tiles or region.space is not Space.SBUF:
             return self
         r = sbuf_region(region)
-        kept = tuple(t for t in self.tiles if not sbuf_region(t.stationary).overlaps(r))
+        kept = tuple(t for t in self.tiles if not t.region.overlaps(r))
         return self if len(kept) == len(self.tiles) else WeightTileState(kept)
 
 
@@ -208,29 +213,31 @@ def emit_nc_matmul(state: WeightTileState, arch: Arch, *, stationary: AccessPatt
     rect = Rect(row, rows, col, cols)
     zp_stationary, zp_moving = zero_points
 
-    def matmul(f: CalcFlags, two_pass: int = 0) -> MatMul:
-        return MatMul(
-            moving=moving, dst=dst, flags=f,
-            stationary_dtype=dtype, stationary_partition=row,
-            row_group=rg, col_group=cg,
-            perf_mode=perf_mode, zp_moving=zp_moving, zp_stationary=zp_stationary,
-            two_pass=two_pass,
-        )
-
     if dtype == "fp32":
         # seed 000: LoadWeights, MatMul(START), LoadWeights, MatMul(STOP), invalidate.
         second = flags & ~CalcFlags.START
         if writes_accumulate_bit(arch):
             second |= CalcFlags.ACCUMULATE
         return [LoadStationary(stationary, col, rg, cg, perf_mode, "hi"),
-                matmul(flags & ~CalcFlags.STOP, two_pass=1),
+                MatMul(moving=moving, dst=dst, flags=flags & ~CalcFlags.STOP,
+                       stationary_dtype=dtype, stationary_partition=row,
+                       row_group=rg, col_group=cg,
+                       perf_mode=perf_mode, zp_moving=zp_moving, zp_stationary=zp_stationary,
+                       two_pass=1),
                 LoadStationary(stationary, col, rg, cg, perf_mode, "lo"),
-                matmul(second, two_pass=2)], WeightTileState()
-    tile = CachedTile((rg, cg), stationary, perf_mode, rect)
-    if state.is_latched(tile):
-        return [matmul(flags)], state  # WeightTileState hit: the weights are warm
-    return ([LoadStationary(stationary, col, rg, cg, perf_mode), matmul(flags)],
-            state.loaded(rect, tile))
+                MatMul(moving=moving, dst=dst, flags=second,
+                       stationary_dtype=dtype, stationary_partition=row,
+                       row_group=rg, col_group=cg,
+                       perf_mode=perf_mode, zp_moving=zp_moving, zp_stationary=zp_stationary,
+                       two_pass=2)], WeightTileState()
+    mm = MatMul(moving=moving, dst=dst, flags=flags,
+                stationary_dtype=dtype, stationary_partition=row,
+                row_group=rg, col_group=cg,
+                perf_mode=perf_mode, zp_moving=zp_moving, zp_stationary=zp_stationary)
+    if state.is_latched((rg, cg), stationary, perf_mode, rect):
+        return [mm], state  # WeightTileState hit: the weights are warm, the MatMul alone
+    tile = CachedTile((rg, cg), stationary, perf_mode, rect, sbuf_region(stationary))
+    return [LoadStationary(stationary, col, rg, cg, perf_mode), mm], state.loaded(rect, tile)
 
 
 # -- the dense codegen step ----------------------------------------------------------------
@@ -303,7 +310,7 @@ def _moving(st: DenseState, plan: TilePlan, lay: Layout, k: KTile, n: Span
         start = lay.b_offset + (k.start * s.n + n.start) * isz
         src = AccessPattern(Space.DRAM, 0, k.partitions, start, dr_dims, s.dtype,
                             partition_step=k.fold * s.n * isz)
-        st.weights = st.weights.written(sb)
+        # no weights.written(sb): the moving window never holds a stationary tile
         return sb, DmaLoad(src, sb)
     return sb, None
 
