@@ -147,6 +147,15 @@ def test_calc_flags_per_generation(arch: str, interior: CalcFlags, last: CalcFla
     assert flags == [CalcFlags.START, interior, last]
 
 
+def test_gen3_above_arch_level_40_writes_no_accumulate_bit() -> None:
+    import dataclasses
+
+    high = dataclasses.replace(get_arch("trn2"), arch_level=41)  # seed 000 QUIRK
+    prog = lower(MatmulSpec(64, 384, 64, "bf16"), high).program
+    assert [i.flags for i in prog if isinstance(i, MatMul)] == [
+        CalcFlags.START, CalcFlags.NONE, CalcFlags.STOP]
+
+
 SMALL_PROGRAM = """\
 DmaLoad src=DRAM[0:7:2]@0x0(7:5):bf16 dst=SBUF[0:7]@0x0(1:5):bf16
 LoadStationary src=SBUF[0:7]@0x0(1:5):bf16 row_group=1 col_group=1

@@ -20,11 +20,12 @@ from ..errors import ArchError
 from ..isa import Instruction, PerfMode, Program
 from ..verify import verify
 from . import codegen, codegen_mx
-from .codegen import Layout
+from .codegen import Layout, WeightTileState, calc_flags, emit_nc_matmul
 from .schedule import ReadStep, Step, mark_group_ends, order_for_reuse
 from .tiling import MAX_MATMULS, MatmulSpec, TilePlan, check_size, is_mx, tile
 
-__all__ = ["CODEGEN", "MAX_MATMULS", "Lowered", "MatmulSpec", "lower"]
+__all__ = ["CODEGEN", "MAX_MATMULS", "Lowered", "MatmulSpec", "WeightTileState", "calc_flags",
+           "emit_nc_matmul", "lower"]
 
 Codegen = Callable[[Arch, TilePlan, list[Step | ReadStep]], tuple[list[Instruction], Layout]]
 

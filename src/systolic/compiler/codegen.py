@@ -150,11 +150,9 @@ class WeightTileState:
 
 
 def writes_accumulate_bit(arch: Arch) -> bool:
-    """gen2 writes only START/STOP; gen3 and gen4 also ACCUMULATE, except gen3 above arch
-    level 40 (seed 000 "The Flag Byte" and its QUIRK)."""
-    if arch.generation == 2:
-        return False
-    return arch.generation != 3 or arch.arch_level <= 40
+    """gen2 writes only START/STOP; gen3 also ACCUMULATE, unless the arch level is above 40
+    (seed 000 "The Flag Byte" and its QUIRK); gen4's dense path follows gen3."""
+    return arch.generation != 2 and arch.arch_level <= 40
 
 
 def calc_flags(arch: Arch, first: bool, last: bool) -> CalcFlags:
