@@ -187,7 +187,10 @@ def emit_nc_matmul(state: WeightTileState, arch: Arch, *, stationary: AccessPatt
     (row, column) and ``tile_size`` (rows, columns) place the tile on the array (NKI
     ``tile_position`` / ``tile_size``); they default to (stationary.partition,
     dst.partition) and (stationary.partitions, M) and give the tile group by the quadrant
-    rule. ``zero_points`` is (stationary, moving), integer formats only.
+    rule. A tile is latched into the array rows its SBUF partitions name, so the row must be
+    ``stationary.partition`` (and ``moving.partition``) and the column ``dst.partition``
+    for the Program to verify. ``zero_points`` is (stationary, moving), integer formats
+    only.
 
     Returns:
 
