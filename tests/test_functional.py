@@ -19,7 +19,7 @@ from systolic import (
     Space,
     round_to,
 )
-from systolic.isa import Fp32Pass, col_group, row_group
+from systolic.isa import FULL_COL_GROUP_FORMATS, Fp32Pass, col_group, row_group
 
 
 def build(k: int, m: int, n: int, steps: int, dtype: str, mode: PerfMode,
@@ -59,7 +59,8 @@ def build(k: int, m: int, n: int, steps: int, dtype: str, mode: PerfMode,
             flags |= CalcFlags.STOP
         acc = "int48" if isint else "fp32"
         dst = AccessPattern(Space.PSUM, 0, m, 2048 * 3, ((1, n),), acc)
-        rg, cg = row_group(0, parts), col_group(0, m)
+        rg = row_group(0, parts)
+        cg = col_group(0, m, force=dtype in FULL_COL_GROUP_FORMATS)  # fp32r: 15 (seed 000)
         instrs.append(LoadStationary(w_ap, 0, rg, cg, mode))
         instrs.append(MatMul(x_ap, dst, flags, dtype, 0, rg, cg, mode, zp[1], zp[0]))
         pairs.append((w, x))

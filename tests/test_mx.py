@@ -322,3 +322,25 @@ def test_errors_say_what_to_do() -> None:
         mx.quantize(np.zeros(32, np.float32), "mxfp4", rule="floor")  # type: ignore[arg-type]
     with pytest.raises(ShapeError, match="multiple of 4"):
         mx.pack_x4(np.zeros(6, np.uint8), "mxfp8_e5m2")
+
+
+def test_the_tile_geometry_is_read_from_the_arch() -> None:
+    # a toy array of 64 rows in quadrants of 16: tiles of 256 k, two scale rows a quadrant
+    import dataclasses
+
+    from systolic.arch import get_arch
+
+    toy = dataclasses.replace(get_arch("trn3"), rows=64, cols=64, quadrant=16)
+    assert mx.tile_k(toy) == 256 and mx.tile_k() == mx.TILE_K == 512
+    g = np.arange(8)  # the 8 blocks of a 256-k tile
+    assert mx.scale_partition(g, arch=toy).tolist() == [0, 1, 16, 17, 32, 33, 48, 49]
+    assert mx.scale_partition(g).tolist() == [0, 1, 2, 3, 32, 33, 34, 35]
+    with pytest.raises(ShapeError, match="at most 256"):
+        mx.layout_k(288, arch=toy)
+    x = np.random.default_rng(4).standard_normal((300 + 12, 5)).astype(np.float32)
+    t = mx.quantize_hw(x[:288], "mxfp8_e4m3", order="strided", arch=toy)
+    data, plane = mx.pack_tile(t, 1, arch=toy)  # the second tile: k 256..287
+    assert data.shape == (8, 5) and plane.shape == (64, 5)
+    assert np.array_equal(plane[[0]], t.scales[[8]])
+    back = mx.unpack_tile(data, plane, "mxfp8_e4m3", order="strided", arch=toy)
+    assert np.array_equal(back, mx.dequantize(t)[256:])

@@ -22,7 +22,6 @@ from systolic import mx
 from systolic.arch import get_arch
 from systolic.cli import main
 from systolic.compiler import MatmulSpec, lower
-from systolic.compiler.mx_lower import lower_mx
 from systolic.errors import ArchError, SystolicError, VerifyError
 from systolic.isa import (
     AccessPattern,
@@ -227,7 +226,7 @@ def test_mx_before_gen4_is_refused(arch: str) -> None:
     with pytest.raises(ArchError, match="needs the MX path of gen4"):
         systolic.matmul(x, x, dtype="mxfp8_e4m3", arch=arch)
     with pytest.raises(ArchError, match="gen4"):
-        lower_mx(MatmulSpec(4, 4, 4, "mxfp4"), get_arch(arch))
+        lower(MatmulSpec(4, 4, 4, "mxfp4"), get_arch(arch))
     with pytest.raises(VerifyError, match="needs gen4"):
         verify(mx_program(), arch, 1 << 20)
 

@@ -1,9 +1,21 @@
-"""``systolic.matmul``: numpy semantics on the modelled engine.
+"""``systolic.matmul``: numpy semantics on the modelled engine, one entry point for every format.
 
 ``matmul(a, b)`` takes a [M, K] and b [K, N] (read as float32, or integers for the integer
-formats), rounds them to ``dtype``, lowers the product to a Program, runs it on the
-functional simulator and returns a :class:`MatmulResult` with the fp32 result ``out``, the
-``program`` and, computed on first use, the timing ``report``.
+formats), lowers the product to a Program (:func:`systolic.compiler.lower`), places the
+operands in device memory as the lowering's layout says, runs the Program on the functional
+simulator and returns a :class:`MatmulResult` with the result ``out``, the ``program`` and,
+computed on first use, the timing ``report``. The operands enter device memory by format:
+
+* dense formats: rounded to ``dtype`` as they are written;
+* MX formats (``mxfp8_e4m3``, ``mxfp8_e5m2``, ``mxfp4``; gen4 only): K padded to whole
+  blocks of 32 with zeros (a zero adds nothing to a block's dot product and changes no other
+  element's code), both operands quantized along K with the blocks the hardware sees
+  (:func:`systolic.mx_layout.quantize_hw` of a.T [K, M] and of b [K, N], contiguous layout:
+  the OCP blocks of 32 consecutive k) under ``mx_rule`` (``trainium``, the default, or
+  ``ocp``; docs/mx_layout.md), packed four to a container as
+  :mod:`systolic.compiler.codegen_mx` lays them out. ``out`` is then the fp32 product of
+  the *dequantized* operands, as the engine computes it; its difference from ``a @ b`` is
+  the quantization error (docs/NUMERICS.md).
 """
 
 from __future__ import annotations
@@ -16,16 +28,39 @@ import numpy as np
 
 from .arch import Arch, get_arch
 from .compiler import Lowered, MatmulSpec, lower
+from .compiler.codegen_mx import MxLayout
+from .compiler.tiling import padded_k
 from .dtypes import get_format
 from .errors import ArchError, FormatError, ShapeError, SystolicError
 from .generation import UNENCODED_PERF_MODES
 from .isa import PerfMode, Program
+from .mx_layout import pack_x4, quantize_hw
+from .mx_quantize import MXTensor, ScaleRule
 from .sim.functional import FunctionalSimulator
 
 if TYPE_CHECKING:
     from .report import Report
 
-__all__ = ["MatmulResult", "check_spec", "make_spec", "matmul"]
+__all__ = ["MatmulResult", "check_spec", "make_spec", "matmul", "quantize_operands",
+           "write_operands"]
+
+
+def _perf_mode(value: object) -> PerfMode:
+    try:
+        return PerfMode.parse(value)  # type: ignore[arg-type]
+    except SystolicError:
+        raise
+    except (ValueError, TypeError, AttributeError):
+        names = ", ".join(m.spelling for m in PerfMode)
+        raise ArchError(f"unknown perf mode {value!r}; choose one of {names}") from None
+
+
+def _zero_points(value: object) -> tuple[int, int]:
+    ok = (isinstance(value, (tuple, list)) and len(value) == 2
+          and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in value))
+    if not ok:
+        raise FormatError(f"zero_points must be two integers (zp_a, zp_b), got {value!r}")
+    return int(value[0]), int(value[1])  # type: ignore[index]
 
 
 def make_spec(m: int, k: int, n: int, dtype: str, arch: Arch,
@@ -45,7 +80,7 @@ def make_spec(m: int, k: int, n: int, dtype: str, arch: Arch,
     if not arch.supports_format(dtype):
         raise ArchError(f"{dtype} is not supported on {arch.name}; use one of "
                         f"{', '.join(arch.formats + arch.mx_formats)}")
-    mode = PerfMode.parse(perf_mode)
+    mode = _perf_mode(perf_mode)
     if mode is not PerfMode.NONE:
         if fmt.kind == "mx":
             raise ArchError("the MX path has no perf mode (seed 000); use perf_mode none")
@@ -58,7 +93,7 @@ def make_spec(m: int, k: int, n: int, dtype: str, arch: Arch,
         if mode.k_fold == 2 and not dtype.startswith("fp8"):
             raise FormatError(f"{mode.spelling} packs two fp8 elements per PE; {dtype} is "
                               f"not fp8")
-    zp_a, zp_b = zero_points
+    zp_a, zp_b = _zero_points(zero_points)
     if (zp_a or zp_b) and not fmt.is_int:
         raise FormatError("zero points belong to the integer formats (int8, uint8, int16)")
     if fmt.is_int:
@@ -75,6 +110,9 @@ def check_spec(spec: MatmulSpec, arch: Arch) -> None:
 
 
 def _operand(x: Any, name: str) -> np.ndarray:
+    if np.ma.isMaskedArray(x):
+        raise FormatError(f"{name} is a masked array and the engine has no mask: pass "
+                          f"{name}.filled(0) (masked entries as zeros) or {name}.data")
     try:
         arr = np.asarray(x)
     except Exception as exc:
@@ -119,6 +157,49 @@ class MatmulResult:
         return result_html(self)
 
 
+def _rule(mx_rule: object) -> ScaleRule:
+    if mx_rule not in ("ocp", "trainium"):
+        raise FormatError(f"unknown MX scale rule {mx_rule!r}; use 'trainium' or 'ocp'")
+    return mx_rule  # type: ignore[return-value]
+
+
+def quantize_operands(a: np.ndarray, b: np.ndarray, fmt: str, mx_rule: str = "trainium"
+                      ) -> tuple[MXTensor, MXTensor]:
+    """MX-quantize a [M, K] and b [K, N] along K, K zero-padded to a multiple of 32.
+
+    Returns (a.T quantized [Kp, M], b quantized [Kp, N]), each from :func:`quantize_hw`.
+    """
+    a32 = np.asarray(a, dtype=np.float32)
+    b32 = np.asarray(b, dtype=np.float32)
+    k = a32.shape[1]
+    kp = padded_k(k)
+    at = np.zeros((kp, a32.shape[0]), np.float32)
+    at[:k] = a32.T
+    bp = np.zeros((kp, b32.shape[1]), np.float32)
+    bp[:k] = b32
+    rule = _rule(mx_rule)
+    return quantize_hw(at, fmt, rule=rule), quantize_hw(bp, fmt, rule=rule)
+
+
+def _put(dram: np.ndarray, offset: int, values: np.ndarray) -> None:
+    raw = np.ascontiguousarray(values).reshape(-1).view(np.uint8)
+    dram[offset:offset + raw.size] = raw
+
+
+def write_operands(dram: np.ndarray, layout: MxLayout, qa: MXTensor, qb: MXTensor) -> None:
+    """Place quantized operands in device memory as :mod:`systolic.compiler.codegen_mx` lays
+    them out: a as [M, Kp/4] containers and [M, Kp/32] scales, b as [Kp/4, N] and
+    [Kp/32, N]. Containers are little-endian (element 0 in the low bits; FACTS)."""
+    kp, n = qb.elements.shape
+    word = "<u2" if qa.fmt == "mxfp4" else "<u4"  # x4 container: 2 bytes fp4, 4 bytes fp8
+    _put(dram, layout.a_offset, pack_x4(qa.elements.T, qa.fmt).astype(word))
+    _put(dram, layout.a_scale_offset, qa.scales.T)
+    # b [Kp, N]: container (r, n) holds k = 4r..4r+3 -> [Kp/4, N, 4] then pack the last axis
+    b4 = qb.elements.reshape(kp // 4, 4, n).transpose(0, 2, 1)
+    _put(dram, layout.b_offset, pack_x4(b4, qb.fmt).astype(word))
+    _put(dram, layout.b_scale_offset, qb.scales)
+
+
 def matmul(a: Any, b: Any, *, dtype: str = "bf16", arch: str | Arch = "trn2",
            perf_mode: str | PerfMode | None = None, numerics: str = "fast",
            zero_points: tuple[int, int] = (0, 0), mx_rule: str = "trainium",
@@ -138,18 +219,22 @@ def matmul(a: Any, b: Any, *, dtype: str = "bf16", arch: str | Arch = "trn2",
                          f"{b_.shape[1]}: a's columns must equal b's rows")
     if numerics not in ("fast", "systolic"):
         raise SystolicError(f"numerics must be 'fast' or 'systolic', not {numerics!r}")
+    if progress is not None and not callable(progress):
+        raise SystolicError(f"progress must be a callable taking the instructions done, or "
+                            f"None, not {progress!r}")
+    rule = _rule(mx_rule)
     spec = make_spec(a_.shape[0], a_.shape[1], b_.shape[1], dtype, arch_, perf_mode,
                      zero_points)
-    if get_format(dtype).kind == "mx":
-        from .mx_matmul import run_mx
-
-        return run_mx(a_, b_, spec, arch_, numerics, mx_rule, progress)
     lowered = lower(spec, arch_)
-    sim = FunctionalSimulator(arch_, order=numerics,  # type: ignore[arg-type]
-                              dram_bytes=lowered.layout.dram_bytes)
     lay = lowered.layout
-    sim.write_dram(lay.a_offset, a_, dtype)
-    sim.write_dram(lay.b_offset, b_, dtype)
+    sim = FunctionalSimulator(arch_, order=numerics,  # type: ignore[arg-type]
+                              dram_bytes=lay.dram_bytes)
+    if isinstance(lay, MxLayout):
+        qa, qb = quantize_operands(a_, b_, spec.dtype, rule)
+        write_operands(sim.memory.dram, lay, qa, qb)
+    else:
+        sim.write_dram(lay.a_offset, a_, dtype)
+        sim.write_dram(lay.b_offset, b_, dtype)
     sim.run(lowered.program, check=False, progress=progress)
     out = sim.read_dram(lay.out_offset, (spec.m, spec.n), lowered.plan.acc_dtype).copy()
     return MatmulResult(out, lowered.program, arch_, spec, lowered)

@@ -37,6 +37,7 @@ from .instructions import (
     TensorTensor,
 )
 from .isa_fields import (
+    FULL_COL_GROUP_FORMATS,
     AccessPattern,
     ActivationFunc,
     AluOp,
@@ -52,6 +53,7 @@ from .isa_fields import (
 )
 
 __all__ = [
+    "FULL_COL_GROUP_FORMATS",
     "OPCODES",
     "AccessPattern",
     "Activation",

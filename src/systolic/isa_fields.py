@@ -17,6 +17,7 @@ from .dtypes import get_format
 from .errors import ShapeError
 
 __all__ = [
+    "FULL_COL_GROUP_FORMATS",
     "AccessPattern",
     "ActivationFunc",
     "AluOp",
@@ -142,6 +143,11 @@ def row_group(pos: int, size: int, quadrant: int = 32) -> TileGroup:
 def col_group(pos: int, size: int, force: bool = False, quadrant: int = 32) -> TileGroup:
     """Column group; ``force`` gives 15 (fp32r / transpose / MX, seed 000)."""
     return TileGroup.ALL if force else _quadrant_mask(pos, size, quadrant)
+
+
+# Dense formats whose column group translateToColGroup forces to 15 (seed 000: "force -> 15
+# (full col; fp32r / transpose / MX)"); MX forces it in its own instructions.
+FULL_COL_GROUP_FORMATS = frozenset({"fp32r"})
 
 
 def tile_position_problem(pos: int, size: int, quadrant: int = 32) -> str:

@@ -18,6 +18,7 @@ from .errors import ShapeError, SystolicError, VerifyError
 from .generation import rules
 from .geometry import Rect
 from .isa import (
+    FULL_COL_GROUP_FORMATS,
     AccessPattern,
     CalcFlags,
     DmaLoad,
@@ -216,7 +217,7 @@ class Checker:
         if split is not Fp32Pass.FULL and src.dtype != "fp32":
             self._fail(i, "the hi/lo split is the fp32 two-pass lowering; use fp32_pass=full")
         self._groups(i, ins.row_group, ins.col_group, src.partition, src.partitions,
-                     ins.column, m, force_col=False)
+                     ins.column, m, force_col=src.dtype in FULL_COL_GROUP_FORMATS)
         self._latch(Tile(src.partition, src.partitions, ins.column, m, k, src.dtype,
                          ins.perf_mode, split, i))
 
@@ -277,7 +278,8 @@ class Checker:
         if tile.k != k:
             self._fail(i, f"moving K = {k} differs from the latched tile's K = {tile.k}")
         self._groups(i, ins.row_group, ins.col_group, mv.partition, mv.partitions,
-                     dst.partition, m, force_col=False)
+                     dst.partition, m,
+                     force_col=ins.stationary_dtype in FULL_COL_GROUP_FORMATS)
         self._flags_for_gen(i, ins.flags)
         self._fp32_pass(i, ins.fp32_pass)
         self._accumulate(i, dst, ins.flags)

@@ -1,29 +1,36 @@
-"""The compiler: lower a logical matmul to a Program, in four visible passes.
+"""The compiler: lower a logical matmul to a Program, in visible passes.
 
-    plan  = tile(spec, arch)                 # 1. array-sized tiles, ragged edges
-    steps = order_for_reuse(plan, arch)      # 2. one latched weight tile, many moving tiles
-    steps = legalize_groups(steps, plan)     # 3. START ... STOP groups, one bank each
-    insts = codegen_for(arch, plan).emit(steps)  # 4. per generation: cache, two-pass, DMA
-    verify(Program(insts), arch)             # 5. every emitted Program is checked
+    check_size(spec, arch)                      # 0. refuse from arithmetic, build nothing
+    plan  = tile(spec, arch)                    # 1. array-sized tiles, ragged edges (MX: K padded)
+    steps = order_for_reuse(plan, arch)         # 2. one latched weight tile, many moving tiles
+    steps = mark_group_ends(steps, plan)        # 3. START ... STOP of each group, one bank each
+    insts, layout = CODEGEN[mx](arch, plan, steps)  # 4. by format: dense (cache, two-pass) or MX
+    verify(Program(insts), arch)                # 5. every emitted Program is checked
+
+Every pass is a function of its inputs: nothing is kept between calls.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..arch import Arch
-from ..errors import ShapeError
-from ..isa import Program
+from ..errors import ArchError
+from ..isa import Instruction, PerfMode, Program
 from ..verify import verify
-from .codegen import Layout, codegen_for
-from .schedule import legalize_groups, order_for_reuse
-from .tiling import MatmulSpec, TilePlan, tile
+from . import codegen, codegen_mx
+from .codegen import Layout, WeightTileState, calc_flags, emit_nc_matmul
+from .schedule import ReadStep, Step, mark_group_ends, order_for_reuse
+from .tiling import MAX_MATMULS, MatmulSpec, TilePlan, check_size, is_mx, tile
 
-__all__ = ["MAX_MATMULS", "Lowered", "MatmulSpec", "lower"]
+__all__ = ["CODEGEN", "MAX_MATMULS", "Lowered", "MatmulSpec", "WeightTileState", "calc_flags",
+           "emit_nc_matmul", "lower"]
 
-# Lowering runs at tens of thousands of instructions a second: past this many MatMuls a
-# product would take tens of minutes and gigabytes of instruction objects.
-MAX_MATMULS = 1 << 24
+Codegen = Callable[[Arch, TilePlan, list[Step | ReadStep]], tuple[list[Instruction], Layout]]
+
+# Pass 4 by format: is the spec an MX format?
+CODEGEN: dict[bool, Codegen] = {False: codegen.emit, True: codegen_mx.emit}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,23 +40,29 @@ class Lowered:
     layout: Layout
 
 
-def lower(spec: MatmulSpec, arch: Arch, *, check: bool = True) -> Lowered:
-    """Lower ``spec`` for ``arch``; the Program is verified unless ``check`` is False."""
-    if spec.dtype.startswith("mx"):
-        from .mx_lower import lower_mx
+def _check_mx(spec: MatmulSpec, arch: Arch) -> None:
+    if spec.dtype not in arch.mx_formats:
+        raise ArchError(f"{spec.dtype} needs the MX path of gen4 (trn3); {arch.name} is "
+                        f"gen{arch.generation}")
+    if spec.perf_mode is not PerfMode.NONE:
+        raise ArchError("the MX path has no perf mode (seed 000); use perf_mode none")
 
-        return lower_mx(spec, arch, check=check)
+
+def lower(spec: MatmulSpec, arch: Arch, *, check: bool = True) -> Lowered:
+    """Lower ``spec`` for ``arch``; the Program is verified unless ``check`` is False.
+
+    Raises :class:`~systolic.errors.ShapeError` for a product past :data:`MAX_MATMULS`
+    (before any tile is built) and :class:`~systolic.errors.ArchError` for an MX format on an
+    arch without the MX path or with a perf mode."""
+    mx = is_mx(spec)
+    if mx:
+        _check_mx(spec, arch)
+    check_size(spec, arch)
     plan = tile(spec, arch)
-    count = len(plan.k_tiles) * len(plan.m_tiles) * len(plan.n_tiles)
-    if count > MAX_MATMULS:
-        raise ShapeError(
-            f"{spec.m}x{spec.k}x{spec.n} lowers to {count:,} MatMuls; this Python model "
-            f"lowers at most {MAX_MATMULS:,} (tens of minutes): model a slice of the product "
-            f"(fewer M or N tiles) and scale its cycles")
     steps = order_for_reuse(plan, arch)
-    steps = legalize_groups(steps, plan)
-    gen = codegen_for(arch, plan)
-    program = Program(gen.emit(steps))
+    steps = mark_group_ends(steps, plan)
+    insts, layout = CODEGEN[mx](arch, plan, steps)
+    program = Program(insts)
     if check:
-        verify(program, arch, gen.layout.dram_bytes)
-    return Lowered(program, plan, gen.layout)
+        verify(program, arch, layout.dram_bytes)
+    return Lowered(program, plan, layout)

@@ -1,14 +1,23 @@
-"""Pass 4, codegen: instructions, the weight-tile cache, fp32 two-pass.
+"""Pass 4, dense codegen: instructions, the weight-tile cache, fp32 two-pass, DMA.
 
-The generations differ here only in which calc-flag bits are written (gen2: START/STOP
-only; gen3: also ACCUMULATE, unless the arch level is above 40; gen4 as gen3), and that
-rule is read from the generation table, :mod:`systolic.generation`.
+Codegen is a function of its inputs: :func:`emit` walks the ordered steps with a
+:class:`DenseState` made for that one call (SBUF slots, the weight-tile cache), so two calls
+on the same inputs give the same Program and share nothing.
 
-The WeightTileState cache (seed 000) is keyed on the (row group, column group) pair. A hit
-needs the same weights (SBUF address), the same perf signature and no intervening writer:
-then the MatMul is emitted alone. A miss, or a changed tiling config, emits LoadStationary
-then MatMul. fp32 always lowers to LoadStationary(hi), MatMul(START part), LoadStationary(lo),
-MatMul(STOP part) and then invalidates the cache (never cached).
+One MatMul is :func:`emit_nc_matmul`, a pure step on an explicit :class:`WeightTileState`;
+the dense codegen calls it for every step and the NKI front end for every ``nc_matmul``, so
+there is one path from "a matmul on these operands" to instructions:
+
+* The WeightTileState cache (seed 000) is keyed on the (row group, column group) pair. A hit
+  needs the same weights (the same SBUF pattern), the same perf signature and no
+  intervening writer: then the MatMul is emitted alone. A miss emits LoadStationary, then
+  MatMul; a load replaces every cached tile on the PEs it covers.
+* fp32 always lowers to LoadStationary(hi), MatMul(START part), LoadStationary(lo),
+  MatMul(STOP part) and then invalidates the cache (never cached).
+* The generations differ in the calc-flag bits written (seed 000 "The Flag Byte"): gen2
+  START/STOP only; gen3 also ACCUMULATE, unless the arch level is above 40; gen4 as gen3,
+  its byte checked by the verifier to lie in {0,1,2,3,4,6} (:func:`calc_flags`).
+* fp32r forces the column group to 15 (seed 000 translateToColGroup ``force``).
 
 Operands live in device memory: a [M, K] row-major, then b [K, N], then the result [M, N];
 tiles are brought into SBUF by DmaLoad into slots that the compiler manages as an LRU cache
@@ -18,12 +27,13 @@ tiles are brought into SBUF by DmaLoad into slots that the compiler manages as a
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 from ..arch import Arch
 from ..generation import rules
+from ..geometry import Rect
 from ..isa import (
+    FULL_COL_GROUP_FORMATS,
     AccessPattern,
     CalcFlags,
     DmaLoad,
@@ -40,13 +50,15 @@ from ..isa import (
 from .schedule import ReadStep, Step
 from .tiling import KTile, Span, TilePlan
 
-__all__ = ["Codegen", "Layout", "StepEmitter", "codegen_for"]
+__all__ = ["ALIGN", "CachedTile", "DenseState", "Layout", "SlotCache", "WeightTileState",
+           "align", "calc_flags", "emit", "emit_nc_matmul", "plan_layout", "read_out",
+           "sbuf_region", "writes_accumulate_bit"]
 
-_ALIGN = 64
+ALIGN = 64  # byte alignment of every DRAM region and SBUF slot
 
 
-def _align(x: int) -> int:
-    return (x + _ALIGN - 1) // _ALIGN * _ALIGN
+def align(x: int) -> int:
+    return (x + ALIGN - 1) // ALIGN * ALIGN
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +74,12 @@ class Layout:
 def plan_layout(plan: TilePlan) -> Layout:
     s = plan.spec
     a_bytes = s.m * s.k * plan.itemsize
-    b_off = _align(a_bytes)
-    out_off = _align(b_off + s.k * s.n * plan.itemsize)
+    b_off = align(a_bytes)
+    out_off = align(b_off + s.k * s.n * plan.itemsize)
     return Layout(0, b_off, out_off, out_off + s.m * s.n * plan.acc_itemsize)
 
 
-class _SlotCache:
+class SlotCache:
     """SBUF slots of a fixed size in a byte window, reused least-recently first."""
 
     def __init__(self, base: int, slot_bytes: int, count: int) -> None:
@@ -85,156 +97,241 @@ class _SlotCache:
         return self.base + slot * self.slot_bytes, False
 
 
+# -- the weight-tile cache and one matmul -------------------------------------------------
+
+
+def sbuf_region(ap: AccessPattern) -> Rect:
+    """Partitions x bytes an SBUF pattern touches (for "no intervening writer")."""
+    lo, hi = ap.free_bytes_span
+    return Rect(ap.partition, ap.partitions, lo, hi - lo)
+
+
+@dataclass(frozen=True, slots=True)
+class CachedTile:
+    """A tile latched on the PEs ``rect`` (rows x columns) from SBUF ``stationary``, which
+    occupies ``region`` (partitions x bytes, :func:`sbuf_region`)."""
+
+    group: tuple[int, int]
+    stationary: AccessPattern
+    perf_mode: PerfMode
+    rect: Rect
+    region: Rect
+
+
+@dataclass(frozen=True, slots=True)
+class WeightTileState:
+    """seed 000's WeightTileState: the tiles known to be latched, at most one per tile group.
+
+    Immutable: every operation returns a new state. Start from ``WeightTileState()`` (nothing
+    known to be latched)."""
+
+    tiles: tuple[CachedTile, ...] = ()
+
+    def is_latched(self, group: tuple[int, int], stationary: AccessPattern,
+                   perf_mode: PerfMode, rect: Rect) -> bool:
+        """True when the tile of ``group`` is ``stationary`` latched on the PEs ``rect`` in
+        ``perf_mode`` (seed 000: same weights, same perf signature, no intervening writer)."""
+        return any(t.group == group and t.stationary == stationary
+                   and t.perf_mode is perf_mode and t.rect == rect for t in self.tiles)
+
+    def loaded(self, rect: Rect, tile: CachedTile | None = None) -> WeightTileState:
+        """After a LoadStationary on the PEs ``rect``: every tile there (and the entry of
+        ``tile``'s group: the cache is keyed on the group) is replaced, and ``tile`` (None
+        for a load that is never cached, the fp32 halves) is latched."""
+        kept = tuple(t for t in self.tiles if not t.rect.overlaps(rect)
+                     and (tile is None or t.group != tile.group))
+        return WeightTileState(kept if tile is None else (*kept, tile))
+
+    def written(self, region: AccessPattern) -> WeightTileState:
+        """After a write into SBUF ``region``: a cached tile read from there is stale."""
+        if not self.tiles or region.space is not Space.SBUF:
+            return self
+        r = sbuf_region(region)
+        kept = tuple(t for t in self.tiles if not t.region.overlaps(r))
+        return self if len(kept) == len(self.tiles) else WeightTileState(kept)
+
+
+def writes_accumulate_bit(arch: Arch) -> bool:
+    """gen2 writes only START/STOP; gen3 also ACCUMULATE, unless the arch level is above 40
+    (seed 000 "The Flag Byte" and its QUIRK); gen4's dense path follows gen3. Read from the
+    generation table, :mod:`systolic.generation`."""
+    return rules(arch.generation).writes_accumulate(arch.arch_level)
+
+
+def calc_flags(arch: Arch, first: bool, last: bool) -> CalcFlags:
+    """The calc flags of one MatMul of an accumulation group on ``arch``: START on the first,
+    STOP on the last, ACCUMULATE on every other where the generation writes it."""
+    return rules(arch.generation).calc_flags(first, last, arch.arch_level)
+
+
+def emit_nc_matmul(state: WeightTileState, arch: Arch, *, stationary: AccessPattern,
+                   moving: AccessPattern, dst: AccessPattern, flags: CalcFlags,
+                   perf_mode: PerfMode = PerfMode.NONE, dtype: str | None = None,
+                   tile_position: tuple[int, int] | None = None,
+                   tile_size: tuple[int, int] | None = None,
+                   zero_points: tuple[int, int] = (0, 0),
+                   ) -> tuple[list[Instruction], WeightTileState]:
+    """The instructions of ONE dense matmul ``dst[M, N] (+)= stationary[K, M].T @ moving[K, N]``
+    and the weight-tile cache state after them. Pure: ``state`` is not changed.
+
+    ``stationary`` and ``moving`` are SBUF patterns (K on partitions; DoubleRow's pair of
+    contraction rows as the leading free dim of 2), ``dst`` the PSUM pattern (M on
+    partitions). ``flags`` are the group's calc flags as for a single pass (START on the
+    first matmul of an accumulation group, STOP on the last, ACCUMULATE where the generation
+    writes it: :func:`calc_flags`). ``dtype`` is the stationary format (default
+    ``stationary.dtype``); ``perf_mode`` is copied to both instructions. ``tile_position``
+    (row, column) and ``tile_size`` (rows, columns) place the tile on the array (NKI
+    ``tile_position`` / ``tile_size``); they default to (stationary.partition,
+    dst.partition) and (stationary.partitions, M) and give the tile group by the quadrant
+    rule. A tile is latched into the array rows its SBUF partitions name, so the row must be
+    ``stationary.partition`` (and ``moving.partition``) and the column ``dst.partition``
+    for the Program to verify. ``zero_points`` is (stationary, moving), integer formats
+    only.
+
+    Returns:
+
+    * a cache hit (same group, same SBUF pattern, perf mode and PEs, no write since):
+      ``[MatMul]``;
+    * a miss: ``[LoadStationary, MatMul]``, the tile cached;
+    * fp32: ``[LoadStationary(hi), MatMul(flags without STOP, fp32_pass=Fp32Pass.HI),
+      LoadStationary(lo), MatMul(flags without START, fp32_pass=Fp32Pass.LO)]`` and an empty cache
+      (seed 000: fp32 is never cached).
+
+    A DMA (or any write) into SBUF must be told to the state with
+    :meth:`WeightTileState.written` before the next call. Nothing is checked here; the
+    Program is checked by :func:`systolic.verify`.
+    """
+    dtype = stationary.dtype if dtype is None else dtype
+    row, col = (stationary.partition, dst.partition) if tile_position is None else tile_position
+    rows, cols = ((stationary.partitions, stationary.dims[-1][1]) if tile_size is None
+                  else tile_size)
+    rg = row_group(row, rows)
+    cg = col_group(col, cols, force=dtype in FULL_COL_GROUP_FORMATS)
+    rect = Rect(row, rows, col, cols)
+    zp_stationary, zp_moving = zero_points
+
+    if dtype == "fp32":
+        # seed 000: LoadWeights, MatMul(START), LoadWeights, MatMul(STOP), invalidate.
+        second = flags & ~CalcFlags.START
+        if writes_accumulate_bit(arch):
+            second |= CalcFlags.ACCUMULATE
+        return [LoadStationary(stationary, col, rg, cg, perf_mode, Fp32Pass.HI),
+                MatMul(moving=moving, dst=dst, flags=flags & ~CalcFlags.STOP,
+                       stationary_dtype=dtype, stationary_partition=row,
+                       row_group=rg, col_group=cg,
+                       perf_mode=perf_mode, zp_moving=zp_moving, zp_stationary=zp_stationary,
+                       fp32_pass=Fp32Pass.HI),
+                LoadStationary(stationary, col, rg, cg, perf_mode, Fp32Pass.LO),
+                MatMul(moving=moving, dst=dst, flags=second,
+                       stationary_dtype=dtype, stationary_partition=row,
+                       row_group=rg, col_group=cg,
+                       perf_mode=perf_mode, zp_moving=zp_moving, zp_stationary=zp_stationary,
+                       fp32_pass=Fp32Pass.LO)], WeightTileState()
+    mm = MatMul(moving=moving, dst=dst, flags=flags,
+                stationary_dtype=dtype, stationary_partition=row,
+                row_group=rg, col_group=cg,
+                perf_mode=perf_mode, zp_moving=zp_moving, zp_stationary=zp_stationary)
+    if state.is_latched((rg, cg), stationary, perf_mode, rect):
+        return [mm], state  # WeightTileState hit: the weights are warm, the MatMul alone
+    tile = CachedTile((rg, cg), stationary, perf_mode, rect, sbuf_region(stationary))
+    return [LoadStationary(stationary, col, rg, cg, perf_mode), mm], state.loaded(rect, tile)
+
+
+# -- the dense codegen step ----------------------------------------------------------------
+
+
 @dataclass
-class _CacheEntry:
-    offset: int
-    perf: PerfMode
-    half: Fp32Pass
-    rect: tuple[int, int, int, int]
+class DenseState:
+    """What dense codegen carries from one step to the next, made fresh by each :func:`emit`
+    call: the SBUF slots of stationary and moving tiles, and the weight-tile cache."""
 
+    stat: SlotCache
+    mov: SlotCache
+    weights: WeightTileState = field(default_factory=WeightTileState)
 
-class StepEmitter:
-    """What every codegen shares: walk the ordered steps, and read finished tiles out.
-
-    Subclasses set ``arch``, ``plan``, ``layout`` and ``out``, and define ``emit_step``."""
-
-    arch: Arch
-    plan: TilePlan
-    layout: Any  # a Layout, or the MX path's layout: both have out_offset
-    out: list[Instruction]
-
-    def emit_step(self, step: Step) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def emit_read(self, r: ReadStep) -> None:
-        """ReadOut of the finished output tile (m, n) from its bank to the result in DRAM."""
-        s, isz, acc = self.plan.spec, self.plan.acc_itemsize, self.plan.acc_dtype
-        src = AccessPattern(Space.PSUM, 0, r.m.size, r.bank * self.arch.psum_bank_bytes,
-                            ((1, r.n.size),), acc)
-        dst = AccessPattern(Space.DRAM, 0, r.m.size,
-                            self.layout.out_offset + (r.m.start * s.n + r.n.start) * isz,
-                            ((1, r.n.size),), acc, partition_step=s.n * isz)
-        self.out.append(ReadOut(src, dst))
-
-    def emit(self, steps: list[Step | ReadStep]) -> list[Instruction]:
-        for s in steps:
-            if isinstance(s, Step):
-                self.emit_step(s)
-            else:
-                self.emit_read(s)
-        return self.out
-
-
-class Codegen(StepEmitter):
-    """Dense codegen; the calc-flag bits of each generation come from its rules."""
-
-    def __init__(self, arch: Arch, plan: TilePlan) -> None:
-        self.arch, self.plan = arch, plan
-        self.layout = plan_layout(plan)
+    @classmethod
+    def for_plan(cls, arch: Arch, plan: TilePlan) -> DenseState:
         isz = plan.itemsize
         fold = max(k.fold for k in plan.k_tiles)
-        stat_slot = _align(fold * arch.cols * isz)
-        mov_slot = _align(fold * max(n.size for n in plan.n_tiles) * isz)
+        stat_slot = align(fold * arch.cols * isz)
+        mov_slot = align(fold * max(n.size for n in plan.n_tiles) * isz)
         stat_window = arch.sbuf_bytes // 4
-        self.stat = _SlotCache(0, stat_slot, max(2, stat_window // stat_slot))
-        self.mov = _SlotCache(stat_window, mov_slot,
-                              max(2, (arch.sbuf_bytes - stat_window) // mov_slot))
-        self.cache: dict[tuple[int, int], _CacheEntry] = {}
-        self.out: list[Instruction] = []
-
-    # -- calc flags ---------------------------------------------------------------------
-    def flags(self, first: bool, last: bool) -> CalcFlags:
-        return rules(self.arch.generation).calc_flags(first, last, self.arch.arch_level)
-
-    # -- operands ------------------------------------------------------------------------
-    def _stationary(self, k: KTile, m: Span) -> AccessPattern:
-        """DMA the a.T tile (k, m) into SBUF if not resident; return its SBUF pattern."""
-        s, isz = self.plan.spec, self.plan.itemsize
-        off, resident = self.stat.get(("a", k.index, m.index, k.fold))
-        if k.fold == 2:
-            sb_dims: tuple[tuple[int, int], ...] = ((m.size, 2), (1, m.size))
-            dr_dims: tuple[tuple[int, int], ...] = ((1, 2), (s.k, m.size))
-        else:
-            sb_dims, dr_dims = ((1, m.size),), ((s.k, m.size),)
-        sb = AccessPattern(Space.SBUF, 0, k.partitions, off, sb_dims, s.dtype)
-        if not resident:
-            start = self.layout.a_offset + (m.start * s.k + k.start) * isz
-            src = AccessPattern(Space.DRAM, 0, k.partitions, start, dr_dims, s.dtype,
-                                partition_step=k.fold * isz)
-            self.out.append(DmaLoad(src, sb))
-            self._invalidate_writer(off)
-        return sb
-
-    def _moving(self, k: KTile, n: Span) -> AccessPattern:
-        s, isz = self.plan.spec, self.plan.itemsize
-        off, resident = self.mov.get(("b", k.index, n.index, k.fold))
-        if k.fold == 2:
-            sb_dims: tuple[tuple[int, int], ...] = ((n.size, 2), (1, n.size))
-            dr_dims: tuple[tuple[int, int], ...] = ((s.n, 2), (1, n.size))
-        else:
-            sb_dims, dr_dims = ((1, n.size),), ((1, n.size),)
-        sb = AccessPattern(Space.SBUF, 0, k.partitions, off, sb_dims, s.dtype)
-        if not resident:
-            start = self.layout.b_offset + (k.start * s.n + n.start) * isz
-            src = AccessPattern(Space.DRAM, 0, k.partitions, start, dr_dims, s.dtype,
-                                partition_step=k.fold * s.n * isz)
-            self.out.append(DmaLoad(src, sb))
-        return sb
-
-    def _psum(self, m: Span, n: Span, bank: int) -> AccessPattern:
-        return AccessPattern(Space.PSUM, 0, m.size, bank * self.arch.psum_bank_bytes,
-                             ((1, n.size),), self.plan.acc_dtype)
-
-    def _invalidate_writer(self, offset: int) -> None:
-        """A DMA into a slot is an intervening writer for any cached tile read from it."""
-        for key in [k for k, e in self.cache.items() if e.offset == offset]:
-            del self.cache[key]
-
-    # -- emission ------------------------------------------------------------------------
-    def _load(self, sb: AccessPattern, k: KTile, m: Span,
-              half: Fp32Pass = Fp32Pass.FULL) -> None:
-        rg, cg = row_group(0, k.partitions), col_group(0, m.size)
-        rect = (0, k.partitions, 0, m.size)
-        hit = self.cache.get((rg, cg))
-        if (half is Fp32Pass.FULL and hit is not None and hit.offset == sb.offset
-                and hit.perf == k.perf_mode and hit.half == half and hit.rect == rect):
-            return  # WeightTileState hit: the weights are warm, emit the MatMul alone
-        self.out.append(LoadStationary(sb, 0, rg, cg, k.perf_mode, half))
-        # a load replaces any tile on the PEs it covers
-        for key in [key for key, e in self.cache.items() if _rect_overlap(e.rect, rect)]:
-            del self.cache[key]
-        if half is Fp32Pass.FULL:
-            self.cache[(rg, cg)] = _CacheEntry(sb.offset, k.perf_mode, half, rect)
-
-    def _matmul(self, step: Step, flags: CalcFlags,
-                two_pass: Fp32Pass = Fp32Pass.FULL) -> None:
-        k, m = step.k, step.m
-        spec = self.plan.spec
-        self.out.append(MatMul(
-            moving=self._moving(k, step.n), dst=self._psum(m, step.n, step.bank), flags=flags,
-            stationary_dtype=spec.dtype, stationary_partition=0,
-            row_group=row_group(0, k.partitions), col_group=col_group(0, m.size),
-            perf_mode=k.perf_mode, zp_moving=spec.zp_b, zp_stationary=spec.zp_a,
-            fp32_pass=two_pass,
-        ))
-
-    def emit_step(self, step: Step) -> None:
-        sb = self._stationary(step.k, step.m)
-        if self.plan.spec.dtype == "fp32":
-            # seed 000: LoadWeights, MatMul(START), LoadWeights, MatMul(STOP), invalidate.
-            self._load(sb, step.k, step.m, Fp32Pass.HI)
-            self._matmul(step, self.flags(step.first, False), two_pass=Fp32Pass.HI)
-            self._load(sb, step.k, step.m, Fp32Pass.LO)
-            self._matmul(step, self.flags(False, step.last), two_pass=Fp32Pass.LO)
-            self.cache.clear()
-            return
-        self._load(sb, step.k, step.m)
-        self._matmul(step, self.flags(step.first, step.last))
+        return cls(SlotCache(0, stat_slot, max(2, stat_window // stat_slot)),
+                   SlotCache(stat_window, mov_slot,
+                             max(2, (arch.sbuf_bytes - stat_window) // mov_slot)))
 
 
-def _rect_overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
-    return a[0] < b[0] + b[1] and b[0] < a[0] + a[1] and a[2] < b[2] + b[3] and b[2] < a[2] + a[3]
+def read_out(arch: Arch, plan: TilePlan, out_offset: int, r: ReadStep) -> ReadOut:
+    """ReadOut of the finished output tile (m, n) from its bank to the result in DRAM."""
+    s, isz, acc = plan.spec, plan.acc_itemsize, plan.acc_dtype
+    src = AccessPattern(Space.PSUM, 0, r.m.size, r.bank * arch.psum_bank_bytes,
+                        ((1, r.n.size),), acc)
+    dst = AccessPattern(Space.DRAM, 0, r.m.size,
+                        out_offset + (r.m.start * s.n + r.n.start) * isz,
+                        ((1, r.n.size),), acc, partition_step=s.n * isz)
+    return ReadOut(src, dst)
 
 
-def codegen_for(arch: Arch, plan: TilePlan) -> Codegen:
-    return Codegen(arch, plan)
+def _stationary(st: DenseState, plan: TilePlan, lay: Layout, k: KTile, m: Span,
+                out: list[Instruction]) -> AccessPattern:
+    """DMA the a.T tile (k, m) into SBUF if not resident; return its SBUF pattern."""
+    s, isz = plan.spec, plan.itemsize
+    off, resident = st.stat.get(("a", k.index, m.index, k.fold))
+    if k.fold == 2:
+        sb_dims: tuple[tuple[int, int], ...] = ((m.size, 2), (1, m.size))
+        dr_dims: tuple[tuple[int, int], ...] = ((1, 2), (s.k, m.size))
+    else:
+        sb_dims, dr_dims = ((1, m.size),), ((s.k, m.size),)
+    sb = AccessPattern(Space.SBUF, 0, k.partitions, off, sb_dims, s.dtype)
+    if not resident:
+        start = lay.a_offset + (m.start * s.k + k.start) * isz
+        src = AccessPattern(Space.DRAM, 0, k.partitions, start, dr_dims, s.dtype,
+                            partition_step=k.fold * isz)
+        out.append(DmaLoad(src, sb))
+        st.weights = st.weights.written(sb)
+    return sb
+
+
+def _moving(st: DenseState, plan: TilePlan, lay: Layout, k: KTile, n: Span
+            ) -> tuple[AccessPattern, DmaLoad | None]:
+    """The b tile (k, n)'s SBUF pattern, and the DmaLoad to bring it there if not resident."""
+    s, isz = plan.spec, plan.itemsize
+    off, resident = st.mov.get(("b", k.index, n.index, k.fold))
+    if k.fold == 2:
+        sb_dims: tuple[tuple[int, int], ...] = ((n.size, 2), (1, n.size))
+        dr_dims: tuple[tuple[int, int], ...] = ((s.n, 2), (1, n.size))
+    else:
+        sb_dims, dr_dims = ((1, n.size),), ((1, n.size),)
+    sb = AccessPattern(Space.SBUF, 0, k.partitions, off, sb_dims, s.dtype)
+    if not resident:
+        start = lay.b_offset + (k.start * s.n + n.start) * isz
+        src = AccessPattern(Space.DRAM, 0, k.partitions, start, dr_dims, s.dtype,
+                            partition_step=k.fold * s.n * isz)
+        # no weights.written(sb): the moving window never holds a stationary tile
+        return sb, DmaLoad(src, sb)
+    return sb, None
+
+
+def emit(arch: Arch, plan: TilePlan, steps: list[Step | ReadStep]
+         ) -> tuple[list[Instruction], Layout]:
+    """Pass 4 for the dense formats: the instructions of ``steps`` and the DRAM layout."""
+    lay = plan_layout(plan)
+    st = DenseState.for_plan(arch, plan)
+    out: list[Instruction] = []
+    spec = plan.spec
+    for step in steps:
+        if isinstance(step, ReadStep):
+            out.append(read_out(arch, plan, lay.out_offset, step))
+            continue
+        sb = _stationary(st, plan, lay, step.k, step.m, out)
+        mv, dma = _moving(st, plan, lay, step.k, step.n)
+        dst = AccessPattern(Space.PSUM, 0, step.m.size, step.bank * arch.psum_bank_bytes,
+                            ((1, step.n.size),), plan.acc_dtype)
+        insts, st.weights = emit_nc_matmul(
+            st.weights, arch, stationary=sb, moving=mv, dst=dst,
+            flags=calc_flags(arch, step.first, step.last), perf_mode=step.k.perf_mode,
+            dtype=spec.dtype, zero_points=(spec.zp_a, spec.zp_b))
+        if dma is not None:  # the moving tile arrives just before the first MatMul reads it
+            insts.insert(next(i for i, x in enumerate(insts) if isinstance(x, MatMul)), dma)
+        out.extend(insts)
+    return out, lay

@@ -1,4 +1,4 @@
-"""Passes 2 and 3: loop order for reuse, then accumulation groups (the legalizer).
+"""Passes 2 and 3: loop order for reuse, then the ends of each accumulation group.
 
 Order: for each M tile, the N tiles are taken in chunks of half the PSUM banks (so one
 chunk's read-out overlaps the next chunk's compute); within a chunk the K tiles are the
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from ..arch import Arch
 from .tiling import KTile, Span, TilePlan
 
-__all__ = ["ReadStep", "Step", "legalize_groups", "order_for_reuse"]
+__all__ = ["ReadStep", "Step", "mark_group_ends", "order_for_reuse"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +57,9 @@ def order_for_reuse(plan: TilePlan, arch: Arch) -> list[Step | ReadStep]:
     return steps
 
 
-def legalize_groups(steps: list[Step | ReadStep], plan: TilePlan) -> list[Step | ReadStep]:
-    """Flag each (m, n) group's first and last K step."""
+def mark_group_ends(steps: list[Step | ReadStep], plan: TilePlan) -> list[Step | ReadStep]:
+    """Mark each (m, n) group's first K step (START) and last K step (STOP); the groups
+    themselves (one bank per open group) are :func:`order_for_reuse`'s."""
     first_k = plan.k_tiles[0].index
     last_k = plan.k_tiles[-1].index
     out: list[Step | ReadStep] = []

@@ -4,6 +4,14 @@ Stationary tiles come from a.T ([K, M] pieces: K <= rows x fold partitions, M <=
 columns), moving tiles from b ([K, N] pieces, N <= one PSUM bank of the accumulator).
 Ragged edges are smaller tiles; a ragged odd K tile under DoubleRow falls back to perf mode
 none (DoubleRow needs pairs of contraction rows).
+
+An MX product (gen4) pads K up to whole blocks of 32 with zeros (a zero element adds nothing
+to a block's dot product and changes no other element's code, so the padded product is the
+unpadded one) and cuts the padded K into tiles of every partition x 4 slots (512 logical
+elements); N tiles hold one fp32 PSUM bank.
+
+:func:`matmul_count` is the number of MatMuls in closed form, so a product too big to lower
+is refused from arithmetic before a single tile is built (:func:`check_size`).
 """
 
 from __future__ import annotations
@@ -12,9 +20,17 @@ from dataclasses import dataclass
 
 from ..arch import Arch
 from ..dtypes import accumulator_format, get_format
+from ..errors import ShapeError
 from ..isa import PerfMode
+from ..mx_layout import tile_k
+from ..mx_quantize import BLOCK
 
-__all__ = ["KTile", "MatmulSpec", "Span", "TilePlan", "tile"]
+__all__ = ["MAX_MATMULS", "KTile", "MatmulSpec", "Span", "TilePlan", "check_size",
+           "matmul_count", "padded_k", "spans", "tile"]
+
+# Lowering runs at tens of thousands of instructions a second: past this many MatMuls a
+# product would take tens of minutes and gigabytes of instruction objects.
+MAX_MATMULS = 1 << 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,16 +79,70 @@ class TilePlan:
     acc_dtype: str
     acc_itemsize: int
 
+    @property
+    def is_mx(self) -> bool:
+        return is_mx(self.spec)
 
-def _spans(total: int, size: int) -> tuple[Span, ...]:
+
+def is_mx(spec: MatmulSpec) -> bool:
+    return get_format(spec.dtype).kind == "mx"
+
+
+def padded_k(k: int) -> int:
+    """K rounded up to whole MX blocks of 32."""
+    return -(-k // BLOCK) * BLOCK
+
+
+def spans(total: int, size: int) -> tuple[Span, ...]:
+    """[0, total) cut into spans of ``size``, the last one ragged."""
     return tuple(Span(i, s, min(size, total - s)) for i, s in enumerate(range(0, total, size)))
 
 
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _bank_elems(spec: MatmulSpec, arch: Arch) -> int:
+    acc = "fp32" if is_mx(spec) else accumulator_format(spec.dtype)
+    return arch.psum_bank_bytes // get_format(acc).container_bytes
+
+
+def _k_tile_count(spec: MatmulSpec, arch: Arch) -> int:
+    """K tiles :func:`tile` makes, from arithmetic (the same cases as its loop)."""
+    if is_mx(spec):
+        return _ceil(padded_k(spec.k), tile_k(arch))
+    fold = spec.perf_mode.k_fold
+    full, rest = divmod(spec.k, arch.rows * fold)
+    if rest == 0:
+        return full
+    return full + (1 if rest % fold == 0 or rest <= arch.rows else 2)
+
+
+def matmul_count(spec: MatmulSpec, arch: Arch) -> int:
+    """MatMuls (MatmultMx for MX) the lowering of ``spec`` emits: K x M x N tiles."""
+    return (_k_tile_count(spec, arch) * _ceil(spec.m, arch.cols)
+            * _ceil(spec.n, _bank_elems(spec, arch)))
+
+
+def check_size(spec: MatmulSpec, arch: Arch) -> None:
+    """Raise :class:`ShapeError` if ``spec`` lowers to more than :data:`MAX_MATMULS`."""
+    count = matmul_count(spec, arch)
+    if count > MAX_MATMULS:
+        what = "MatmultMx" if is_mx(spec) else "MatMuls"
+        raise ShapeError(
+            f"{spec.m}x{spec.k}x{spec.n} lowers to {count:,} {what}; this Python model "
+            f"lowers at most {MAX_MATMULS:,} (tens of minutes): model a slice of the product "
+            f"(fewer M or N tiles) and scale its cycles")
+
+
 def tile(spec: MatmulSpec, arch: Arch) -> TilePlan:
+    """Cut ``spec`` into K, M and N tiles for ``arch`` (MX formats: over the padded K)."""
+    if is_mx(spec):
+        return _tile_mx(spec, arch)
     fold = spec.perf_mode.k_fold
     k_step = arch.rows * fold
     pieces: list[tuple[int, int, PerfMode]] = []
-    for span in _spans(spec.k, k_step):
+    for span in spans(spec.k, k_step):
         if span.size % fold == 0:
             pieces.append((span.start, span.size, spec.perf_mode))
         elif span.size <= arch.rows:  # odd ragged tile that fits unfolded
@@ -86,9 +156,21 @@ def tile(spec: MatmulSpec, arch: Arch) -> TilePlan:
     return TilePlan(
         spec=spec,
         k_tiles=tuple(k_tiles),
-        m_tiles=_spans(spec.m, arch.cols),
-        n_tiles=_spans(spec.n, arch.psum_bank_bytes // acc_isz),
+        m_tiles=spans(spec.m, arch.cols),
+        n_tiles=spans(spec.n, arch.psum_bank_bytes // acc_isz),
         itemsize=get_format(spec.dtype).container_bytes,
         acc_dtype=acc,
         acc_itemsize=acc_isz,
     )
+
+
+def _tile_mx(spec: MatmulSpec, arch: Arch) -> TilePlan:
+    """K tiles of up to :func:`~systolic.mx_layout.tile_k` logical elements over the padded K
+    (KTile sizes are logical K; a tile spans size/4 partitions), M tiles of the array's
+    columns, N tiles of one fp32 PSUM bank."""
+    k_tiles = tuple(KTile(s.index, s.start, s.size, PerfMode.NONE)
+                    for s in spans(padded_k(spec.k), tile_k(arch)))
+    return TilePlan(spec=spec, k_tiles=k_tiles, m_tiles=spans(spec.m, arch.cols),
+                    n_tiles=spans(spec.n, _bank_elems(spec, arch)),
+                    itemsize=get_format(spec.dtype).container_bytes, acc_dtype="fp32",
+                    acc_itemsize=4)
