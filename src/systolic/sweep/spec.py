@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from ..arch import ARCHS
+from ..arch import ARCHS, get_arch
 from ..errors import SweepError, SystolicError
 from ..isa import PerfMode
 from ..workload import OPERAND_FORMATS, _Source, load_workload
@@ -43,7 +43,7 @@ from .evaluate import (
     _digest,
     matmul_target,
 )
-from .overrides import check_value, overridable_fields
+from .overrides import apply_overrides, check_value, overridable_fields
 
 __all__ = ["RESERVED", "Axis", "Constraint", "Objective", "SweepSpec", "load_sweep",
            "parse_sweep"]
@@ -176,6 +176,9 @@ def _input(src: _Src, node: yaml.Node, name: str, target: Target) -> Any:
                                  f"kernel sweep")
         elif name in overridable_fields():
             value = check_value(name, value)
+            # Alone on a preset (every preset has 32-lane quadrants): rows 100 fails here;
+            # a combination with a quadrant axis is checked per point.
+            apply_overrides(get_arch("trn2"), {name: value})
         else:
             raise SweepError(
                 f"unknown input {name!r}: expected arch, dtype, perf_mode, "
