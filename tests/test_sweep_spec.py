@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from systolic.arch import get_arch
 from systolic.errors import SweepError
 from systolic.sweep import load_sweep, parse_sweep
 from systolic.sweep.overrides import apply_overrides, check_value, overridable_fields
-from systolic.arch import get_arch
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "sweeps"
 

@@ -103,7 +103,7 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-class _progress:  # noqa: N801 (a context manager read as a function)
+class _progress:
     """A rich bar on stderr (a terminal only): done, failed, rate, ETA."""
 
     def __init__(self, total: int, enabled: bool) -> None:
@@ -114,8 +114,13 @@ class _progress:  # noqa: N801 (a context manager read as a function)
         if not self.enabled:
             return None
         from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                   TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
 
         self.prog = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
                              TextColumn("{task.fields[failed]} failed"),
@@ -225,7 +230,8 @@ def _print_best(rows: list[dict[str, Any]], meta: dict[str, Any], top: list[dict
     def table(title: str, picked: list[dict[str, Any]], cols: list[str]) -> Table:
         t = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left")
         for c in ["#", *cols]:  # dim.M -> M, param.X -> X: the table stays readable
-            t.add_column(c.removeprefix("param.").removeprefix("dim."), justify="left" if c in varied else "right", no_wrap=True)
+            t.add_column(c.removeprefix("param.").removeprefix("dim."),
+                         justify="left" if c in varied else "right", no_wrap=True)
         for i, r in enumerate(picked, 1):
             t.add_row(str(i), *(_fmt(r.get(c, "")) for c in cols))
         return t

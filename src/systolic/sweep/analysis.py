@@ -58,10 +58,10 @@ def best(rows: Sequence[dict[str, Any]], meta: dict[str, Any], top: int = 10
          ) -> list[dict[str, Any]]:
     """The ``top`` feasible rows, best objective first (ties: sweep order)."""
     obj = objective_of(meta)
-    idx = np.flatnonzero(feasible(rows, meta))
+    idx = np.flatnonzero(feasible(rows, meta)).tolist()
     vals = np.array([_number(rows[i][obj.figure]) for i in idx])
     order = np.argsort(-vals if obj.maximize else vals, kind="stable")
-    return [rows[i] for i in idx[order[:top]]]
+    return [rows[idx[j]] for j in order[:top].tolist()]
 
 
 def direction(spec: str, meta: dict[str, Any]) -> tuple[str, bool]:
@@ -84,13 +84,14 @@ def pareto(rows: Sequence[dict[str, Any]], meta: dict[str, Any], x: str, y: str
         if not any(name in r for r in rows):
             raise SweepError(f"--pareto: no row has {name!r}; columns: "
                              f"{', '.join(sorted({k for r in rows for k in r}))}")
-    idx = [i for i in np.flatnonzero(feasible(rows, meta))
+    idx = [i for i in np.flatnonzero(feasible(rows, meta)).tolist()
            if not math.isnan(_number(rows[i].get(xn))) and
            not math.isnan(_number(rows[i].get(yn)))]
     # Minimise both after flipping the maximised ones; sort by x then y, sweep y's best.
     pts = sorted(((-1 if xmax else 1) * _number(rows[i][xn]),
-                  (-1 if ymax else 1) * _number(rows[i][yn]), int(i)) for i in idx)
-    front, best_y = [], math.inf
+                  (-1 if ymax else 1) * _number(rows[i][yn]), i) for i in idx)
+    front: list[int] = []
+    best_y = math.inf
     j = 0
     while j < len(pts):  # a run of equal x: only its lowest y (and its ties) can be on it
         k = j

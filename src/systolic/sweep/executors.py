@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
@@ -26,7 +26,7 @@ from .evaluate import Target, evaluate_chunk
 __all__ = ["Chunk", "chunked", "run_dask", "run_pool", "run_serial"]
 
 Chunk = list[tuple[str, dict[str, Any]]]
-Results = Iterator[list[dict[str, Any]]]
+Results = Generator[list[dict[str, Any]], None, None]
 # Chunks in flight per worker: enough to hide the round trip, few enough to lose little work
 # when the sweep is killed.
 _IN_FLIGHT = 3

@@ -84,7 +84,7 @@ def apply_overrides(arch: Arch, overrides: dict[str, Any]) -> Arch:
     """``arch`` with the fields replaced (each checked), renamed ``NAME*`` when changed."""
     if not overrides:
         return arch
-    values = {k: check_value(k, v) for k, v in overrides.items()}
+    values: dict[str, Any] = {k: check_value(k, v) for k, v in overrides.items()}
     try:
         new = dataclasses.replace(arch, name=f"{arch.name}*", **values)
     except (TypeError, ValueError) as exc:

@@ -153,8 +153,9 @@ def _heatmap(fig: Any, ax: Any, good: list[dict[str, Any]], x: str, y: str, fig_
         ax.scatter(ii, jj, s=600, facecolors="none", edgecolors=_FRONT, linewidths=2,
                    label="holds a Pareto-front point")
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.12))
-    j, i = np.unravel_index(np.nanargmax(grid) if maximize else np.nanargmin(grid), grid.shape)
-    ax.scatter([i], [j], marker="*", s=160, color=_FRONT, zorder=5)
+    jb, ib = np.unravel_index(np.nanargmax(grid) if maximize else np.nanargmin(grid),
+                              grid.shape)
+    ax.scatter([ib], [jb], marker="*", s=160, color=_FRONT, zorder=5)
     ax.set_xticks(range(len(xs)), [_label(v) for v in xs])
     ax.set_yticks(range(len(ys)), [_label(v) for v in ys])
     ax.set_xlabel(x)

@@ -11,12 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from .. import __version__
 from ..errors import SweepError
+from .evaluate import KernelTarget
 from .executors import (
     chunked,
     dask_client,
@@ -58,8 +59,8 @@ class Summary:
 def spec_meta(spec: SweepSpec) -> dict[str, Any]:
     """What ``sweep show`` needs to know about the sweep, stored beside the rows."""
     t = spec.target
-    what = (t.workload.path if t.kind == "workload" else
-            f"{t.path}:{t.function}" if t.kind == "kernel" else "matmul")  # type: ignore[union-attr]
+    what = (f"{t.path}:{t.function}" if isinstance(t, KernelTarget) else
+            t.workload.path if t.kind == "workload" else "matmul")
     return {"name": spec.name, "file": spec.path, "target": {"kind": t.kind, "what": what},
             "inputs": spec.input_names, "axes": [list(a.names) for a in spec.axes],
             "objective": {"figure": spec.objective.figure, "maximize": spec.objective.maximize},
@@ -120,10 +121,12 @@ def execute(spec: SweepSpec, out: str | os.PathLike[str], *, workers: int | None
 @contextlib.contextmanager
 def _results(kind: str, spec: SweepSpec, todo: list[tuple[str, dict[str, Any]]],
              workers: int | None, dask: Any, announce: Callable[[str], None] | None,
-             processes: bool) -> Iterator[tuple[Iterator[list[dict[str, Any]]], int]]:
+             processes: bool) -> Iterator[tuple[Generator[list[dict[str, Any]], None, None], int]]:
     """The executor's stream of result chunks and its worker count, closed on exit."""
     if kind == "serial":
-        yield run_serial(spec.target, chunked(todo, 1)), 1
+        serial = run_serial(spec.target, chunked(todo, 1))
+        yield serial, 1
+        serial.close()
         return
     if kind == "pool":
         n = workers or default_workers()

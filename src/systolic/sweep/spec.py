@@ -180,11 +180,10 @@ def _input(src: _Src, node: yaml.Node, name: str, target: Target) -> Any:
             # a combination with a quadrant axis is checked per point.
             apply_overrides(get_arch("trn2"), {name: value})
         else:
+            own = {"matmul": "m, k, n, ", "kernel": "dim.NAME, param.NAME, "}.get(kind, "")
             raise SweepError(
-                f"unknown input {name!r}: expected arch, dtype, perf_mode, "
-                f"{'m, k, n' if kind == 'matmul' else 'dim.NAME, param.NAME' if kind == 'kernel' else ''}"
-                f"{', ' if kind != 'workload' else ''}or an Arch field "
-                f"({', '.join(sorted(overridable_fields()))})")
+                f"unknown input {name!r}: expected arch, dtype, perf_mode, {own}or an Arch "
+                f"field ({', '.join(sorted(overridable_fields()))})")
     except SystolicError as exc:
         raise src.fail(node, str(exc)) from None
     return value
@@ -210,7 +209,7 @@ def _range(src: _Src, node: yaml.Node, name: str) -> list[Any]:
     if "step" in num:
         if num["step"] <= 0:
             raise src.fail(fields["step"][0], f"step of {name} must be above 0")
-        count = int(math.floor((hi - lo) / num["step"] + 1e-9)) + 1
+        count = math.floor((hi - lo) / num["step"] + 1e-9) + 1
         out = [lo + i * num["step"] for i in range(max(count, 0))]
     else:
         if num["times"] <= 1 or lo <= 0:
