@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers import missing_extra
 
 import systolic.sweep as sw
 from systolic.api import make_spec
@@ -118,7 +119,8 @@ def test_workload_points_sum_the_ops_times_their_repeats(tmp_path: Path) -> None
 
 
 def test_the_pool_and_a_dask_local_cluster_give_identical_stores(tmp_path: Path) -> None:
-    pytest.importorskip("distributed")
+    if not _has("distributed"):
+        missing_extra("dask[distributed]")
     spec = sw.parse_sweep(GRID)
     execute(spec, tmp_path / "pool.sqlite", workers=2)
     notes: list[str] = []
@@ -255,7 +257,8 @@ def test_pareto_front_matches_a_brute_force_search() -> None:
 
 
 def test_show_table_csv_and_plot(tmp_path: Path) -> None:
-    pytest.importorskip("matplotlib")
+    if not _has("matplotlib"):
+        missing_extra("matplotlib")
     out = tmp_path / "r.sqlite"
     execute(sw.parse_sweep(GRID), out, executor="serial")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
