@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 import os
 import signal
@@ -111,6 +112,16 @@ def test_workload_points_sum_the_ops_times_their_repeats(tmp_path: Path) -> None
     sweep = _write(tmp_path, f"run: {{workload: {wl.name}}}\naxes:\n  rows: [64, 128]\n")
     rows = sw.run(sweep, executor="serial")
     rows = rows.to_dict("records") if hasattr(rows, "to_dict") else rows
+    # rows 128 is trn2 itself: the totals are those of `systolic run --json`
+    proc = subprocess.run([sys.executable, "-m", "systolic", "run", str(wl), "--json"],
+                          capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    total = json.loads(proc.stdout)["total"]
+    [plain] = [r for r in rows if r["rows"] == 128]
+    for key in ("cycles", "seconds", "flops", "tflops", "utilization"):
+        assert plain[key] == pytest.approx(total[key], rel=1e-12), key
+    for cause, part in total["breakdown"].items():
+        assert plain[f"pct_{cause}"] == pytest.approx(part["percent"], rel=1e-9, abs=1e-12)
     for r in rows:
         arch = dataclasses.replace(get_arch("trn2"), rows=r["rows"])
         cyc = [build_report(lower(make_spec(m, k, n, "bf16", arch), arch).program, arch).cycles
@@ -224,8 +235,6 @@ def test_two_sweeps_on_one_store_are_refused(tmp_path: Path) -> None:
 def test_show_reports_the_true_minimum_and_the_constraints(tmp_path: Path) -> None:
     out = tmp_path / "r.sqlite"
     execute(sw.parse_sweep(GRID), out, executor="serial")
-    import json
-
     proc = subprocess.run([sys.executable, "-m", "systolic", "sweep", "show", str(out),
                            "--json", "--top", "3"], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, check=True)

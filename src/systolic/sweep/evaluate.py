@@ -32,7 +32,7 @@ from ..arch import Arch, get_arch
 from ..compiler import MatmulSpec, lower
 from ..errors import SweepError, SystolicError
 from ..report import CAUSES, Report, build_report
-from ..workload import Op, OpResult, Workload, intensity, workload_json
+from ..workload import Op, Workload, intensity
 from .overrides import apply_overrides, overridable_fields
 
 __all__ = ["CORE_FIGURES", "MAXIMIZE", "TENSOR_FIGURES", "KernelTarget", "Target",
@@ -137,39 +137,43 @@ def _ops(target: WorkloadTarget, inputs: dict[str, Any]) -> list[Op]:
 
 
 def workload_figures(target: WorkloadTarget, inputs: dict[str, Any]) -> dict[str, Any]:
-    """Totals over the ops (each ``repeat`` times), plus a roofline estimate: every op's
-    ideal HBM traffic (operands and fp32 result moved once, ``workload.intensity``) at the
-    arch's ``hbm_bytes_per_s``, and ``roofline_us`` = the sum of max(compute, memory) per op.
-    The Tensor Engine timing does not see HBM, so this is what an HBM axis changes until the
-    whole-core timing (issue 11) times the DMA itself."""
-    ops = _ops(target, inputs)
-    results, count = [], 0
-    for op in ops:
-        report, n_ins = _timed(op.spec, op.arch)
-        results.append(OpResult(op, None, report))  # type: ignore[arg-type]  # program unused
-        count += n_ins * op.repeat
-    total = workload_json(replace(target.workload, ops=tuple(ops)), results)["total"]
-    hbm_bytes = hbm_s = roof_s = at_peak_s = 0.0
-    for r in results:
-        moved = r.op.flops / intensity(r.op.spec)
-        mem_s = moved / r.op.arch.hbm_bytes_per_s
-        hbm_bytes += moved * r.op.repeat
-        hbm_s += mem_s * r.op.repeat
-        roof_s += max(r.report.seconds, mem_s) * r.op.repeat
-        at_peak_s += r.op.flops / (r.report.peak_tflops * 1e12) * r.op.repeat
-    seconds = float(total["seconds"])
+    """Totals over the ops (each ``repeat`` times, with ``workload_json``'s definitions),
+    plus a roofline estimate: every op's ideal HBM traffic (operands and fp32 result moved
+    once, ``workload.intensity``) at the arch's ``hbm_bytes_per_s``, and ``roofline_us`` =
+    the sum of max(compute, memory) per op. The Tensor Engine timing does not see HBM, so
+    this is what an HBM axis changes until the whole-core timing (issue 11) times the DMA."""
+    cycles = count = macs = flops = 0
+    seconds = capacity = hbm_bytes = hbm_s = roof_s = at_peak_s = 0.0
+    causes = dict.fromkeys(CAUSES, 0.0)
+    for op in _ops(target, inputs):
+        rep, n_ins = _timed(op.spec, op.arch)
+        r = op.repeat
+        cycles += rep.cycles * r
+        seconds += rep.seconds * r
+        count += n_ins * r
+        macs += rep.useful_macs * r
+        flops += op.flops * r
+        capacity += rep.cycles * op.arch.pes * rep.pack * r
+        for k, v in rep.exact_breakdown().items():  # once per op: Fractions are slow
+            causes[k] += float(v) * r
+        moved = op.flops / intensity(op.spec)
+        mem_s = moved / op.arch.hbm_bytes_per_s
+        hbm_bytes += moved * r
+        hbm_s += mem_s * r
+        roof_s += max(rep.seconds, mem_s) * r
+        at_peak_s += op.flops / (rep.peak_tflops * 1e12) * r
     out: dict[str, Any] = {
-        "latency_us": seconds * 1e6, "cycles": int(total["cycles"]), "seconds": seconds,
-        "tflops": float(total["tflops"]),
-        "peak_tflops": total["flops"] / at_peak_s / 1e12 if at_peak_s else 0.0,
-        "utilization": float(total["utilization"]), "flops": int(total["flops"]),
-        "useful_macs": sum(r.report.useful_macs * r.op.repeat for r in results),
-        "instructions": count, "intensity": total["flops"] / hbm_bytes if hbm_bytes else 0.0,
+        "latency_us": seconds * 1e6, "cycles": cycles, "seconds": seconds,
+        "tflops": flops / seconds / 1e12 if seconds else 0.0,
+        "peak_tflops": flops / at_peak_s / 1e12 if at_peak_s else 0.0,
+        "utilization": macs / capacity if capacity else 0.0, "flops": flops,
+        "useful_macs": macs, "instructions": count,
+        "intensity": flops / hbm_bytes if hbm_bytes else 0.0,
         "ideal_hbm_bytes": hbm_bytes, "hbm_us": hbm_s * 1e6, "roofline_us": roof_s * 1e6,
         "roofline_bound": "memory" if hbm_s > seconds else "compute",
     }
-    for cause, part in total["breakdown"].items():
-        out[f"pct_{cause}"] = float(part["percent"])
+    for k, total in causes.items():
+        out[f"pct_{k}"] = 100.0 * total / cycles if cycles else 0.0
     return out
 
 

@@ -15,6 +15,8 @@ in flight, so a sweep of millions of points never holds millions of futures.
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
+import multiprocessing.context
 import os
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -61,8 +63,19 @@ def _bounded(submit: Callable[[Chunk], Any], chunks: Iterable[Chunk], limit: int
                 pending.add(submit(nxt))
 
 
+def _context() -> multiprocessing.context.BaseContext:
+    """forkserver where there is one: a plain fork would copy the parent's threads' locks
+    (the progress bar's, a Dask client's) in whatever state they are; the server preloads
+    the evaluator once, so each worker starts warm."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["systolic.sweep.evaluate"])
+        return ctx
+    return multiprocessing.get_context("spawn")
+
+
 def run_pool(target: Target, chunks: Iterable[Chunk], workers: int) -> Results:
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
         def submit(chunk: Chunk) -> Future[list[dict[str, Any]]]:
             return pool.submit(evaluate_chunk, target, chunk)
 

@@ -105,10 +105,8 @@ def execute(spec: SweepSpec, out: str | os.PathLike[str], *, workers: int | None
         failed = 0
         with _results(kind, spec, todo, workers, dask, announce, dask_processes) as (results, n):
             for chunk in results:
-                bad = 0
-                for r in chunk:
-                    store.write(seqs[r["key"]], inputs_of[r["key"]], r)
-                    bad += r["status"] != "ok"
+                store.write([(seqs[r["key"]], inputs_of[r["key"]], r) for r in chunk])
+                bad = sum(r["status"] != "ok" for r in chunk)
                 failed += bad
                 if progress is not None:
                     progress(len(chunk), bad)

@@ -115,20 +115,22 @@ class Store:
             raise
         self.con.execute("COMMIT")
 
-    def write(self, seq: int, inputs: dict[str, Any], result: dict[str, Any]) -> None:
-        """Store one finished point in its own transaction (a kill never half-writes it)."""
-        values = {"key": result["key"], "seq": seq, "status": result["status"],
-                  "error": result["error"], "elapsed_s": result["elapsed_s"],
-                  **inputs, **result["figures"]}
+    def write(self, batch: list[tuple[int, dict[str, Any], dict[str, Any]]]) -> None:
+        """Store finished points ``[(seq, inputs, result)]`` (the results of one chunk, which
+        arrive together) in one transaction: a kill never half-writes them."""
         with self._transaction():
-            for name in values:
-                if name not in self.columns:
-                    self.con.execute(f"ALTER TABLE points ADD COLUMN {_quote(name)}")
-                    self.columns.append(name)
-            cols = ", ".join(_quote(c) for c in values)
-            marks = ", ".join("?" for _ in values)
-            self.con.execute(f"INSERT OR REPLACE INTO points ({cols}) VALUES ({marks})",
-                             [_plain(v) for v in values.values()])
+            for seq, inputs, result in batch:
+                values = {"key": result["key"], "seq": seq, "status": result["status"],
+                          "error": result["error"], "elapsed_s": result["elapsed_s"],
+                          **inputs, **result["figures"]}
+                for name in values:
+                    if name not in self.columns:
+                        self.con.execute(f"ALTER TABLE points ADD COLUMN {_quote(name)}")
+                        self.columns.append(name)
+                cols = ", ".join(_quote(c) for c in values)
+                marks = ", ".join("?" for _ in values)
+                self.con.execute(f"INSERT OR REPLACE INTO points ({cols}) VALUES ({marks})",
+                                 [_plain(v) for v in values.values()])
 
 
 def _plain(v: Any) -> Any:
