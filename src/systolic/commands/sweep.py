@@ -89,9 +89,10 @@ def _run(args: argparse.Namespace) -> int:
     from ..sweep.runner import execute
 
     spec = load_sweep(args.file)
-    with _progress(spec.size, not args.no_progress and not args.json) as tick:
+    bar = _progress(spec.size, not args.no_progress and not args.json)
+    with bar as tick:
         summary = execute(spec, args.out, workers=args.workers, dask=args.dask,
-                          retry_failed=args.retry_failed, progress=tick,
+                          retry_failed=args.retry_failed, progress=tick, on_start=bar.start,
                           announce=lambda s: print(s, file=sys.stderr, flush=True))
     if args.json:
         print(json.dumps({"total": summary.total, "ran": summary.ran,
@@ -122,7 +123,7 @@ class _progress:
             TimeRemainingColumn,
         )
 
-        self.prog = Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(),
+        self.prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                              TextColumn("{task.fields[failed]} failed"),
                              TextColumn("{task.fields[rate]}"), TextColumn("ETA"),
                              TimeRemainingColumn(), console=Console(stderr=True),
@@ -130,6 +131,11 @@ class _progress:
         self.prog.__enter__()
         self.task = self.prog.add_task("sweep", total=self.total, failed=0, rate="")
         return self.tick
+
+    def start(self, todo: int, skipped: int) -> None:
+        if self.enabled:
+            label = f"sweep ({skipped:,} already done)" if skipped else "sweep"
+            self.prog.update(self.task, total=todo, description=label)
 
     def tick(self, n: int, failed: int) -> None:
         self.failed += failed

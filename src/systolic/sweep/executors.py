@@ -18,6 +18,8 @@ import contextlib
 import multiprocessing
 import multiprocessing.context
 import os
+import threading
+import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
@@ -74,8 +76,25 @@ def _context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("spawn")
 
 
+def _watch_parent(pid: int) -> None:
+    """Runs in each pool worker: exit once the sweep's process is gone. A worker blocked on
+    its task queue would otherwise outlive a parent killed with SIGKILL."""
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:  # the pid was reused by another user's process
+                os._exit(1)
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()
+
+
 def run_pool(target: Target, chunks: Iterable[Chunk], workers: int) -> Results:
-    with ProcessPoolExecutor(max_workers=workers, mp_context=_context()) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=_context(),
+                             initializer=_watch_parent, initargs=(os.getpid(),)) as pool:
         def submit(chunk: Chunk) -> Future[list[dict[str, Any]]]:
             return pool.submit(evaluate_chunk, target, chunk)
 

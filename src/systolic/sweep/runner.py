@@ -70,12 +70,14 @@ def spec_meta(spec: SweepSpec) -> dict[str, Any]:
 def execute(spec: SweepSpec, out: str | os.PathLike[str], *, workers: int | None = None,
             dask: Any = None, retry_failed: bool = False, progress: Progress | None = None,
             announce: Callable[[str], None] | None = None, executor: str | None = None,
-            dask_processes: bool = True) -> Summary:
+            dask_processes: bool = True, on_start: Callable[[int, int], None] | None = None
+            ) -> Summary:
     """Run every point of ``spec`` not yet in the store ``out``.
 
     ``executor`` is ``serial``, ``pool`` (default) or ``dask`` (default when ``dask`` is an
-    address, ``local[:N]`` or a ``distributed.Client``). ``progress(n, failed)`` is called as
-    results are written; ``announce`` gets one-line notices (the Dask dashboard link)."""
+    address, ``local[:N]`` or a ``distributed.Client``). ``on_start(to_run, skipped)`` is
+    called once the store has been read, ``progress(n, failed)`` as results are written;
+    ``announce`` gets one-line notices (the Dask dashboard link)."""
     path = os.fspath(out)
     kind = executor or ("dask" if dask is not None else "pool")
     if kind not in ("serial", "pool", "dask"):
@@ -101,6 +103,8 @@ def execute(spec: SweepSpec, out: str | os.PathLike[str], *, workers: int | None
             inputs_of[key] = inputs
             todo.append((key, inputs))
         skipped = spec.size - len(todo)
+        if on_start is not None:
+            on_start(len(todo), skipped)
         t0 = time.perf_counter()
         failed = 0
         with _results(kind, spec, todo, workers, dask, announce, dask_processes) as (results, n):
