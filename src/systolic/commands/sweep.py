@@ -245,13 +245,13 @@ def _print_best(rows: list[dict[str, Any]], meta: dict[str, Any], top: list[dict
     con.print(f"{meta.get('name', args.results)}: {len(rows):,} points, {failed:,} failed, "
               f"{n_ok:,} feasible; objective {way} {figure}"
               + (f"; constraints: {', '.join(meta['constraints'])}"
-                 if meta.get("constraints") else ""))
+                 if meta.get("constraints") else ""), soft_wrap=True)
     errors: dict[str, int] = {}
     for r in rows:
         if r["status"] != "ok":
             errors[str(r.get("error"))] = errors.get(str(r.get("error")), 0) + 1
     for text, count in sorted(errors.items(), key=lambda e: -e[1])[:3]:
-        con.print(f"  {count:,} failed: {text}")
+        con.print(f"  {count:,} failed: {text}", soft_wrap=True)
     if top:
         con.print(table(f"best {len(top)} by {figure}", top, [*varied, figure, *extra]))
     if args.pareto:

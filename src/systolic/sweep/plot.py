@@ -1,5 +1,6 @@
 """``sweep show --plot``: the objective against one axis (best value per x) or two (a
-heatmap of the best value per cell), and with ``--pareto X,Y`` a second panel of the two
+heatmap of the best value per cell; by default the first two axes that vary, ``--x`` alone
+asks for one), and with ``--pareto X,Y`` a second panel of the two
 figures with the Pareto front drawn; the front's points are ringed in the first panel too.
 Only feasible points are drawn; a cell with none is grey. matplotlib is imported lazily."""
 
@@ -53,11 +54,11 @@ def sweep_plot(rows: list[dict[str, Any]], meta: dict[str, Any], path: str,
     # One name per axis (a zipped axis such as rows,cols plots as its first name).
     varied = [names[0] for names in meta.get("axes", [])
               if len({str(r.get(names[0])) for r in good}) > 1]
-    x = x or (varied[0] if varied else None)
-    if x is None:
-        raise SweepError("the sweep has no axis with more than one value; name one with --x")
-    if y is None and x in varied and len(varied) > 1 and x == varied[0]:
-        y = varied[1]
+    if x is None:  # neither named: the first two axes that vary (a heatmap), or the one
+        if not varied:
+            raise SweepError("the sweep has no axis with more than one value; name one "
+                             "with --x")
+        x, y = varied[0], y or (varied[1] if len(varied) > 1 else None)
     for name in (x, y):
         if name is not None and not any(name in r for r in rows):
             raise SweepError(f"--plot: no input or figure {name!r}; inputs: "
