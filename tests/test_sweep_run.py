@@ -305,3 +305,12 @@ def test_load_returns_a_table_with_feasibility(tmp_path: Path) -> None:
     assert len(rows) == 24
     assert all(r["feasible"] == (r["utilization"] >= 0.3) for r in rows)
     assert not any(math.isnan(r["latency_us"]) for r in rows)
+
+
+def test_run_takes_a_dict_and_returns_one_row_per_point() -> None:
+    table = sw.run({"run": {"matmul": {"m": 128, "n": 128}},
+                    "axes": {"k": [32, 64, 96], "arch": ["trn1", "trn2"]}}, executor="serial")
+    rows = table.to_dict("records") if hasattr(table, "to_dict") else table
+    assert sorted((r["k"], r["arch"]) for r in rows) == sorted(
+        itertools.product([32, 64, 96], ["trn1", "trn2"]))
+    assert all(r["status"] == "ok" and r["feasible"] for r in rows)
