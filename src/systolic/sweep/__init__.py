@@ -5,7 +5,8 @@ survives a crash (docs/sweep.md).
     table = sw.run("examples/sweeps/swiglu_array_hbm.yaml", out="swiglu.sqlite")
     table = sw.load("swiglu.sqlite")         # pandas DataFrame if pandas is installed
 
-The pieces: :mod:`.spec` (the sweep file), :mod:`.evaluate` (what a point runs),
+The pieces: :mod:`.spec` (the sweep file; :mod:`.axes` its values, :mod:`.overrides` the
+Arch fields), :mod:`.evaluate` (what a point runs),
 :mod:`.store` (SQLite), :mod:`.executors` (serial, process pool, Dask), :mod:`.runner`
 (resume and write), :mod:`.analysis` (best, Pareto), :mod:`.plot`.
 """
