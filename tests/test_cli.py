@@ -13,6 +13,7 @@ from systolic import __version__
 from systolic.cli import COMMANDS, main
 
 EXAMPLE = str(Path(__file__).parent.parent / "examples" / "seed003_2048.yaml")
+SWEEP = str(Path(__file__).parent.parent / "examples" / "sweeps" / "fp8_double_row.yaml")
 
 
 JSON_COMMANDS = [
@@ -25,11 +26,14 @@ JSON_COMMANDS = [
     pytest.param(["roofline", "--workload", EXAMPLE], id="roofline-workload"),
     pytest.param(["rtl", "verilog", "--rows", "2", "--cols", "2"], id="rtl-verilog"),
     pytest.param(["rtl", "sim", "--rows", "2", "--cols", "3", "--cycles", "12"], id="rtl-sim"),
+    pytest.param(["sweep", SWEEP, "--out", "TMP/s.sqlite", "--workers", "1"], id="sweep"),
 ]
 
 
 @pytest.mark.parametrize("argv", JSON_COMMANDS)
-def test_json_is_one_object(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+def test_json_is_one_object(capsys: pytest.CaptureFixture[str], argv: list[str],
+                            tmp_path: Path) -> None:
+    argv = [a.replace("TMP", str(tmp_path)) for a in argv]  # sweep: a store to write
     if argv[0] == "rtl":
         require_module("amaranth", "amaranth (the rtl commands)")
     assert main([*argv, "--json"]) == 0

@@ -52,3 +52,8 @@ class BundleError(SystolicError):
 
 class WorkloadError(SystolicError):
     """A malformed workload file."""
+
+
+class SweepError(SystolicError):
+    """A malformed sweep file, a results store that cannot be used, or a point that cannot
+    run (recorded in the store as a failed point)."""

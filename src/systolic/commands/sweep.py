@@ -1,0 +1,263 @@
+"""``systolic sweep FILE.yaml --out RESULTS`` and ``systolic sweep show RESULTS``."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from typing import Any
+
+from ..errors import SweepError
+from .common import positive_int
+
+HELP = "run a sweep of many timing runs into a results store, or show one"
+DESCRIPTION = """\
+Run every point of a sweep file (a grid or a seeded random sample over kernel params,
+shapes, dtypes, perf modes, arch presets and Arch fields) and store one row per point in
+an SQLite file. Re-running the same command resumes: points already stored are skipped.
+A point that fails (a format the arch lacks, an SBUF overflow) is stored with its error.
+
+  systolic sweep FILE.yaml --out RESULTS [--workers N | --dask ADDRESS | --dask local[:N]]
+  systolic sweep show RESULTS [--top N] [--json] [--csv F] [--parquet F]
+                              [--pareto X,Y] [--plot F.png [--x AXIS] [--y AXIS]]
+
+examples:
+  systolic sweep examples/sweeps/swiglu_array_hbm.yaml --out swiglu.sqlite
+  systolic sweep show swiglu.sqlite --top 5 --pareto roofline_us,max:rows
+  systolic sweep show swiglu.sqlite --plot swiglu.png --x rows --y hbm_bytes_per_s
+  systolic sweep examples/sweeps/swiglu_array_hbm.yaml --out s.sqlite --dask local:2
+
+The file format is in docs/sweep.md; a bad file gets one line FILE:LINE: what is wrong.
+"""
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("sweep", help=HELP, description=DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file", metavar="FILE.yaml|show", help="the sweep file, or 'show'")
+    p.add_argument("results", nargs="?", metavar="RESULTS", help="with show: the store")
+    r = p.add_argument_group("running a sweep")
+    r.add_argument("--out", metavar="RESULTS", help="the results store (SQLite file)")
+    r.add_argument("--workers", type=positive_int, metavar="N",
+                   help="local pool size (default: every core)")
+    r.add_argument("--dask", metavar="ADDRESS",
+                   help="run on a Dask scheduler (tcp://HOST:8786), or local[:N] for a "
+                        "LocalCluster of N workers here (needs the dask extra)")
+    r.add_argument("--retry-failed", action="store_true",
+                   help="run the stored failed points again")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    s = p.add_argument_group("show")
+    s.add_argument("--top", type=positive_int, default=10, metavar="N",
+                   help="the N best points by the objective (10)")
+    s.add_argument("--csv", metavar="F.csv", help="write every row as CSV")
+    s.add_argument("--parquet", metavar="F.parquet",
+                   help="write every row as Parquet (needs pandas and pyarrow)")
+    s.add_argument("--pareto", metavar="X,Y",
+                   help="the Pareto front of two figures or inputs (max:NAME to maximise)")
+    s.add_argument("--plot", metavar="F.png", help="plot the objective against one or two axes")
+    s.add_argument("--x", metavar="AXIS", help="the plot's x axis (default: the first axis)")
+    s.add_argument("--y", metavar="AXIS", help="a second axis: the plot is then a heatmap")
+    p.add_argument("--json", action="store_true", help="print one JSON object for scripts")
+    p.set_defaults(run=run)
+
+
+_RUN_ONLY = ("out", "workers", "dask", "retry_failed", "no_progress")
+_SHOW_ONLY = ("csv", "parquet", "pareto", "plot", "x", "y")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.file == "show":
+        used = [f"--{a.replace('_', '-')}" for a in _RUN_ONLY if getattr(args, a)]
+        if used or not args.results:
+            raise SweepError("usage: systolic sweep show RESULTS [--top N] ... "
+                             + (f"({', '.join(used)} belong to a run)" if used else
+                                "(name the store)"))
+        return _show(args)
+    used = [f"--{a}" for a in _SHOW_ONLY if getattr(args, a)]
+    if args.results or used:
+        raise SweepError(f"{' '.join(used) or args.results}: only with systolic sweep show")
+    if not args.out:
+        raise SweepError("name the results store: systolic sweep FILE.yaml --out RESULTS")
+    if args.dask and args.workers:
+        raise SweepError("--workers sizes the local pool; with --dask the cluster has its own")
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ..sweep import load_sweep
+    from ..sweep.runner import execute
+
+    spec = load_sweep(args.file)
+    bar = _progress(spec.size, not args.no_progress and not args.json)
+    with bar as tick:
+        summary = execute(spec, args.out, workers=args.workers, dask=args.dask,
+                          retry_failed=args.retry_failed, progress=tick, on_start=bar.start,
+                          announce=lambda s: print(s, file=sys.stderr, flush=True))
+    if args.json:
+        print(json.dumps({"total": summary.total, "ran": summary.ran,
+                          "failed": summary.failed, "skipped": summary.skipped,
+                          "seconds": summary.seconds, "points_per_s": summary.rate,
+                          "workers": summary.workers, "out": args.out}, indent=2))
+    else:
+        print(summary.line(args.out))
+    return 0
+
+
+class _progress:
+    """A rich bar on stderr (a terminal only): done, failed, rate, ETA."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        self.total, self.enabled = total, enabled and sys.stderr.isatty()
+        self.failed = self.done = 0
+
+    def __enter__(self) -> Any:
+        if not self.enabled:
+            return None
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self.prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                             TextColumn("{task.fields[failed]} failed"),
+                             TextColumn("{task.fields[rate]}"), TextColumn("ETA"),
+                             TimeRemainingColumn(), console=Console(stderr=True),
+                             transient=True)
+        self.prog.__enter__()
+        self.task = self.prog.add_task("sweep", total=self.total, failed=0, rate="")
+        return self.tick
+
+    def start(self, todo: int, skipped: int) -> None:
+        if self.enabled:
+            label = f"sweep ({skipped:,} already done)" if skipped else "sweep"
+            self.prog.update(self.task, total=todo, description=label)
+
+    def tick(self, n: int, failed: int) -> None:
+        self.failed += failed
+        self.prog.advance(self.task, n)
+        speed = self.prog.tasks[0].speed
+        self.prog.update(self.task, failed=self.failed,
+                         rate=f"{speed:,.1f} pts/s" if speed else "")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.enabled:
+            self.prog.__exit__(*exc)
+
+
+def _show(args: argparse.Namespace) -> int:
+    from ..sweep.analysis import best, feasible, objective_of, pareto
+    from ..sweep.store import read_rows
+
+    if args.plot:
+        from ..plots import check_plot_path
+
+        check_plot_path(args.plot)
+    rows, meta = read_rows(args.results)
+    if not rows:
+        raise SweepError(f"{args.results}: the store has no points yet")
+    obj = objective_of(meta)
+    ok = feasible(rows, meta)
+    top = best(rows, meta, args.top)
+    front: list[dict[str, Any]] = []
+    if args.pareto:
+        names = [n.strip() for n in args.pareto.split(",")]
+        if len(names) != 2:
+            raise SweepError(f"--pareto {args.pareto}: name two figures, X,Y")
+        front = pareto(rows, meta, names[0], names[1])
+    for r, f in zip(rows, ok, strict=True):
+        r["feasible"] = bool(f)
+    if args.csv:
+        _write_csv(rows, args.csv)
+    if args.parquet:
+        _write_parquet(rows, args.parquet)
+    if args.plot:
+        from ..sweep.plot import sweep_plot
+
+        sweep_plot(rows, meta, args.plot, x=args.x, y=args.y,
+                   pareto_of=args.pareto.split(",") if args.pareto else None)
+    failed = sum(r["status"] != "ok" for r in rows)
+    if args.json:
+        print(json.dumps({"name": meta.get("name"), "points": len(rows), "failed": failed,
+                          "feasible": int(ok.sum()), "objective": meta.get("objective"),
+                          "best": top, "pareto": front}, indent=2, default=str))
+        return 0
+    _print_best(rows, meta, top, front, failed, int(ok.sum()), obj.figure, args)
+    return 0
+
+
+def _columns(rows: list[dict[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(k for r in rows for k in r))
+
+
+def _write_csv(rows: list[dict[str, Any]], path: str) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=_columns(rows))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _write_parquet(rows: list[dict[str, Any]], path: str) -> None:
+    try:
+        import pandas as pd
+        import pyarrow  # noqa: F401
+    except ImportError:
+        raise SweepError("--parquet needs pandas and pyarrow: pip install "
+                         "'systolic[parquet]'") from None
+    pd.DataFrame(rows, columns=_columns(rows)).to_parquet(path, index=False)
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def _print_best(rows: list[dict[str, Any]], meta: dict[str, Any], top: list[dict[str, Any]],
+                front: list[dict[str, Any]], failed: int, n_ok: int, figure: str,
+                args: argparse.Namespace) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(highlight=False)
+    if not con.is_terminal:
+        con.width = 110
+    varied = [n for n in meta.get("inputs", [])
+              if len({str(r.get(n)) for r in rows}) > 1] or list(meta.get("inputs", []))[:4]
+    extra = [f for f in ("latency_us", "tflops", "utilization", "roofline_us")
+             if f != figure and any(f in r for r in top)][:2]
+    way = "max" if meta.get("objective", {}).get("maximize") else "min"
+
+    def table(title: str, picked: list[dict[str, Any]], cols: list[str]) -> Table:
+        t = Table(box=box.SIMPLE_HEAD, title=title, title_justify="left")
+        for c in ["#", *cols]:  # dim.M -> M, param.X -> X: the table stays readable
+            t.add_column(c.removeprefix("param.").removeprefix("dim."),
+                         justify="left" if c in varied else "right", no_wrap=True)
+        for i, r in enumerate(picked, 1):
+            t.add_row(str(i), *(_fmt(r.get(c, "")) for c in cols))
+        return t
+
+    con.print(f"{meta.get('name', args.results)}: {len(rows):,} points, {failed:,} failed, "
+              f"{n_ok:,} feasible; objective {way} {figure}"
+              + (f"; constraints: {', '.join(meta['constraints'])}"
+                 if meta.get("constraints") else ""), soft_wrap=True)
+    errors: dict[str, int] = {}
+    for r in rows:
+        if r["status"] != "ok":
+            errors[str(r.get("error"))] = errors.get(str(r.get("error")), 0) + 1
+    for text, count in sorted(errors.items(), key=lambda e: -e[1])[:3]:
+        con.print(f"  {count:,} failed: {text}", soft_wrap=True)
+    if top:
+        con.print(table(f"best {len(top)} by {figure}", top, [*varied, figure, *extra]))
+    if args.pareto:
+        x, y = (n.split(":")[-1] for n in args.pareto.split(","))
+        cols = list(dict.fromkeys([*varied, x, y]))
+        con.print(table(f"Pareto front of {args.pareto} ({len(front)} points)", front, cols))
+    for path in (args.csv, args.parquet, args.plot):
+        if path:
+            con.print(f"wrote {path}")

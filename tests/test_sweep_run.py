@@ -1,0 +1,316 @@
+"""Running sweeps: every point once, the same store on every executor, resume after SIGKILL,
+failed points recorded, the best point the true minimum, the Pareto front."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers import missing_extra
+
+import systolic.sweep as sw
+from systolic.api import make_spec
+from systolic.arch import get_arch
+from systolic.compiler import lower
+from systolic.errors import SweepError
+from systolic.report import build_report
+from systolic.sweep import evaluate as ev
+from systolic.sweep.analysis import pareto
+from systolic.sweep.runner import execute
+from systolic.sweep.store import Store, read_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+GRID = """\
+name: small grid
+run: {matmul: {n: 256}}
+axes:
+  m: [128, 256]
+  k: [64, 128, 256]
+  arch: [trn1, trn2]
+  dtype: [bf16, fp8_e4m3]
+constraints: ["utilization >= 0.3"]
+"""
+GRID_POINTS = list(itertools.product([128, 256], [64, 128, 256], ["trn1", "trn2"],
+                                     ["bf16", "fp8_e4m3"]))
+
+
+def _write(tmp_path: Path, text: str, name: str = "sweep.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def _sqlite_rows(path: Path) -> list[tuple[Any, ...]]:
+    """The store read with plain sqlite3, not our reader: every column but the timing."""
+    con = sqlite3.connect(path)
+    cols = [r[1] for r in con.execute("PRAGMA table_info(points)") if r[1] != "elapsed_s"]
+    rows = con.execute(f"SELECT {', '.join(f'[{c}]' for c in cols)} FROM points "
+                       f"ORDER BY seq").fetchall()
+    assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    con.close()
+    return [tuple(zip(cols, r, strict=True)) for r in rows]
+
+
+def test_a_grid_runs_every_point_exactly_once(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[Any, ...]] = []
+    real = ev.evaluate_point
+
+    def counting(target: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+        calls.append((inputs["m"], inputs["k"], inputs["arch"], inputs["dtype"]))
+        return real(target, inputs)
+
+    monkeypatch.setattr(ev, "evaluate_point", counting)
+    spec = sw.parse_sweep(GRID, str(tmp_path / "g.yaml"))
+    out = tmp_path / "r.sqlite"
+    first = execute(spec, out, executor="serial")
+    assert sorted(calls) == sorted(GRID_POINTS)  # each once
+    assert (first.ran, first.skipped, first.failed) == (24, 0, 0)
+    again = execute(spec, out, executor="serial")
+    assert (again.ran, again.skipped) == (0, 24) and len(calls) == 24
+    rows = _sqlite_rows(out)
+    assert len(rows) == 24 and len({dict(r)["key"] for r in rows}) == 24
+    got = {(d["m"], d["k"], d["arch"], d["dtype"]) for d in map(dict, rows)}
+    assert got == set(GRID_POINTS)
+
+
+def test_a_point_s_figures_are_the_timing_model_s(tmp_path: Path) -> None:
+    rows = sw.run(sw.parse_sweep(GRID), tmp_path / "r.sqlite", executor="serial")
+    rows = rows.to_dict("records") if hasattr(rows, "to_dict") else rows
+    for r in rows:
+        arch = get_arch(r["arch"])
+        spec = make_spec(r["m"], r["k"], r["n"], r["dtype"], arch, "none")
+        rep = build_report(lower(spec, arch).program, arch, spec)
+        assert r["cycles"] == rep.cycles
+        assert r["latency_us"] == pytest.approx(rep.cycles / arch.clock_hz * 1e6, rel=1e-12)
+        assert r["flops"] == 2 * r["m"] * r["k"] * r["n"]
+        assert r["utilization"] == pytest.approx(rep.utilization)
+        # roofline: operands + fp32 result moved once, at the arch's HBM bandwidth
+        nbytes = (r["m"] * r["k"] + r["k"] * r["n"]) * (1 if "fp8" in r["dtype"] else 2) \
+            + 4 * r["m"] * r["n"]
+        assert r["ideal_hbm_bytes"] == pytest.approx(nbytes)
+        assert r["roofline_us"] == pytest.approx(
+            max(r["latency_us"], nbytes / arch.hbm_bytes_per_s * 1e6))
+
+
+def test_workload_points_sum_the_ops_times_their_repeats(tmp_path: Path) -> None:
+    wl = _write(tmp_path, "defaults: {arch: trn2}\nops:\n  - {name: a, m: 256, k: 512, "
+                          "n: 128, repeat: 3}\n  - {name: b, m: 128, k: 128, n: 640}\n",
+                "wl.yaml")
+    sweep = _write(tmp_path, f"run: {{workload: {wl.name}}}\naxes:\n  rows: [64, 128]\n")
+    rows = sw.run(sweep, executor="serial")
+    rows = rows.to_dict("records") if hasattr(rows, "to_dict") else rows
+    # rows 128 is trn2 itself: the totals are those of `systolic run --json`
+    proc = subprocess.run([sys.executable, "-m", "systolic", "run", str(wl), "--json"],
+                          capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    total = json.loads(proc.stdout)["total"]
+    [plain] = [r for r in rows if r["rows"] == 128]
+    for key in ("cycles", "seconds", "flops", "tflops", "utilization"):
+        assert plain[key] == pytest.approx(total[key], rel=1e-12), key
+    for cause, part in total["breakdown"].items():
+        assert plain[f"pct_{cause}"] == pytest.approx(part["percent"], rel=1e-9, abs=1e-12)
+    for r in rows:
+        arch = dataclasses.replace(get_arch("trn2"), rows=r["rows"])
+        cyc = [build_report(lower(make_spec(m, k, n, "bf16", arch), arch).program, arch).cycles
+               for m, k, n in ((256, 512, 128), (128, 128, 640))]
+        assert r["cycles"] == 3 * cyc[0] + cyc[1]
+
+
+def test_the_pool_and_a_dask_local_cluster_give_identical_stores(tmp_path: Path) -> None:
+    if not _has("distributed"):
+        missing_extra("dask[distributed]")
+    spec = sw.parse_sweep(GRID)
+    execute(spec, tmp_path / "pool.sqlite", workers=2)
+    notes: list[str] = []
+    execute(spec, tmp_path / "dask.sqlite", dask="local:2", dask_processes=False,
+            announce=notes.append)
+    assert any("dashboard http" in n for n in notes)
+    pool, dask = _sqlite_rows(tmp_path / "pool.sqlite"), _sqlite_rows(tmp_path / "dask.sqlite")
+    assert len(pool) == 24 and pool == dask
+
+
+def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> None:
+    text = ("run: {matmul: {m: 1024, k: 1024, n: 1024}}\naxes:\n  arch: [trn1, trn2]\n"
+            "  perf_mode: [none, double_row]\n  sbuf_bytes: [1024, 65536]\n"
+            "fixed: {dtype: fp8_e4m3}\n")
+    out = tmp_path / "r.sqlite"
+    summary = execute(sw.parse_sweep(text), out, workers=2)
+    rows, _ = read_rows(out)
+    assert summary.ran == 8 and len(rows) == 8
+    by = {(r["arch"], r["perf_mode"], r["sbuf_bytes"]): r for r in rows}
+    for (arch, mode, sbuf), r in by.items():
+        if arch == "trn1" and mode == "double_row":
+            assert r["status"] == "failed" and "not supported on trn1" in r["error"]
+        elif sbuf == 1024:  # the SBUF holds no tile: a verify error, an overflow
+            assert r["status"] == "failed" and "outside the 1024-byte partition" in r["error"]
+        else:
+            assert r["status"] == "ok" and r["error"] is None and r["cycles"] > 0
+    assert summary.failed == sum(r["status"] == "failed" for r in rows) == 5
+
+
+def test_kernel_points_fail_clearly_without_the_nki_front_end(tmp_path: Path) -> None:
+    spec = sw.load_sweep(ROOT / "examples" / "sweeps" / "tune_blocked_matmul.yaml")
+    try:
+        import systolic.nki  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("systolic.nki is present: kernel points run for real")
+    out = tmp_path / "tune.sqlite"
+    summary = execute(spec, out, executor="serial")
+    rows, _ = read_rows(out)
+    assert summary.ran == summary.failed == len(rows) == spec.size >= 200
+    assert {r["error"] for r in rows} == {
+        "kernel sweeps need systolic.nki, the NKI front end (issue 10), which this build "
+        "does not have; sweep a workload or a matmul instead"}
+
+
+def _sweep_process(sweep: Path, out: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    return subprocess.Popen([sys.executable, "-m", "systolic", "sweep", str(sweep), "--out",
+                             str(out), "--workers", "1", "--no-progress"], env=env,
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+
+
+def _count(out: Path) -> int:
+    try:
+        con = sqlite3.connect(f"file:{out}?mode=ro", uri=True, timeout=1)
+        try:
+            return int(con.execute("SELECT count(*) FROM points").fetchone()[0])
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
+def test_a_sweep_killed_with_sigkill_resumes_to_the_uninterrupted_store(tmp_path: Path
+                                                                         ) -> None:
+    # 48 points of a few tens of milliseconds each: long enough to be killed in the middle
+    text = ("run: {matmul: {n: 1024}}\naxes:\n  m: [512, 1024, 1536, 2048]\n"
+            "  k: [256, 512, 1024, 2048]\n  arch: [trn1, trn2, trn3]\n")
+    sweep = _write(tmp_path, text)
+    killed = tmp_path / "killed.sqlite"
+    proc = _sweep_process(sweep, killed)
+    deadline = time.monotonic() + 120
+    while _count(killed) < 4 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGKILL)  # the parent and its pool worker, at once
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the sweep finished before it was killed"
+    partial = _sqlite_rows(killed)
+    assert 4 <= len(partial) < 48
+    resumed = execute(sw.load_sweep(sweep), killed, workers=2)
+    assert resumed.skipped == len(partial) and resumed.ran == 48 - len(partial)
+    execute(sw.load_sweep(sweep), tmp_path / "clean.sqlite", workers=2)
+    final, clean = _sqlite_rows(killed), _sqlite_rows(tmp_path / "clean.sqlite")
+    assert len(final) == 48 and final == clean
+    assert set(partial) <= set(final)  # nothing finished before the kill was lost or redone
+
+
+def test_two_sweeps_on_one_store_are_refused(tmp_path: Path) -> None:
+    out = tmp_path / "r.sqlite"
+    spec = sw.parse_sweep(GRID)
+    with Store(out), pytest.raises(SweepError, match="another sweep is writing this store"):
+        execute(spec, out, executor="serial")
+    other = sw.parse_sweep("run: {kernel: 'k.py:f', args: {a: 'bf16[4]'}}\n")
+    execute(spec, out, executor="serial")
+    with pytest.raises(SweepError, match="holds the results of another sweep"):
+        execute(other, out, executor="serial")
+
+
+def test_show_reports_the_true_minimum_and_the_constraints(tmp_path: Path) -> None:
+    out = tmp_path / "r.sqlite"
+    execute(sw.parse_sweep(GRID), out, executor="serial")
+    proc = subprocess.run([sys.executable, "-m", "systolic", "sweep", "show", str(out),
+                           "--json", "--top", "3"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")}, check=True)
+    shown = json.loads(proc.stdout)
+    con = sqlite3.connect(out)
+    (lowest,) = con.execute("SELECT min(latency_us) FROM points WHERE status = 'ok' AND "
+                            "utilization >= 0.3").fetchone()
+    (unconstrained,) = con.execute("SELECT min(latency_us) FROM points").fetchone()
+    con.close()
+    assert shown["best"][0]["latency_us"] == lowest
+    assert unconstrained < lowest  # the constraint changed the answer: it was applied
+    assert [b["latency_us"] for b in shown["best"]] == sorted(b["latency_us"]
+                                                              for b in shown["best"])
+
+
+def test_pareto_front_matches_a_brute_force_search() -> None:
+    rng = np.random.default_rng(3)
+    rows = [{"status": "ok", "latency_us": float(rng.integers(1, 30)),
+             "tflops": float(rng.integers(1, 30))} for _ in range(300)]
+    meta = {"objective": {"figure": "latency_us", "maximize": False}}
+    front = pareto(rows, meta, "latency_us", "tflops")  # tflops maximised by default
+
+    def dominated(r: dict[str, Any]) -> bool:
+        return any(o["latency_us"] <= r["latency_us"] and o["tflops"] >= r["tflops"] and
+                   (o["latency_us"], o["tflops"]) != (r["latency_us"], r["tflops"])
+                   for o in rows)
+
+    assert {id(r) for r in front} == {id(r) for r in rows if not dominated(r)}
+
+
+def test_show_table_csv_and_plot(tmp_path: Path) -> None:
+    if not _has("matplotlib"):
+        missing_extra("matplotlib")
+    out = tmp_path / "r.sqlite"
+    execute(sw.parse_sweep(GRID), out, executor="serial")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    png, csv_path = tmp_path / "p.png", tmp_path / "r.csv"
+    proc = subprocess.run([sys.executable, "-m", "systolic", "sweep", "show", str(out),
+                           "--top", "2", "--pareto", "latency_us,max:utilization", "--plot",
+                           str(png), "--x", "m", "--y", "k", "--csv", str(csv_path)],
+                          capture_output=True, text=True, env=env, check=True)
+    assert "24 points, 0 failed" in proc.stdout and "best 2 by latency_us" in proc.stdout
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    lines = csv_path.read_text().splitlines()
+    assert len(lines) == 25 and "latency_us" in lines[0]
+    if not _has("pyarrow"):
+        proc = subprocess.run([sys.executable, "-m", "systolic", "sweep", "show", str(out),
+                               "--parquet", str(tmp_path / "r.parquet")], capture_output=True,
+                              text=True, env=env)
+        assert proc.returncode == 2
+        assert proc.stderr.strip() == ("systolic: error: --parquet needs pandas and pyarrow: "
+                                       "pip install 'systolic[parquet]'")
+
+
+def _has(module: str) -> bool:
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
+
+
+def test_load_returns_a_table_with_feasibility(tmp_path: Path) -> None:
+    out = tmp_path / "r.sqlite"
+    execute(sw.parse_sweep(GRID), out, executor="serial")
+    table = sw.load(out)
+    rows = table.to_dict("records") if hasattr(table, "to_dict") else table
+    assert len(rows) == 24
+    assert all(r["feasible"] == (r["utilization"] >= 0.3) for r in rows)
+    assert not any(math.isnan(r["latency_us"]) for r in rows)
+
+
+def test_run_takes_a_dict_and_returns_one_row_per_point() -> None:
+    table = sw.run({"run": {"matmul": {"m": 128, "n": 128}},
+                    "axes": {"k": [32, 64, 96], "arch": ["trn1", "trn2"]}}, executor="serial")
+    rows = table.to_dict("records") if hasattr(table, "to_dict") else table
+    assert sorted((r["k"], r["arch"]) for r in rows) == sorted(
+        itertools.product([32, 64, 96], ["trn1", "trn2"]))
+    assert all(r["status"] == "ok" and r["feasible"] for r in rows)
