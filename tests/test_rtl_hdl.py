@@ -115,31 +115,41 @@ def test_verilog_array_ports() -> None:
     assert "input clk;" in text
     assert "input rst_n;" in text
     assert "input clear;" in text
-    assert f"input [{2 * 3 * 16 - 1}:0] weight;" in text
+    # The weight-load port: one row of weights (cols x 16 bits) per cycle, not the grid.
+    assert f"input [{3 * 16 - 1}:0] w_in;" in text
+    assert "input w_shift;" in text
+    assert " weight;" not in text.split("module systolic_array_2x3(")[1].split("endmodule")[0]
     assert f"input [{2 * 16 - 1}:0] act_in;" in text
     assert f"input [{3 * 48 - 1}:0] sum_in;" in text
     assert f"output [{2 * 16 - 1}:0] act_out;" in text
     assert f"output [{3 * 48 - 1}:0] sum_out;" in text
     assert text.count("always @(posedge clk, posedge rst)") == 2 * 2 * 3  # act + sum per PE
+    # one weight register per PE, on the clock only: rst_n leaves the weights alone
+    assert text.count("always @(posedge clk)\n") == 2 * 3
 
 
 ICARUS_TB = """
 module tb;
   reg clk = 0, rst_n = 0, clear = 0;
-  reg [63:0] weight;
+  reg w_shift = 0;
+  reg [31:0] w_in = 0;
   reg [31:0] act_in = 0;
   reg [95:0] sum_in = 0;
   wire [31:0] act_out;
   wire [95:0] sum_out;
-  systolic_array_2x2 dut(.clk(clk), .rst_n(rst_n), .clear(clear), .weight(weight),
+  systolic_array_2x2 dut(.clk(clk), .rst_n(rst_n), .clear(clear), .w_shift(w_shift), .w_in(w_in),
                          .act_in(act_in), .sum_in(sum_in), .act_out(act_out), .sum_out(sum_out));
   always #5 clk = ~clk;
   task show; $display("%0d %0d", $signed(sum_out[47:0]), $signed(sum_out[95:48])); endtask
   initial begin
     // Driven at time 0, not as a declaration initializer: those raise no event, so the
     // generated always @* blocks would keep x until an input changes.
-    weight = {16'sd4, 16'sd3, 16'sd2, 16'sd1};  // element (k, m) at bits (k*2 + m)*16
+    w_in = 0;
     #12 rst_n = 1;
+    // Load W one row per cycle, the bottom row first: w_in element m at bits m*16.
+    @(negedge clk) w_shift = 1; w_in = {16'sd4, 16'sd3};
+    @(negedge clk) w_in = {16'sd2, 16'sd1};
+    @(negedge clk) w_shift = 0; w_in = 0;
     @(negedge clk) act_in = {16'sd0, 16'sd5};
     @(negedge clk) show; act_in = {16'sd7, 16'sd6};
     @(negedge clk) show; act_in = {16'sd8, 16'sd0};

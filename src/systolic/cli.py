@@ -35,7 +35,10 @@ Every command takes --json for scripts; errors are one line with a non-zero exit
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit code 2, no usage dump
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        # One prefix for every error of every command; the subcommand follows it.
+        sub = self.prog.removeprefix("systolic").strip()
+        where = f"{sub}: " if sub else ""
+        sys.stderr.write(f"systolic: error: {where}{message}\n")
         raise SystemExit(2)
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .artifacts import check_artifact_path, open_artifact
 from .errors import SystolicError
 from .isa import Program
 from .report import CAUSES, Report
@@ -50,11 +51,15 @@ ZOOM_MATMULS = 16  # the zoom panel shows the first this many MatMuls, one bar e
 
 
 def check_plot_path(path: str | os.PathLike[str]) -> Path:
-    """The path as a Path if its suffix names a format we write; else a SystolicError."""
+    """The path as a Path if its suffix names a format we write and it may be written
+    (:func:`systolic.artifacts.check_artifact_path`); else a SystolicError."""
     p = Path(path)
+    if os.fspath(path) == "":
+        raise SystolicError("the plot path is empty; name the file .png or .svg")
     if p.suffix.lower() not in SUFFIXES:
         raise SystolicError(f"{p}: cannot tell the image format from {p.suffix or 'no suffix'!r};"
                             f" name the file .png or .svg")
+    check_artifact_path(p, "plot")
     return p
 
 
@@ -70,10 +75,8 @@ def _figure(width: int, height: int) -> Figure:
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    try:
-        fig.savefig(path, dpi=DPI, format=path.suffix.lower()[1:])
-    except OSError as exc:
-        raise SystolicError(f"{path}: cannot write the plot: {exc.strerror or exc}") from None
+    with open_artifact(path, "plot", binary=True) as f:
+        fig.savefig(f, dpi=DPI, format=path.suffix.lower()[1:])
     return path
 
 

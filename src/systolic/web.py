@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from .artifacts import write_text
 from .errors import SystolicError
 from .sim.systolic import SystolicRun
 
@@ -81,25 +81,9 @@ def step_page(run: SystolicRun, stationary: np.ndarray, moving: np.ndarray,
 
 def write_step_page(path: str | os.PathLike[str], run: SystolicRun, stationary: np.ndarray,
                     moving: np.ndarray, dtype: str = "bf16", title: str = "") -> Path:
-    """Write the page to ``path`` atomically (a temporary file, then os.replace)."""
-    html = step_page(run, stationary, moving, dtype, title)
-    target = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".step-", suffix=".html", dir=target.parent or ".")
-    except OSError as exc:
-        raise SystolicError(f"cannot write {target}: {exc.strerror}; pick a writable "
-                            f"folder") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(html)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a page is for sharing
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise SystolicError(f"cannot write {target}: {exc.strerror}") from None
-    return target
+    """Write the page to ``path`` (:mod:`systolic.artifacts`: atomically, only over a
+    regular file or a new path; a symlink is written through)."""
+    return write_text(path, step_page(run, stationary, moving, dtype, title), "step page")
 
 
 _TEMPLATE = r"""<!doctype html>
