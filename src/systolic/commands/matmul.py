@@ -15,8 +15,7 @@ from ..compiler import lower
 from ..dtypes import FORMATS
 from ..errors import SystolicError
 from ..isa import PerfMode
-from .common import (add_json, add_output_args, dtype_name, positive_int, progress_bar, seed,
-                     wrote)
+from .common import add_json, add_output_args, dtype_name, positive_int, progress_bar, seed, wrote
 
 # --check keeps a, b, the result, their float64 reference and the simulator's device memory.
 _CHECK_LIMIT = 1 << 27

@@ -163,10 +163,32 @@ def build_cell() -> Any:
     return h.Clocked(h.PECellHDL())
 
 
-def build_array(rows: int, cols: int) -> Any:
-    """A rows x cols weight-stationary array of PE cells (an Amaranth component)."""
+#: Amaranth 0.5 refuses a value wider than this many bits (an AssertionError deep inside it).
+MAX_PORT_BITS = 1 << 16
+
+
+def port_bits(rows: int, cols: int) -> dict[str, int]:
+    """The width in bits of each multi-bit port of a rows x cols array."""
+    return {"act_in": rows * ACT_BITS, "act_out": rows * ACT_BITS, "w_in": cols * WEIGHT_BITS,
+            "sum_in": cols * SUM_BITS, "sum_out": cols * SUM_BITS}
+
+
+def check_array_size(rows: int, cols: int) -> None:
+    """Refuse, from arithmetic alone, an array whose ports Amaranth cannot build."""
     if rows < 1 or cols < 1:
         raise ShapeError(f"An array needs at least one row and one column, got {rows} x {cols}.")
+    wide = {k: v for k, v in port_bits(rows, cols).items() if v > MAX_PORT_BITS}
+    if wide:
+        name, bits = max(wide.items(), key=lambda kv: kv[1])
+        raise ShapeError(f"A {rows} x {cols} array needs a {bits:,}-bit {name} port; Amaranth "
+                         f"builds at most {MAX_PORT_BITS:,} bits (at most "
+                         f"{MAX_PORT_BITS // SUM_BITS} columns and "
+                         f"{MAX_PORT_BITS // ACT_BITS} rows).")
+
+
+def build_array(rows: int, cols: int) -> Any:
+    """A rows x cols weight-stationary array of PE cells (an Amaranth component)."""
+    check_array_size(rows, cols)
     h = _hdl()
     return h.Clocked(h.PEArrayHDL(rows, cols))
 
