@@ -23,8 +23,9 @@ picture). Sizes in numpy's order, M K N, as in every command (a[M, K] @ b[K, N] 
 a = stationary.T): PE(k, m) holds S[k, m]; X[k, n] reaches it at cycle n + k + m; each PE
 adds weight x input to the sum from the PE above; column m drains into PSUM partition m.
 One instruction takes p(N - 1) + K + M - 1 cycles, p the cycles between moving columns:
-N + K + M - 2 at one column per cycle, p = 4 for fp32 (seed 003: roughly 4x). The RTL array of docs/rtl.md takes
-rows + M + N - 2 edges instead: its sums leave at the bottom edge, through every row.
+N + K + M - 2 at one column per cycle, p = 4 for fp32 (seed 003: roughly 4x). The RTL
+array of docs/rtl.md takes rows + M + N - 2 edges instead: its sums leave at the bottom
+edge, through every row.
 
 Prints every cycle (the n of the value each PE works on, the partial sums, the inputs
 entering the rows, the sums reaching PSUM) for arrays up to 16 x 16, a summary for bigger
