@@ -123,8 +123,9 @@ def print_rich(*renderables: Any) -> None:
     from rich.console import Console
 
     con = Console(highlight=False)
-    need = max((con.measure(r).maximum for r in renderables if not isinstance(r, str)),
-               default=0)
+    wide = con.options.update_width(10_000)  # measure what a table needs, uncut
+    need = max((con.measure(r, options=wide).maximum for r in renderables
+                if not isinstance(r, str)), default=0)
     out = Console(highlight=False, width=max(need, con.width if con.is_terminal else 0, 40),
                   force_terminal=con.is_terminal)
     with out.capture() as cap:
