@@ -150,3 +150,38 @@ def test_bigger_array_names_the_rtl_count(capsys: pytest.CaptureFixture[str]) ->
     assert f"rows + M + N - 2 = {rtl.cycles} edges" in text
     out = run_json(capsys, "3", "3", "3", "--rows", "5", "--cols", "5")
     assert (out["cycles"], out["rtl_array_cycles"]) == (7, rtl.cycles)
+
+
+def test_psum_caption_sits_over_the_psum_grid(tmp_path: Path) -> None:
+    """The stage is a 3-column CSS grid: the PSUM caption must be in the PSUM grid's column
+    (the third), directly above it, not under the moving-tile queue (issue 13, 3.10)."""
+    from html.parser import HTMLParser
+
+    page = tmp_path / "s.html"
+    assert main(["step", "3", "3", "3", "--html", str(page)]) == 0
+
+    class Stage(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.depth, self.inside, self.children = 0, -1, []
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            a = dict(attrs)
+            if self.inside < 0 and a.get("class") == "stage":
+                self.inside = self.depth
+            elif self.inside >= 0 and self.depth == self.inside + 1:
+                self.children.append(a.get("id") or a.get("class") or "")
+            self.depth += 1
+
+        def handle_endtag(self, tag: str) -> None:
+            self.depth -= 1
+            if self.depth == self.inside:
+                self.inside = -2  # done
+
+    st = Stage()
+    st.feed(page.read_text())
+    kids = st.children
+    label, psum = kids.index("psum-label"), kids.index("psum")
+    assert label % 3 == psum % 3 == 2  # both in the third column
+    assert psum == label + 3  # the next grid row, right below the caption
+    assert kids.index("array") % 3 == 2 and kids.index("queue") % 3 == 0

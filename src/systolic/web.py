@@ -112,7 +112,7 @@ button:hover { background: #f3f4f6; }
 .side { width: 26px; height: var(--cell); display: flex; align-items: center;
         justify-content: flex-end; color: #6b7280; font-size: 11px; padding-right: 2px; }
 #nhead .side { height: calc(var(--cell) * 0.55); }
-.psumlabel { text-align: right; align-self: start; padding-top: 4px; }
+.psumlabel { text-align: left; padding-top: 6px; }  /* above the PSUM grid, its column */
 .grid { display: grid; gap: 2px; }
 .cell { width: var(--cell); height: var(--cell); border: 1px solid var(--line);
         border-radius: 4px; background: #fff; position: relative; font-size: 11px;
@@ -157,8 +157,10 @@ button:hover { background: #f3f4f6; }
   <div></div><div></div><div class="grid heads" id="mhead"></div>
   <div class="grid queue" id="queue"></div><div class="grid" id="khead"></div>
   <div class="grid" id="array"></div>
-  <div class="label psumlabel">PSUM bank: column m drains<br>into partition m, row n</div>
-  <div class="grid" id="nhead"></div><div class="grid psum" id="psum"></div>
+  <div></div><div></div>
+  <div class="label psumlabel" id="psum-label">PSUM bank below the array: column m drains
+    into partition m, row n</div>
+  <div></div><div class="grid" id="nhead"></div><div class="grid psum" id="psum"></div>
 </div>
 <div class="chartlabel">busy PEs per cycle (click a bar to jump there)</div>
 <div class="chart" id="chart"></div>

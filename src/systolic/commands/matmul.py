@@ -123,7 +123,6 @@ def run(args: argparse.Namespace) -> int:
         from ..trace import write_trace
 
         write_trace(report, program, args.trace)
-        wrote(args.trace, "Perfetto trace", json_mode=args.json)
     if args.timeline is not None:
         from ..plots import timeline_plot
 
@@ -132,11 +131,14 @@ def run(args: argparse.Namespace) -> int:
                       height=args.height or 520,
                       title=f"matmul {spec.m}x{spec.k}x{spec.n} {spec.dtype}{mode} on "
                             f"{arch.name}")
-        wrote(args.timeline, "timeline", json_mode=args.json)
     if args.json:
         print(json.dumps(out, indent=2))
-        return 0
-    _print_human(out, report)
+    else:
+        _print_human(out, report)
+    if args.trace is not None:
+        wrote(args.trace, "Perfetto trace", json_mode=args.json)
+    if args.timeline is not None:
+        wrote(args.timeline, "timeline", json_mode=args.json)
     return 0
 
 
