@@ -181,7 +181,7 @@ def test_dense_small_events_are_not_drawn_as_a_solid_band(tmp_path: Path) -> Non
         mask[a:b] = True
     share = mask.mean()
     assert 0.005 < share < 0.03
-    how, edges, strength = row_ink(lo, hi, (0, end), 300)
+    how, _, strength = row_ink(lo, hi, (0, end), 300)
     assert how == "tint"
     assert strength.mean() < MIN_TINT + 2 * share  # faint, not solid (solid would be 1.0)
     assert strength.mean() > 0
