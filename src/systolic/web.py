@@ -1,6 +1,7 @@
 """The step-through page: one self-contained HTML file that shows the array cycle by cycle.
 
-Every number on the page comes from the register-level simulator's recorded frames
+``#cycle=T`` at the end of the page's address opens cycle T. Every number on the page comes
+from the register-level simulator's recorded frames
 (:class:`systolic.sim.pe_array.Frames`), embedded as JSON; the page's script only shows
 frame t, it never re-derives the dataflow. Inline CSS and JS, no network access. Stable
 element ids for tests: ``#cycle``, ``#busy``, ``#total-cycles``, ``#step``, ``#back``,
@@ -275,7 +276,9 @@ recorded by the register-level simulator (<code>systolic.sim.systolic</code>).</
     else if (e.key === "Home") show(0);
     else if (e.key === " ") { e.preventDefault(); play(); }
   });
-  show(0);
+  // "#cycle=5" in the address opens that cycle (screenshots, links to a moment)
+  const at = /cycle=(\d+)/.exec(location.hash);
+  show(at ? parseInt(at[1], 10) : 0);
 })();
 </script>
 </body></html>
