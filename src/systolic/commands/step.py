@@ -208,4 +208,6 @@ def _spark(busy: np.ndarray, pes: int, width: int = 64) -> str:
         return "(no cycles)"
     chunks = np.array_split(busy.astype(float), min(width, busy.size))
     blocks = " ▁▂▃▄▅▆▇█"
-    return "".join(blocks[round(8 * c.mean() / pes)] for c in chunks)
+    # a bucket with any work gets at least the lowest block, so a busy tail stays visible
+    # (and a piped line ends in no blank)
+    return "".join(blocks[max(round(8 * c.mean() / pes), int(c.max() > 0))] for c in chunks)
