@@ -192,3 +192,23 @@ def test_dense_small_events_are_not_drawn_as_a_solid_band(tmp_path: Path) -> Non
     assert main(["matmul", "2048", "2048", "2048", "--timeline", str(out), "--width", "300",
                  "--height", "400"]) == 0
     assert png_size(out) == (300, 400)
+
+
+def test_missing_matplotlib_is_one_line_naming_the_extra(tmp_path: Path) -> None:
+    """matplotlib is a regular dependency now; if it is still missing or broken, a plot
+    command says so in one line that names the extra (issue 13, 3.7)."""
+    code = ("import sys\nsys.modules['matplotlib'] = None  # import fails as if absent\n"
+            "from systolic.cli import main\n"
+            f"raise SystemExit(main(['roofline', '-o', {str(tmp_path / 'r.png')!r}]))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "systolic[plots]" in proc.stderr
+    assert proc.stderr.startswith("systolic: error: ")
+    assert not (tmp_path / "r.png").exists()
+
+
+def test_matplotlib_is_a_regular_dependency() -> None:
+    import tomllib
+
+    meta = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    assert any(d.startswith("matplotlib") for d in meta["project"]["dependencies"])

@@ -39,8 +39,9 @@ __all__ = ["ArtifactError", "check_artifact_path", "open_artifact", "write_bytes
            "write_text"]
 
 
-class ArtifactError(SystolicError):
-    """An output path that cannot or must not be written."""
+class ArtifactError(SystolicError, OSError):
+    """An output path that cannot or must not be written. Also an OSError, so code that
+    handles failed writes as OSError keeps working; the message names the user's path."""
 
 
 def _kind(mode: int) -> str | None:
@@ -110,8 +111,8 @@ def _open(path: str | os.PathLike[str], what: str, binary: bool) -> Iterator[Any
             os.umask(umask)
             mode = 0o666 & ~umask
         os.fchmod(fd, mode)  # mkstemp makes 0600; keep what the user would get from open()
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else
-                                                        {"encoding": "utf-8"})) as f:
+        f: IO[Any] = os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")
+        with f:
             yield f
             f.flush()
             os.fsync(f.fileno())

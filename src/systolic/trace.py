@@ -124,6 +124,8 @@ def write_trace(schedule_or_report: Schedule | Report, program: Program,
                       "cycles": sch.cycles, "readout_tail_cycles": sch.readout_tail,
                       "time_unit": "us"},
     }
-    from .artifacts import write_text  # one policy for every output file
+    from .artifacts import open_artifact  # one policy for every output file
 
-    return write_text(path, json.dumps(doc, separators=(",", ":")), "trace")
+    with open_artifact(path, "trace") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    return Path(path)
