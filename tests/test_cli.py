@@ -188,3 +188,23 @@ def test_mx_rule_default_is_the_documented_one() -> None:
     assert default == inspect.signature(api.matmul).parameters["mx_rule"].default
     doc = (Path(__file__).parent.parent / "docs" / "mx_layout.md").read_text()
     assert f"`systolic matmul --mx-rule` default to `{default}`" in doc
+
+
+@pytest.mark.parametrize("argv", [
+    ["matmul", "2048", "2048", "2048"],
+    ["step", "3", "3", "3", "--rows", "5", "--cols", "5"],
+    ["run", str(Path(__file__).parent.parent / "examples" / "swiglu_mlp.yaml")],
+    ["roofline", "--workload", EXAMPLE],
+], ids=lambda a: a[0])
+def test_piped_output_at_80_columns_is_whole_and_unpadded(argv: list[str]) -> None:
+    """COLUMNS=80 and a pipe, as in a narrow terminal piped to a file: no cell cut to
+    '524…', no line ending in spaces (issue 13, 3.9)."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "systolic", *argv], capture_output=True,
+                          text=True, check=True, env={**os.environ, "COLUMNS": "80"})
+    lines = proc.stdout.splitlines()
+    assert lines and "…" not in proc.stdout
+    assert [ln for ln in lines if ln != ln.rstrip()] == []
