@@ -111,7 +111,11 @@ def _hdl() -> SimpleNamespace:
                 }
             )
             self.cells = [[PECellHDL() for _ in range(cols)] for _ in range(rows)]
-            # The weight registers: configuration, so rst_n leaves them alone (reset_less).
+            # The weight registers: configuration, so rst_n leaves them alone. They sit in
+            # their own reset-less domain on the same clock ("wload"): a reset_less signal in
+            # the async-reset sync domain is re-evaluated by Amaranth's simulator when rst
+            # rises between edges (a spurious extra shift); on its own domain it is
+            # sensitive to the clock only, as the exported always @(posedge clk) block is.
             self.weights = [[Signal(signed(WEIGHT_BITS), reset_less=True, name=f"w_{k}_{c}")
                              for c in range(cols)] for k in range(rows)]
 
@@ -124,7 +128,7 @@ def _hdl() -> SimpleNamespace:
                     above = self.sum_in[c] if k == 0 else self.cells[k - 1][c].sum_out
                     w = self.weights[k][c]
                     with m.If(self.w_shift):
-                        m.d.sync += w.eq(self.w_in[c] if k == 0 else self.weights[k - 1][c])
+                        m.d.wload += w.eq(self.w_in[c] if k == 0 else self.weights[k - 1][c])
                     m.d.comb += [
                         pe.clear.eq(self.clear),
                         pe.weight.eq(w),
@@ -139,15 +143,19 @@ def _hdl() -> SimpleNamespace:
     class Clocked(wiring.Component):
         """Gives a design the seed's ``clk`` and active-low ``rst_n`` ports as its sync domain."""
 
-        def __init__(self, inner: wiring.Component) -> None:
+        def __init__(self, inner: wiring.Component, weight_domain: bool = False) -> None:
             self.inner = inner
             self.domain = ClockDomain("sync", async_reset=True)
+            self.wdomain = ClockDomain("wload", reset_less=True) if weight_domain else None
             super().__init__({"clk": In(1), "rst_n": In(1), **dict(inner.signature.members)})
 
         def elaborate(self, platform: Any) -> Module:
             m = Module()
             m.domains.sync = self.domain
             m.d.comb += [self.domain.clk.eq(self.clk), self.domain.rst.eq(~self.rst_n)]
+            if self.wdomain is not None:
+                m.domains.wload = self.wdomain
+                m.d.comb += self.wdomain.clk.eq(self.clk)
             m.submodules.core = self.inner
             for name, member in self.inner.signature.members.items():
                 outer, inner = getattr(self, name), getattr(self.inner, name)
@@ -190,7 +198,7 @@ def build_array(rows: int, cols: int) -> Any:
     """A rows x cols weight-stationary array of PE cells (an Amaranth component)."""
     check_array_size(rows, cols)
     h = _hdl()
-    return h.Clocked(h.PEArrayHDL(rows, cols))
+    return h.Clocked(h.PEArrayHDL(rows, cols), weight_domain=True)
 
 
 def _simulate(top: Any, bench: Callable[[Any], Any], vcd_path: str | Path | None) -> None:
