@@ -29,7 +29,9 @@ examples:
   systolic roofline --arch trn2 --workload examples/seed003_2048.yaml -o roofline.png
   systolic rtl verilog --rows 4 --cols 4 -o pe_array.v
 
-Every command takes --json for scripts; errors are one line with a non-zero exit code.
+Sizes are numpy's M K N in every command (a[M, K] @ b[K, N]). Every command takes --json
+for scripts; each file written is reported as "wrote FILE"; errors are one line starting
+"systolic: error:", with exit code 2.
 """
 
 
