@@ -18,6 +18,7 @@ SWEEP = str(Path(__file__).parent.parent / "examples" / "sweeps" / "fp8_double_r
 
 JSON_COMMANDS = [
     pytest.param(["matmul", "300", "200", "700"], id="matmul"),
+    pytest.param(["matmul", "128", "128", "256", "--program"], id="matmul-program"),
     pytest.param(["matmul", "256", "256", "256", "--dtype", "fp8_e4m3", "--perf-mode",
                   "double_row", "--check"], id="matmul-check"),
     pytest.param(["step", "3", "3", "3"], id="step"),
@@ -73,8 +74,12 @@ def test_help_exits_zero(capsys: pytest.CaptureFixture[str], argv: list[str]) ->
     assert exc.value.code == 0
     text = capsys.readouterr().out
     assert "usage: systolic" in text
-    if argv and argv[0] in ("matmul", "step", "run", "roofline"):
-        assert "examples:" in text and f"systolic {argv[0]} " in text.split("examples:")[1]
+    if argv and argv[0] in ("matmul", "step", "run", "roofline", "rtl"):
+        cmd = " ".join(argv)
+        assert "examples:" in text and f"systolic {cmd} " in text.split("examples:")[1]
+    if argv in (["matmul"], ["step"]):  # one size order everywhere: numpy's
+        assert "M K N" in " ".join(text.split())
+        assert text.index(" m ") < text.index(" k ") < text.index(" n ")
 
 
 def test_top_level_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
@@ -95,15 +100,27 @@ def test_top_level_help_lists_the_commands(capsys: pytest.CaptureFixture[str]) -
     ["roofline", "--arch", "trn9"],
     ["roofline", "--workload", "/nonexistent/w.yaml"],
     ["nosuchcommand"],
+    # --seed -1 used to be a ValueError traceback (issue 13, 3.4)
+    ["matmul", "8", "8", "8", "--check", "--seed", "-1"],
+    ["step", "3", "3", "3", "--seed", "-1"],
+    ["rtl", "sim", "--rows", "2", "--cols", "2", "--seed", "-1"],
+    ["rtl", "sim", "--rows", "0", "--cols", "2"],
+    ["rtl", "sim", "--rows", "1000", "--cols", "1000"],
+    ["rtl", "verilog", "--rows", "2", "--cols", "2", "-o", "/"],
+    ["rtl", "verilog", "--rows", "1", "--cols", "5000"],
+    ["step", "3", "3", "3", "--rows", "99999999", "--cols", "99999999"],
 ])
 def test_errors_are_one_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    if argv[0] == "rtl":
+        require_module("amaranth", "amaranth (the rtl commands)")
     try:
         code = main(argv)
     except SystemExit as exc:  # argparse usage errors exit 2 from inside parse_args
         code = exc.code
     assert code == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "error" in err and "Traceback" not in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("systolic: error: ")  # one prefix for every command
 
 
 def test_oversized_requests_are_refused_in_one_line(capsys) -> None:  # type: ignore[no-untyped-def]
@@ -114,5 +131,84 @@ def test_oversized_requests_are_refused_in_one_line(capsys) -> None:  # type: ig
     assert main(["matmul", "20000", "20000", "20000", "--check"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--check would hold" in err
-    assert main(["matmul", "8", "8", "8", "--trace", "/nonexistent/dir/t.json"]) == 2
+    with pytest.raises(SystemExit) as exc:  # refused before the work
+        main(["matmul", "8", "8", "8", "--trace", "/nonexistent/dir/t.json"])
+    assert exc.value.code == 2
     assert "cannot write the trace" in capsys.readouterr().err
+
+
+def test_json_program_is_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["matmul", "128", "128", "256", "--program", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert main(["matmul", "128", "128", "256", "--program"]) == 0
+    assert data["program"] == capsys.readouterr().out  # the same text, in a field
+    assert data["instructions"]["MatMul"] == data["program"].count("MatMul")
+
+
+def test_format_names_any_case(capsys: pytest.CaptureFixture[str]) -> None:
+    """One rule for the CLI and the YAML: format names are case-insensitive."""
+    assert main(["matmul", "128", "128", "128", "--dtype", "BF16", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["dtype"] == "bf16"
+    assert main(["step", "3", "3", "3", "--dtype", "FP32", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["dtype"] == "fp32"
+
+
+@pytest.mark.parametrize("json_mode", [False, True])
+def test_every_written_file_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        json_mode: bool) -> None:
+    """matmul --trace/--timeline say "wrote X" like the other commands: on stdout with the
+    table, on stderr under --json (stdout stays one JSON object)."""
+    require_module("matplotlib", "matplotlib (the plots)")
+    trace, line = tmp_path / "t.json", tmp_path / "t.png"
+    argv = ["matmul", "256", "256", "256", "--trace", str(trace), "--timeline", str(line)]
+    assert main(argv + ["--json"] * json_mode) == 0
+    out = capsys.readouterr()
+    said = out.err if json_mode else out.out
+    assert f"wrote {trace}" in said and f"wrote {line}" in said
+    if json_mode:
+        json.loads(out.out)
+    assert trace.stat().st_size > 0 and line.stat().st_size > 0
+
+
+def test_plot_size_flags_on_every_plot_command() -> None:
+    from systolic.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices  # type: ignore
+    for name in ("matmul", "run", "roofline"):
+        flags = {o for a in sub[name]._actions for o in a.option_strings}
+        assert {"--width", "--height"} <= flags, name
+
+
+def test_mx_rule_default_is_the_documented_one() -> None:
+    import inspect
+
+    from systolic import api
+    from systolic.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices  # type: ignore
+    default = sub["matmul"].get_default("mx_rule")
+    assert default == inspect.signature(api.matmul).parameters["mx_rule"].default
+    doc = (Path(__file__).parent.parent / "docs" / "mx_layout.md").read_text()
+    assert f"`systolic matmul --mx-rule` default to `{default}`" in doc
+
+
+@pytest.mark.parametrize("argv", [
+    ["matmul", "2048", "2048", "2048"],
+    ["step", "3", "3", "3", "--rows", "5", "--cols", "5"],
+    ["run", str(Path(__file__).parent.parent / "examples" / "swiglu_mlp.yaml")],
+    ["roofline", "--workload", EXAMPLE],
+], ids=lambda a: a[0])
+def test_piped_output_at_80_columns_is_whole_and_unpadded(argv: list[str]) -> None:
+    """COLUMNS=80 and a pipe, as in a narrow terminal piped to a file: no cell cut to
+    '524…', no line ending in spaces (issue 13, 3.9)."""
+    import os
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "systolic", *argv], capture_output=True,
+                          text=True, check=True, env={**os.environ, "COLUMNS": "80"})
+    lines = proc.stdout.splitlines()
+    assert lines and "…" not in proc.stdout
+    assert [ln for ln in lines if ln != ln.rstrip()] == []

@@ -100,6 +100,7 @@ def test_wrapped_partial_sum_column_still_exact() -> None:
 def ref_array_run(w: np.ndarray, stim: ArrayStimulus) -> tuple[np.ndarray, np.ndarray]:
     """Every PE of the grid, one Python-int cycle at a time, wired as the module says."""
     rows, cols = w.shape
+    weight = [[int(v) for v in row] for row in w]
     act = [[0] * cols for _ in range(rows)]
     acc = [[0] * cols for _ in range(rows)]
     acts, sums = [], []
@@ -116,7 +117,10 @@ def ref_array_run(w: np.ndarray, stim: ArrayStimulus) -> tuple[np.ndarray, np.nd
                     new_act[k][m], new_acc[k][m] = a_in, 0
                 else:
                     new_act[k][m] = a_in
-                    new_acc[k][m] = ref_wrap(s_in + int(w[k, m]) * a_in)
+                    new_acc[k][m] = ref_wrap(s_in + weight[k][m] * a_in)
+        if stim.w_shift is not None and stim.w_shift[t]:  # after the products of the edge
+            assert stim.w_in is not None
+            weight = [[int(v) for v in stim.w_in[t]], *weight[:-1]]
         act, acc = new_act, new_acc
         acts.append(act)
         sums.append(acc)
@@ -135,6 +139,42 @@ def test_array_run_with_clear_and_reset(rows: int, cols: int, t: int, seed: int)
     acts, sums = ref_array_run(w, stim)
     np.testing.assert_array_equal(trace.act_out, acts)
     np.testing.assert_array_equal(trace.sum_out, sums)
+
+
+def test_weights_load_a_row_per_cycle() -> None:
+    """rows edges of ArrayStimulus.load_weights leave the tile in place (the state load()
+    gives at once), and a product streamed after them is W.T @ X."""
+    rng = np.random.default_rng(11)
+    rows, cols, n = 5, 3, 4
+    w = rng.integers(-(2**15), 2**15, size=(rows, cols))
+    x = rng.integers(-(2**15), 2**15, size=(rows, n))
+    arr = WeightStationaryArray(rows, cols)
+    load = ArrayStimulus.load_weights(w)
+    assert load.cycles == rows and load.w_shift is not None and load.w_shift.all()
+    for t in range(rows):
+        arr.run(ArrayStimulus(load.act_in[t:t + 1], load.sum_in[t:t + 1], load.clear[t:t + 1],
+                              load.rst_n[t:t + 1], load.w_in[t:t + 1],  # type: ignore[index]
+                              load.w_shift[t:t + 1]))
+        np.testing.assert_array_equal(arr.weights[: t + 1], w[rows - 1 - t:])  # pushed down
+    np.testing.assert_array_equal(arr.weights, w)
+    cycles = rows + cols + n - 2
+    act_in = np.zeros((cycles, rows), np.int64)
+    for k in range(rows):
+        act_in[k: k + n, k] = x[k]  # X[k, n] enters row k at edge n + k
+    stream = ArrayStimulus(act_in, np.zeros((cycles, cols), np.int64), np.zeros(cycles, bool),
+                           np.ones(cycles, bool))
+    trace = WeightStationaryArray(rows, cols).run(load.then(stream))
+    got = np.array([[trace.sum_out[rows + j + m + rows - 1, rows - 1, m] for j in range(n)]
+                    for m in range(cols)])
+    np.testing.assert_array_equal(got, ref_product(w, x))
+
+
+def test_reset_keeps_the_weights() -> None:
+    arr = WeightStationaryArray(2, 2)
+    arr.load([[1, 2], [3, 4]])
+    arr.step([5, 6], None, rst_n=False)
+    np.testing.assert_array_equal(arr.weights, [[1, 2], [3, 4]])
+    assert not arr.sum_out.any()
 
 
 def test_full_128x128_int8_product() -> None:

@@ -81,3 +81,24 @@ def test_stepping_shows_every_cycle(browser, tmp_path: Path, k: int, m: int, n: 
     page.click("#play")  # pause
     assert not errors
     page.close()
+
+
+def test_psum_caption_is_over_the_psum_grid(browser, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Laid out by the browser: the PSUM caption sits right above the PSUM grid and over it,
+    not under the moving-tile queue; "#cycle=5" opens cycle 5."""
+    rng = np.random.default_rng(0)
+    s, x = rng.integers(-3, 4, (4, 4)), rng.integers(-3, 4, (4, 6))
+    run = step_matmul(s, x)
+    page_path = write_step_page(tmp_path / "step.html", run, s, x)
+    page = browser.new_page(viewport={"width": 1000, "height": 800})
+    page.goto(page_path.resolve().as_uri() + "#cycle=5")
+    assert int(page.inner_text("#cycle")) == 5
+    label = page.locator("#psum-label").bounding_box()
+    psum = page.locator("#psum").bounding_box()
+    queue = page.locator("#queue").bounding_box()
+    assert label and psum and queue
+    assert label["y"] + label["height"] <= psum["y"] + 1  # above the grid
+    assert psum["y"] - (label["y"] + label["height"]) < 20  # and right above it
+    assert label["x"] >= psum["x"] - 1  # in the grid's column
+    assert label["x"] > queue["x"] + queue["width"]  # not under the queue
+    page.close()

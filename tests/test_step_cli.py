@@ -35,7 +35,7 @@ def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object
 def test_json_matches_the_closed_forms(capsys: pytest.CaptureFixture[str], k: int, m: int,
                                        n: int, rows: int, cols: int, dtype: str,
                                        period: int) -> None:
-    out = run_json(capsys, str(k), str(m), str(n), "--rows", str(rows), "--cols", str(cols),
+    out = run_json(capsys, str(m), str(k), str(n), "--rows", str(rows), "--cols", str(cols),
                    "--dtype", dtype, "--seed", "5")
     cycles = period * (n - 1) + k + m - 1
     assert out["cycles"] == cycles
@@ -75,7 +75,7 @@ def test_text_shows_every_cycle(capsys: pytest.CaptureFixture[str]) -> None:
 def test_html_page_is_self_contained(capsys: pytest.CaptureFixture[str],
                                      tmp_path: Path) -> None:
     page = tmp_path / "step.html"
-    assert main(["step", "4", "3", "5", "--cols", "4", "--html", str(page), "--json"]) == 0
+    assert main(["step", "3", "4", "5", "--cols", "4", "--html", str(page), "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     html = page.read_text()
     for ident in ("cycle", "busy", "total-cycles", "step", "back", "play", "reset"):
@@ -92,7 +92,10 @@ def test_html_page_is_self_contained(capsys: pytest.CaptureFixture[str],
 @pytest.mark.parametrize(("argv", "message"), [
     (["0", "3", "3"], "must be at least 1"),
     (["3", "x", "3"], "not an integer"),
-    (["5", "3", "3", "--rows", "4"], "array is 4 x 3"),
+    (["3", "5", "3", "--rows", "4"], "array is 4 x 3"),
+    (["3", "3", "3", "--seed", "-1"], "not a seed"),
+    (["3", "3", "3", "--rows", "100000", "--cols", "100000"], "PE-cycles"),
+    (["3", "3", "3", "--html", ""], "path is empty"),
     (["3", "3", "600"], "PSUM bank"),
     (["3", "3", "3", "--dtype", "fp64"], "invalid choice"),
     (["64", "64", "128", "--html", "never-written.html"], "busy PE-cycles"),
@@ -111,3 +114,74 @@ def test_help_is_a_short_manual() -> None:
     proc = subprocess.run([sys.executable, "-m", "systolic", "step", "--help"],
                           capture_output=True, text=True, check=True)
     assert "examples:" in proc.stdout and "systolic step 3 3 3" in proc.stdout
+
+
+def test_sizes_in_numpy_order(capsys: pytest.CaptureFixture[str]) -> None:
+    """``step M K N`` as ``matmul M K N``: M PE columns, K PE rows, out[M, N]."""
+    out = run_json(capsys, "2", "5", "7")
+    assert (out["m"], out["k"], out["n"], out["rows"], out["cols"]) == (2, 5, 7, 5, 2)
+    assert out["busy_per_cycle"] == arrivals(5, 2, 7)
+    assert "M K N" in subprocess.run([sys.executable, "-m", "systolic", "step", "--help"],
+                                     capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize(("dtype", "period"), [("bf16", 1), ("fp32", 4), ("FP32", 4)])
+def test_cycle_line_agrees_with_itself(capsys: pytest.CaptureFixture[str], dtype: str,
+                                       period: int) -> None:
+    """The printed formula is the one that gives the printed count (fp32: 4 per column)."""
+    assert main(["step", "3", "3", "3", "--dtype", dtype]) == 0
+    text = capsys.readouterr().out
+    line = next(ln for ln in text.splitlines() if " cycles (" in ln)
+    total, shown = re.match(r"(\d+) cycles \(.*= (\d+)", line).groups()  # type: ignore
+    assert int(total) == int(shown) == period * (3 - 1) + 3 + 3 - 1
+
+
+def test_bigger_array_names_the_rtl_count(capsys: pytest.CaptureFixture[str]) -> None:
+    """On a 5 x 5 array the step model counts 7 cycles, the RTL array 9 edges: both said,
+    and the RTL figure is the behavioural RTL model's own latency."""
+    from systolic.rtl.array import WeightStationaryArray
+
+    assert main(["step", "3", "3", "3", "--rows", "5", "--cols", "5"]) == 0
+    text = capsys.readouterr().out
+    rtl = WeightStationaryArray(5, 5)
+    rtl.matmul(np.ones((3, 3), np.int64), np.ones((3, 3), np.int64))
+    assert rtl.cycles == 9
+    assert "7 cycles (N + K + M - 2 = 7)" in text
+    assert f"rows + M + N - 2 = {rtl.cycles} edges" in text
+    out = run_json(capsys, "3", "3", "3", "--rows", "5", "--cols", "5")
+    assert (out["cycles"], out["rtl_array_cycles"]) == (7, rtl.cycles)
+
+
+def test_psum_caption_sits_over_the_psum_grid(tmp_path: Path) -> None:
+    """The stage is a 3-column CSS grid: the PSUM caption must be in the PSUM grid's column
+    (the third), directly above it, not under the moving-tile queue (issue 13, 3.10)."""
+    from html.parser import HTMLParser
+
+    page = tmp_path / "s.html"
+    assert main(["step", "3", "3", "3", "--html", str(page)]) == 0
+
+    class Stage(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.depth, self.inside, self.children = 0, -1, []
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            a = dict(attrs)
+            if self.inside < 0 and a.get("class") == "stage":
+                self.inside = self.depth
+            elif self.inside >= 0 and self.depth == self.inside + 1:
+                self.children.append(a.get("id") or a.get("class") or "")
+            self.depth += 1
+
+        def handle_endtag(self, tag: str) -> None:
+            self.depth -= 1
+            if self.depth == self.inside:
+                self.inside = -2  # done
+
+    st = Stage()
+    st.feed(page.read_text())
+    kids = st.children
+    label, psum = kids.index("psum-label"), kids.index("psum")
+    assert label % 3 == psum % 3 == 2  # both in the third column
+    assert psum == label + 3  # the next grid row, right below the caption
+    assert kids.index("array") % 3 == 2 and kids.index("queue") % 3 == 0

@@ -132,6 +132,19 @@ MALFORMED = [
     ("defaults: {colour: red}\nops:\n" + OP, 1, "unknown key 'colour' in defaults"),
     ("defaults: {repeat: 0}\nops:\n" + OP, 1, "repeat must be a positive integer"),
     ("ops:\n  - name: a\n    m: [2]\n    k: 3\n    n: 4\n", 3, "expected a single value"),
+    # fuzzing finds (issue 13, 3.5 and 3.11): each one line, naming the line
+    ("ops: " + "[" * 20000 + "]" * 20000 + "\n", 1, "nested 20,000 deep"),
+    ("ops:\n  - {name: a\x00, m: 1, k: 1, n: 1}\n", 2, "character #x0000 is not allowed"),
+    ("ops:\n  - {name: a, m: !!foo 1, k: 1, n: 1}\n", 2, "no YAML tags"),
+    ("name: !!python/object:os.system x\nops:\n" + OP, 1, "no YAML tags"),
+    ("name:\nops:\n" + OP, 1, "name is empty"),
+    ("name: ''\nops:\n" + OP, 1, "name is empty"),
+    ("ops:\n" + OP + "    repeat: " + "1" + "0" * 30 + "\n", 6, "more than this model takes"),
+    ("ops:\n" + OP + "    repeat: 1.0e+30\n", 6, "repeat must be a positive integer"),
+    # huge sizes: refused from arithmetic, at once (lowering would build every tile first)
+    ("ops:\n  - {name: a, m: 99999999999999999999, k: 128, n: 128}\n", 2, "more than"),
+    ("ops:\n  - {name: a, m: 1000000000, k: 1000000000, n: 1000000000}\n", 2,
+     "at least"),
 ]
 
 
@@ -180,3 +193,28 @@ def test_human_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert "cols idle" in rows["m64"]
     assert "fp32 passes" in rows["fp32"]
     assert "total" in rows
+
+
+def test_table_is_whole_in_80_columns_and_has_no_trailing_spaces(tmp_path: Path) -> None:
+    """An 80-column terminal (COLUMNS=80) and a pipe: no cell cut to '524…', no trailing
+    spaces; every number of the JSON appears in full."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    f = tmp_path / "w.yaml"
+    f.write_text("name: wide\nops:\n  - {name: a_rather_long_op_name, m: 524288, k: 4096, "
+                 "n: 512, repeat: 1000000}\n")
+    env = {**os.environ, "COLUMNS": "80"}
+    run = subprocess.run([sys.executable, "-m", "systolic", "run", str(f)], env=env,
+                         capture_output=True, text=True, check=True)
+    assert "…" not in run.stdout
+    assert all(line == line.rstrip() for line in run.stdout.splitlines())
+    data = json.loads(subprocess.run([sys.executable, "-m", "systolic", "run", str(f),
+                                      "--json"], env=env, capture_output=True, text=True,
+                                     check=True).stdout)
+    op = data["ops"][0]
+    for text in ("524288x4096x512", f"{op['cycles']:,}", f"{data['total']['cycles']:,}",
+                 "a_rather_long_op_name x1000000"):
+        assert text in run.stdout

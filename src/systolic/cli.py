@@ -29,13 +29,18 @@ examples:
   systolic roofline --arch trn2 --workload examples/seed003_2048.yaml -o roofline.png
   systolic rtl verilog --rows 4 --cols 4 -o pe_array.v
 
-Every command takes --json for scripts; errors are one line with a non-zero exit code.
+Sizes are numpy's M K N in every command (a[M, K] @ b[K, N]). Every command takes --json
+for scripts; each file written is reported as "wrote FILE"; errors are one line starting
+"systolic: error:", with exit code 2.
 """
 
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, exit code 2, no usage dump
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        # One prefix for every error of every command; the subcommand follows it.
+        sub = self.prog.removeprefix("systolic").strip()
+        where = f"{sub}: " if sub else ""
+        sys.stderr.write(f"systolic: error: {where}{message}\n")
         raise SystemExit(2)
 
 

@@ -1,7 +1,8 @@
 """Figures: the Tensor Engine timeline, the loss bar of a workload, the roofline.
 
-matplotlib is imported inside the functions (it is an optional dependency and slow to
-import), on the Agg canvas, so no display is needed. Every function writes PNG or SVG by
+matplotlib (a regular dependency) is imported inside the functions (it is slow to import,
+and a broken or missing install then fails as one line naming ``systolic[plots]``), on the
+Agg canvas, so no display is needed. Every function writes PNG or SVG by
 the path's suffix and sizes the figure in pixels: figsize = pixels / DPI, so a PNG comes out
 exactly ``width`` x ``height`` pixels. Each returns the path written.
 
@@ -24,7 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .artifacts import check_artifact_path, open_artifact
 from .errors import SystolicError
+from .geometry import interval_union
 from .isa import Program
 from .report import CAUSES, Report
 from .sim.timing import Kind
@@ -50,19 +53,31 @@ ZOOM_MATMULS = 16  # the zoom panel shows the first this many MatMuls, one bar e
 
 
 def check_plot_path(path: str | os.PathLike[str]) -> Path:
-    """The path as a Path if its suffix names a format we write; else a SystolicError."""
+    """The path as a Path if its suffix names a format we write and it may be written
+    (:func:`systolic.artifacts.check_artifact_path`); else a SystolicError."""
     p = Path(path)
+    if os.fspath(path) == "":
+        raise SystolicError("the plot path is empty; name the file .png or .svg")
     if p.suffix.lower() not in SUFFIXES:
         raise SystolicError(f"{p}: cannot tell the image format from {p.suffix or 'no suffix'!r};"
                             f" name the file .png or .svg")
+    check_artifact_path(p, "plot")
     return p
+
+
+class PlotDependencyError(SystolicError):
+    """matplotlib is missing or broken."""
 
 
 def _figure(width: int, height: int) -> Figure:
     if width < 100 or height < 100:
         raise SystolicError(f"a plot needs at least 100 x 100 pixels, got {width} x {height}")
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as exc:
+        raise PlotDependencyError(f"plots need matplotlib, which did not import ({exc}); "
+                                  f"pip install 'systolic[plots]'") from None
 
     fig = Figure(figsize=(width / DPI, height / DPI), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
@@ -70,10 +85,8 @@ def _figure(width: int, height: int) -> Figure:
 
 
 def _save(fig: Figure, path: Path) -> Path:
-    try:
-        fig.savefig(path, dpi=DPI, format=path.suffix.lower()[1:])
-    except OSError as exc:
-        raise SystolicError(f"{path}: cannot write the plot: {exc.strerror or exc}") from None
+    with open_artifact(path, "plot", binary=True) as f:
+        fig.savefig(f, dpi=DPI, format=path.suffix.lower()[1:])
     return path
 
 
@@ -93,20 +106,6 @@ def _row_intervals(report: Report) -> list[tuple[np.ndarray, np.ndarray]]:
     return out
 
 
-def _merge(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Disjoint sorted union of [lo, hi): touching bars become one, so the drawing stays
-    fast and only real gaps show."""
-    if len(lo) == 0:
-        return lo, hi
-    order = np.argsort(lo, kind="stable")
-    s, e = lo[order], np.maximum.accumulate(hi[order])
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > e[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return s[first], e[last]
-
-
 def _busy_per_bin(lo: np.ndarray, hi: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Fraction of each [edges[j], edges[j+1]) covered by disjoint sorted intervals."""
     covered = np.concatenate([[0], np.cumsum(hi - lo)]).astype(np.float64)
@@ -120,35 +119,64 @@ def _busy_per_bin(lo: np.ndarray, hi: np.ndarray, edges: np.ndarray) -> np.ndarr
     return np.diff(before(edges)) / np.diff(edges)
 
 
+# Drawing small events honestly in the overview (issue 13, 3.10): a bar narrower than a
+# pixel is widened to one pixel only while the row has few bars (at most one per SPARSE
+# pixels), so widened bars cannot merge into a solid band; a denser row is drawn as one
+# tint per pixel column, its strength the column's true busy share (MIN_TINT for any work
+# at all, so a 1%-busy row stays visible without looking busy). The caption says so.
+SPARSE = 3
+MIN_TINT = 0.2
+OVERVIEW_NOTE = (f"overview: a bar under 1 pixel is drawn 1 pixel wide while its row has at "
+                 f"most 1 bar per {SPARSE} pixels;\na denser row is tinted per pixel by its "
+                 f"busy share (any work: at least {MIN_TINT:.0%}); under each row name, the "
+                 f"share of the run it is busy")
+
+
+def row_ink(lo: np.ndarray, hi: np.ndarray, span: tuple[float, float], pixels: int
+            ) -> tuple[str, np.ndarray, np.ndarray]:
+    """How the overview draws one row: ``("bars", lo, hi)`` (widened to >= 1 pixel) or
+    ``("tint", edges, strength)`` with strength in [0, 1] per pixel column."""
+    lo, hi = interval_union(lo, hi)  # the true busy time, disjoint
+    width = (span[1] - span[0]) / pixels
+    if len(lo) * SPARSE <= pixels:
+        wlo, whi = interval_union(lo, np.maximum(hi, lo + width))
+        return "bars", wlo, whi
+    edges = np.linspace(span[0], span[1], pixels + 1)
+    busy = _busy_per_bin(lo.astype(np.float64), hi.astype(np.float64), edges)
+    return "tint", edges, np.where(busy > 0, MIN_TINT + (1 - MIN_TINT) * busy, 0.0)
+
+
 def _draw_rows(ax: Axes, rows: list[tuple[np.ndarray, np.ndarray]], span: tuple[int, int],
                pixels: int, *, separate: bool) -> None:
-    """One broken_barh per row; ``separate`` draws every instruction with an edge, else the
-    merged union, shaded per pixel column when it has more bars than pixels."""
+    """One broken_barh per row; ``separate`` draws every instruction with an edge, else
+    what :func:`row_ink` says, with each row's busy share in its label."""
     import matplotlib.colors as mcolors
 
     lane = len(_ROWS)
-    for r, ((lo, hi), (_, _, colour)) in enumerate(zip(rows, _ROWS, strict=True)):
+    labels = []
+    for r, ((lo, hi), (_, label, colour)) in enumerate(zip(rows, _ROWS, strict=True)):
         y = lane - 1 - r
         keep = (hi > span[0]) & (lo < span[1])
         lo, hi = lo[keep], hi[keep]
         if separate:
             ax.broken_barh(list(zip(lo, hi - lo, strict=True)), (y - 0.35, 0.7),
                            facecolors=colour, edgecolors="white", linewidth=0.8)
+            labels.append(label)
             continue
-        # a bar narrower than a pixel would vanish in the overview: draw it one pixel wide
-        hi = np.maximum(hi, lo + (span[1] - span[0]) / pixels)
-        lo, hi = _merge(lo, hi)
-        if len(lo) <= 2 * pixels:
-            ax.broken_barh(list(zip(lo, hi - lo, strict=True)), (y - 0.35, 0.7),
+        ulo, uhi = interval_union(lo, hi)
+        share = float((np.minimum(uhi, span[1]) - np.maximum(ulo, span[0])).sum()) / max(
+            span[1] - span[0], 1)
+        labels.append(f"{label}\n{100 * share:.1f}%")
+        how, a, b = row_ink(lo, hi, span, pixels)
+        if how == "bars":
+            ax.broken_barh(list(zip(a, b - a, strict=True)), (y - 0.35, 0.7),
                            facecolors=colour)
             continue
-        edges = np.linspace(span[0], span[1], pixels + 1)
-        busy = _busy_per_bin(lo, hi, edges)
         rgb = np.array(mcolors.to_rgb(colour))
-        shades = [(*(1 - f * (1 - rgb)), 1.0) for f in busy]  # white -> colour by busy
-        ax.broken_barh(list(zip(edges[:-1], np.diff(edges), strict=True)), (y - 0.35, 0.7),
+        shades = [(*(1 - f * (1 - rgb)), 1.0) for f in b]  # white -> colour by strength
+        ax.broken_barh(list(zip(a[:-1], np.diff(a), strict=True)), (y - 0.35, 0.7),
                        facecolors=shades, linewidth=0)
-    ax.set_yticks(range(lane), [label for _, label, _ in reversed(_ROWS)], fontsize=8)
+    ax.set_yticks(range(lane), list(reversed(labels)), fontsize=8)
     ax.set_ylim(-0.6, lane - 0.4)
     ax.set_xlim(*span)
     ax.xaxis.set_major_formatter(_thousands())
@@ -201,6 +229,8 @@ def timeline_plot(report: Report, program: Program, path: str | os.PathLike[str]
                  fontsize=7, va="top", ha="right")
     axes[0].tick_params(axis="x", labelsize=8)
     axes[-1].set_xlabel("TensorE cycles", fontsize=8)
+    if n_mm > ZOOM_MATMULS:
+        axes[0].set_title(OVERVIEW_NOTE, fontsize=7, loc="left", pad=22)
     if zoom:
         stop = int(rows[1][1][ZOOM_MATMULS - 1])  # end of the last zoomed MatMul's stream
         window = (0, int(stop * 1.04) + 1)
@@ -258,6 +288,12 @@ def _clusters(items: Sequence[dict[str, Any]], key: str, ratio: float = 1.06
     return groups
 
 
+def ceiling_label(group: Sequence[dict[str, Any]]) -> str:
+    """The text beside one dashed ceiling line: a line per ceiling of the group."""
+    return "\n".join(f"{c['name']}: {c['tflops']:.1f} TFLOP/s ({c['what']})"
+                     for c in sorted(group, key=lambda c: -c["tflops"]))
+
+
 def _nice_ticks(lo: float, hi: float) -> list[float]:
     """1-2-5 ticks in [lo, hi], labelled as plain numbers (a log axis only labels decades,
     and these axes often span one or two)."""
@@ -298,9 +334,10 @@ def roofline_plot(data: dict[str, Any], path: str | os.PathLike[str], *, width: 
         level = float(np.mean([c["tflops"] for c in group]))
         ax.plot([level / bw, x_hi], [level, level], color="#555555", linestyle="--",
                 linewidth=1, label="ceilings (timing model)" if i == 0 else None)
-        names = ", ".join(c["name"] for c in group)
-        ax.text(level / bw * 1.15, level / 1.04, f"{names}: {level:.1f}", color="#555555",
-                ha="left", va="top", fontsize=7.5)
+        # one line per ceiling, each with its own value and reason: ceilings that meet at
+        # one level (K = 64, M = 64, N = 32 all halve the peak) still read apart
+        ax.text(level / bw * 1.15, level / 1.04, ceiling_label(group), color="#555555",
+                ha="left", va="top", fontsize=7.5, linespacing=1.3)
     by_pos: dict[tuple[float, float], list[dict[str, Any]]] = {}
     for p in points:
         by_pos.setdefault((round(p["intensity"], 6), round(p["tflops"], 6)), []).append(p)

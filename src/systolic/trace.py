@@ -13,15 +13,14 @@ MATMUL on the "TensorMatrix" row), plus one row for the PSUM read-out engine:
 
 Each event is named by its opcode and instruction index and carries the instruction's text
 form, flags, tile group, shape, format and perf mode as args. Timestamps are microseconds
-at the Arch clock. The file is written to a temporary name in the same directory and moved
-into place with :func:`os.replace`, so a crash never leaves half a file.
+at the Arch clock. The file is written by :mod:`systolic.artifacts` (atomically, only over
+a regular file or a new path; a symlink is written through).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -126,19 +125,8 @@ def write_trace(schedule_or_report: Schedule | Report, program: Program,
                       "cycles": sch.cycles, "readout_tail_cycles": sch.readout_tail,
                       "time_unit": "us"},
     }
-    out = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise SystolicError(f"{out}: cannot write the trace: {exc.strerror}") from None
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; a trace is meant to be shared
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f, separators=(",", ":"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+    from .artifacts import open_artifact  # one policy for every output file
+
+    with open_artifact(path, "trace") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    return Path(path)

@@ -1,6 +1,7 @@
 """The step-through page: one self-contained HTML file that shows the array cycle by cycle.
 
-Every number on the page comes from the register-level simulator's recorded frames
+``#cycle=T`` at the end of the page's address opens cycle T. Every number on the page comes
+from the register-level simulator's recorded frames
 (:class:`systolic.sim.pe_array.Frames`), embedded as JSON; the page's script only shows
 frame t, it never re-derives the dataflow. Inline CSS and JS, no network access. Stable
 element ids for tests: ``#cycle``, ``#busy``, ``#total-cycles``, ``#step``, ``#back``,
@@ -11,11 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from .artifacts import write_text
 from .errors import SystolicError
 from .sim.systolic import SystolicRun
 
@@ -81,25 +82,9 @@ def step_page(run: SystolicRun, stationary: np.ndarray, moving: np.ndarray,
 
 def write_step_page(path: str | os.PathLike[str], run: SystolicRun, stationary: np.ndarray,
                     moving: np.ndarray, dtype: str = "bf16", title: str = "") -> Path:
-    """Write the page to ``path`` atomically (a temporary file, then os.replace)."""
-    html = step_page(run, stationary, moving, dtype, title)
-    target = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".step-", suffix=".html", dir=target.parent or ".")
-    except OSError as exc:
-        raise SystolicError(f"cannot write {target}: {exc.strerror}; pick a writable "
-                            f"folder") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(html)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a page is for sharing
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise SystolicError(f"cannot write {target}: {exc.strerror}") from None
-    return target
+    """Write the page to ``path`` (:mod:`systolic.artifacts`: atomically, only over a
+    regular file or a new path; a symlink is written through)."""
+    return write_text(path, step_page(run, stationary, moving, dtype, title), "step page")
 
 
 _TEMPLATE = r"""<!doctype html>
@@ -128,7 +113,7 @@ button:hover { background: #f3f4f6; }
 .side { width: 26px; height: var(--cell); display: flex; align-items: center;
         justify-content: flex-end; color: #6b7280; font-size: 11px; padding-right: 2px; }
 #nhead .side { height: calc(var(--cell) * 0.55); }
-.psumlabel { text-align: right; align-self: start; padding-top: 4px; }
+.psumlabel { text-align: left; padding-top: 6px; }  /* above the PSUM grid, its column */
 .grid { display: grid; gap: 2px; }
 .cell { width: var(--cell); height: var(--cell); border: 1px solid var(--line);
         border-radius: 4px; background: #fff; position: relative; font-size: 11px;
@@ -173,8 +158,10 @@ button:hover { background: #f3f4f6; }
   <div></div><div></div><div class="grid heads" id="mhead"></div>
   <div class="grid queue" id="queue"></div><div class="grid" id="khead"></div>
   <div class="grid" id="array"></div>
-  <div class="label psumlabel">PSUM bank: column m drains<br>into partition m, row n</div>
-  <div class="grid" id="nhead"></div><div class="grid psum" id="psum"></div>
+  <div></div><div></div>
+  <div class="label psumlabel" id="psum-label">PSUM bank below the array: column m drains
+    into partition m, row n</div>
+  <div></div><div class="grid" id="nhead"></div><div class="grid psum" id="psum"></div>
 </div>
 <div class="chartlabel">busy PEs per cycle (click a bar to jump there)</div>
 <div class="chart" id="chart"></div>
@@ -289,7 +276,9 @@ recorded by the register-level simulator (<code>systolic.sim.systolic</code>).</
     else if (e.key === "Home") show(0);
     else if (e.key === " ") { e.preventDefault(); play(); }
   });
-  show(0);
+  // "#cycle=5" in the address opens that cycle (screenshots, links to a moment)
+  const at = /cycle=(\d+)/.exec(location.hash);
+  show(at ? parseInt(at[1], 10) : 0);
 })();
 </script>
 </body></html>

@@ -31,7 +31,7 @@ from yaml.constructor import SafeConstructor
 
 from .api import make_spec
 from .arch import ARCHS, Arch, get_arch
-from .compiler import MatmulSpec, lower
+from .compiler import MAX_MATMULS, MatmulSpec, lower
 from .dtypes import FORMATS, get_format
 from .errors import SystolicError, WorkloadError
 from .isa import PerfMode, Program
@@ -47,6 +47,13 @@ DEFAULTS: dict[str, Any] = {"dtype": "bf16", "arch": "trn2", "perf_mode": "none"
 # outside MX), as in ``systolic matmul --dtype``.
 OPERAND_FORMATS = tuple(f for f in FORMATS if f not in ("e8m0", "int48", "fp4_e2m1"))
 _OUT_BYTES = 4  # the fp32 PSUM result written back, per element
+# Bounds read from the file before anything is built: a dimension or a repeat past these is
+# a typo (a trillion-row matrix), not a workload; the MatMul count is checked too.
+MAX_DIM = 1 << 40
+MAX_REPEAT = 1 << 40
+# PyYAML composes nested nodes recursively: past a few hundred levels it would exhaust the
+# stack (RecursionError), so deeper files are refused before parsing.
+MAX_NESTING = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +109,11 @@ class _Source:
                                   f"{'list' if isinstance(node, yaml.SequenceNode) else 'mapping'}")
         try:
             return self._construct.construct_object(node, deep=True)
+        except yaml.constructor.ConstructorError as exc:  # e.g. an unknown !!tag
+            raise self.fail(node, f"bad value {node.value!r}: {_one_line(exc.problem)}; "
+                                  f"write plain values (no YAML tags)") from None
         except yaml.YAMLError as exc:
-            raise self.fail(node, f"bad value {node.value!r}: {exc}") from None
+            raise self.fail(node, f"bad value {node.value!r}: {_one_line(str(exc))}") from None
 
     def mapping(self, node: yaml.Node, what: str, allowed: Sequence[str]
                 ) -> dict[str, tuple[Any, yaml.Node]]:
@@ -122,14 +132,34 @@ class _Source:
         return out
 
 
-def _positive(src: _Source, node: yaml.Node, what: str) -> int:
+def _one_line(text: str | None) -> str:
+    return " ".join((text or "").split())
+
+
+def _positive(src: _Source, node: yaml.Node, what: str, limit: int) -> int:
     value = src.scalar(node)
     # YAML 1.1 reads yes/no as booleans, which Python counts as integers: refuse them.
     if isinstance(value, bool) or not isinstance(value, int):
         raise src.fail(node, f"{what} must be a positive integer, got {node.value!r}")
     if value < 1:
         raise src.fail(node, f"{what} must be a positive integer, got {value}")
+    if value > limit:
+        raise src.fail(node, f"{what} = {value:,} is more than this model takes "
+                             f"({limit:,})")
     return value
+
+
+def _check_size(src: _Source, line: int, name: str, spec: MatmulSpec, arch: Arch) -> None:
+    """Refuse from arithmetic a product the compiler would refuse only after building its
+    tiles: a lower bound of its MatMul count (K tiles at most 4 rows deep per PE row, the
+    MX packing; M tiles of ``cols``; N tiles of a PSUM bank of fp32) against MAX_MATMULS."""
+    fold = 4  # the most elements one PE row takes per MatMul (MX: 4 along K)
+    least = (-(-spec.k // (arch.rows * fold)) * -(-spec.m // arch.cols)
+             * -(-spec.n // (arch.psum_bank_bytes // 4)))
+    if least > MAX_MATMULS:
+        raise src.fail(line, f"op {name!r}: {spec.m}x{spec.k}x{spec.n} lowers to at least "
+                             f"{least:,} MatMuls; this model lowers at most {MAX_MATMULS:,}: "
+                             f"model a slice of the product and scale its cycles")
 
 
 def _choice(src: _Source, node: yaml.Node, what: str, choices: Sequence[str]) -> str:
@@ -156,7 +186,7 @@ def _op(src: _Source, node: yaml.Node, index: int, defaults: dict[str, yaml.Node
     if missing:
         raise src.fail(line, f"op {name!r} is missing {', '.join(missing)} "
                              f"(a[m, k] @ b[k, n])")
-    m, k, n = (_positive(src, fields[d][0], d) for d in ("m", "k", "n"))
+    m, k, n = (_positive(src, fields[d][0], d, MAX_DIM) for d in ("m", "k", "n"))
     nodes = {key: fields[key][0] if key in fields else defaults.get(key)
              for key in DEFAULTS}
     dtype = (_choice(src, nodes["dtype"], "dtype", OPERAND_FORMATS)
@@ -165,7 +195,7 @@ def _op(src: _Source, node: yaml.Node, index: int, defaults: dict[str, yaml.Node
                  if nodes["arch"] is not None else DEFAULTS["arch"])
     mode = (_choice(src, nodes["perf_mode"], "perf_mode", [p.spelling for p in PerfMode])
             if nodes["perf_mode"] is not None else DEFAULTS["perf_mode"])
-    repeat = (_positive(src, nodes["repeat"], "repeat")
+    repeat = (_positive(src, nodes["repeat"], "repeat", MAX_REPEAT)
               if nodes["repeat"] is not None else DEFAULTS["repeat"])
     arch = get_arch(arch_override or arch_name)
     try:
@@ -176,7 +206,45 @@ def _op(src: _Source, node: yaml.Node, index: int, defaults: dict[str, yaml.Node
                       if nodes[key] is not None and not (key == "perf_mode" and mode == "none")),
                      line)
         raise src.fail(where, f"op {name!r}: {exc}") from None
+    _check_size(src, line, name, spec, arch)
     return Op(name, spec, arch, repeat, line)
+
+
+def _depths(text: str) -> list[tuple[int, int]]:
+    """(depth, line) after each opening bracket of flow style, outside quotes and comments
+    (a cheap scan, so no recursive parser sees a 20,000-deep file)."""
+    out: list[tuple[int, int]] = []
+    depth, line, quote = 0, 1, ""
+    comment = False
+    for ch in text:
+        if ch == "\n":
+            line, comment = line + 1, False
+            continue
+        if comment:
+            continue
+        if quote:
+            if ch == quote:
+                quote = ""
+            continue
+        if ch in "'\"":
+            quote = ch
+        elif ch == "#":
+            comment = True
+        elif ch in "[{":
+            depth += 1
+            out.append((depth, line))
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    return out
+
+
+def _nesting(text: str) -> int:
+    return max((d for d, _ in _depths(text)), default=0)
+
+
+def depth_line(text: str, limit: int) -> int:
+    """The line where flow nesting first passes ``limit``."""
+    return next((ln for d, ln in _depths(text) if d > limit), 1)
 
 
 def parse_workload(text: str, path: str = "<workload>", *, arch: str | None = None
@@ -186,14 +254,27 @@ def parse_workload(text: str, path: str = "<workload>", *, arch: str | None = No
     src = _Source(path)
     if arch is not None and arch not in ARCHS:
         raise WorkloadError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHS)}")
+    depth = _nesting(text)
+    if depth > MAX_NESTING:
+        raise src.fail(depth_line(text, MAX_NESTING), f"lists or mappings nested "
+                       f"{depth:,} deep; a workload needs 3 (ops, an op, its keys)")
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 1
-        raise src.fail(line, f"YAML syntax error: {exc.problem or exc.context}") from None
+        raise src.fail(line, f"YAML syntax error: "
+                             f"{_one_line(exc.problem or exc.context)}") from None
+    except yaml.reader.ReaderError as exc:  # a NUL byte or another control character
+        line = text.count("\n", 0, exc.position) + 1
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        raise src.fail(line, f"character #x{char:04x} is not allowed in YAML "
+                             f"(position {exc.position}); remove it") from None
     except yaml.YAMLError as exc:
-        raise src.fail(1, f"YAML error: {exc}") from None
+        raise src.fail(1, f"YAML error: {_one_line(str(exc))}") from None
+    except RecursionError:  # nesting the bracket count above missed (block style, anchors)
+        raise src.fail(1, "the YAML is nested too deeply to read; a workload needs 3 "
+                          "levels (ops, an op, its keys)") from None
     if root is None:
         raise src.fail(1, "the file is empty; expected a list of ops (see examples/)")
     title = os.path.splitext(os.path.basename(path))[0]
@@ -206,7 +287,12 @@ def parse_workload(text: str, path: str = "<workload>", *, arch: str | None = No
             raise src.fail(root, "the workload has no 'ops:' list")
         ops_node = top["ops"][0]
         if "name" in top:
-            title = str(src.scalar(top["name"][0]))
+            name_node = top["name"][0]
+            value = src.scalar(name_node)
+            if value is None or str(value).strip() == "":
+                raise src.fail(name_node, "the workload's name is empty; give a title or "
+                                          "remove the name: line")
+            title = str(value)
         if "defaults" in top:
             allowed = tuple(DEFAULTS)
             defaults = {k: v for k, (v, _) in

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..errors import SystolicError
+
 
 def positive_int(text: str) -> int:
     try:
@@ -24,10 +26,30 @@ def add_json(p: argparse.ArgumentParser) -> None:
 
 
 def add_output_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--trace", metavar="FILE.json",
+    p.add_argument("--trace", metavar="FILE.json", type=output_path("trace"),
                    help="write a Chrome/Perfetto trace: LDWEIGHTS, MATMUL, PSUM read-out rows")
-    p.add_argument("--timeline", metavar="FILE.png",
+    p.add_argument("--timeline", metavar="FILE.png", type=plot_path,
                    help="plot the LDWEIGHTS and MATMUL rows over time (PNG or SVG)")
+    add_plot_size(p, "timeline 520")
+
+
+def add_plot_size(p: argparse.ArgumentParser, height: str) -> None:
+    """--width / --height of a command's plots, the same on every plotting command."""
+    p.add_argument("--width", type=positive_int, default=1200, metavar="PX",
+                   help="plot width in pixels (1200)")
+    p.add_argument("--height", type=positive_int, metavar="PX",
+                   help=f"plot height in pixels ({height})")
+
+
+def plot_path(text: str) -> str:
+    """An argparse type for a .png / .svg output, checked before the work."""
+    from ..plots import check_plot_path
+
+    try:
+        check_plot_path(text)
+    except SystolicError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 @contextlib.contextmanager
@@ -54,3 +76,59 @@ def _stderr_console() -> Any:
     from rich.console import Console
 
     return Console(stderr=True)
+
+
+def seed(text: str) -> int:
+    """A random seed: numpy's generators take 0 .. 2**128 - 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value < 2**128:
+        raise argparse.ArgumentTypeError(f"{value} is not a seed; use 0 .. 2**128 - 1")
+    return value
+
+
+def output_path(what: str) -> Callable[[str], str]:
+    """An argparse type for an output file: refused now (before the work) when empty or
+    not writable under :mod:`systolic.artifacts`' rules."""
+    from ..artifacts import check_artifact_path
+
+    def check(text: str) -> str:
+        try:
+            check_artifact_path(text, what)
+        except SystolicError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    check.__name__ = what  # argparse names the type in its messages
+    return check
+
+
+def dtype_name(text: str) -> str:
+    """Format names are case-insensitive, as in workload files (``BF16`` is ``bf16``)."""
+    return text.lower()
+
+
+def wrote(path: str, detail: str = "", *, json_mode: bool = False) -> None:
+    """Say that a file was written: on stdout with a table, on stderr under --json (so the
+    JSON stays the only thing on stdout)."""
+    print(f"wrote {path}" + (f" ({detail})" if detail else ""),
+          file=sys.stderr if json_mode else sys.stdout)
+
+
+def print_rich(*renderables: Any) -> None:
+    """Print rich tables and text without cutting a cell (the width is what the widest
+    renderable needs, or the terminal's if wider) and without trailing spaces."""
+    from rich.console import Console
+
+    con = Console(highlight=False)
+    wide = con.options.update_width(10_000)  # measure what a table needs, uncut
+    need = max((con.measure(r, options=wide).maximum for r in renderables
+                if not isinstance(r, str)), default=0)
+    out = Console(highlight=False, width=max(need, con.width if con.is_terminal else 0, 40),
+                  force_terminal=con.is_terminal)
+    with out.capture() as cap:
+        for r in renderables:
+            out.print(r)
+    sys.stdout.write("".join(line.rstrip() + "\n" for line in cap.get().splitlines()))

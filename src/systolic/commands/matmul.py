@@ -15,19 +15,22 @@ from ..compiler import lower
 from ..dtypes import FORMATS
 from ..errors import SystolicError
 from ..isa import PerfMode
-from .common import add_json, add_output_args, positive_int, progress_bar
+from .common import add_json, add_output_args, dtype_name, positive_int, progress_bar, seed, wrote
 
 # --check keeps a, b, the result, their float64 reference and the simulator's device memory.
 _CHECK_LIMIT = 1 << 27
 
 HELP = "lower one matmul and report its program, cycles and accuracy"
 DESCRIPTION = """\
-Lower a[M, K] @ b[K, N] onto the array: print the instruction counts, the modelled cycles,
+Lower a[M, K] @ b[K, N] onto the array (sizes in numpy's order, M K N, as in every
+command): print the instruction counts, the modelled cycles,
 utilization and where the cycles went. --check also runs the product on seeded random data
 through the functional simulator and reports the error against float64.
 
 --trace writes a Perfetto profile and --timeline a PNG/SVG of the LDWEIGHTS and MATMUL rows
-(an overview, and a zoom on the first MatMuls once there are more than 16).
+(an overview, and a zoom on the first MatMuls once there are more than 16); each file
+written is reported as "wrote FILE" (on stderr with --json). --program prints the program
+text (under "program" with --json).
 
 examples:
   systolic matmul 2048 2048 2048
@@ -36,6 +39,7 @@ examples:
   systolic matmul 128 4096 512 --dtype fp8_e4m3 --perf-mode double_row --arch trn2 --check
   systolic matmul 512 512 512 --dtype fp32 --json
   systolic matmul 256 256 256 --program | head
+  systolic matmul 256 256 256 --program --json   # {"program": "...", ...}
 """
 
 
@@ -45,9 +49,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("m", type=positive_int, help="rows of a and of the result")
     p.add_argument("k", type=positive_int, help="contraction: columns of a, rows of b")
     p.add_argument("n", type=positive_int, help="columns of b and of the result")
-    p.add_argument("--dtype", default="bf16", choices=[f for f in FORMATS
+    p.add_argument("--dtype", default="bf16", type=dtype_name, choices=[f for f in FORMATS
                    if f not in ("e8m0", "int48", "fp4_e2m1")], metavar="FMT",
-                   help="operand format (default bf16): " + ", ".join(
+                   help="operand format, any case (default bf16): " + ", ".join(
                        f for f in FORMATS if f not in ("e8m0", "int48", "fp4_e2m1")))
     p.add_argument("--arch", default="trn2", choices=list(ARCHS), help="arch preset (trn2)")
     p.add_argument("--perf-mode", default="none", choices=[m.spelling for m in PerfMode],
@@ -55,10 +59,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--numerics", default="fast", choices=["fast", "systolic"],
                    help="accumulation order of --check (default fast)")
     p.add_argument("--mx-rule", default="trainium", choices=["ocp", "trainium"],
-                   help="MX scale rule for --check with an mx format (default trainium)")
+                   help="MX scale rule for --check with an mx format (default trainium, as "
+                        "systolic.matmul; docs/mx_layout.md)")
     p.add_argument("--check", action="store_true",
                    help="run on seeded random data and report max_rel_error vs float64")
-    p.add_argument("--seed", type=int, default=0, help="random seed for --check (0)")
+    p.add_argument("--seed", type=seed, default=0, help="random seed for --check (0)")
     p.add_argument("--program", action="store_true", help="print the program text")
     add_output_args(p)
     add_json(p)
@@ -96,7 +101,13 @@ def run(args: argparse.Namespace) -> int:
     lowered = lower(spec, arch)
     program = lowered.program
     if args.program:
-        sys.stdout.write(program.text())
+        text = program.text()
+        if args.json:
+            print(json.dumps({"arch": arch.name, "dtype": spec.dtype, "m": spec.m, "k": spec.k,
+                              "n": spec.n, "instructions": program.counts(),
+                              "program": text}, indent=2))
+        else:
+            sys.stdout.write(text)
         return 0
     out: dict[str, Any] = {
         "arch": arch.name, "dtype": spec.dtype, "perf_mode": spec.perf_mode.spelling,
@@ -108,18 +119,26 @@ def run(args: argparse.Namespace) -> int:
     out.update(report_fields(report))
     if args.check:
         out.update(_check(args))
-    if args.trace:
+    if args.trace is not None:
         from ..trace import write_trace
 
         write_trace(report, program, args.trace)
-    if args.timeline:
+    if args.timeline is not None:
         from ..plots import timeline_plot
 
-        timeline_plot(report, program, args.timeline)
+        mode = "" if spec.perf_mode.spelling == "none" else f" {spec.perf_mode.spelling}"
+        timeline_plot(report, program, args.timeline, width=args.width,
+                      height=args.height or 520,
+                      title=f"matmul {spec.m}x{spec.k}x{spec.n} {spec.dtype}{mode} on "
+                            f"{arch.name}")
     if args.json:
         print(json.dumps(out, indent=2))
-        return 0
-    _print_human(out, report)
+    else:
+        _print_human(out, report)
+    if args.trace is not None:
+        wrote(args.trace, "Perfetto trace", json_mode=args.json)
+    if args.timeline is not None:
+        wrote(args.timeline, "timeline", json_mode=args.json)
     return 0
 
 

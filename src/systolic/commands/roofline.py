@@ -26,8 +26,7 @@ from ..compiler import lower
 from ..errors import SystolicError
 from ..isa import Program, ReadOut
 from ..report import build_report
-from .common import add_json, positive_int, progress_bar
-from .run import TABLE_WIDTH
+from .common import add_json, add_plot_size, plot_path, print_rich, progress_bar, wrote
 
 HELP = "peaks per format, the HBM slope, lower ceilings, a workload's ops as points"
 DESCRIPTION = """\
@@ -64,11 +63,9 @@ def add_parser(sub: Any) -> None:
                    help="arch preset (default: the workload's, else trn2); with --workload, "
                         "every op runs on it")
     p.add_argument("--workload", metavar="FILE.yaml", help="place this workload's ops")
-    p.add_argument("-o", "--output", metavar="FILE.png", help="write the plot (.png or .svg)")
-    p.add_argument("--width", type=positive_int, default=1200, metavar="PX",
-                   help="plot width in pixels (1200)")
-    p.add_argument("--height", type=positive_int, default=800, metavar="PX",
-                   help="plot height in pixels (800)")
+    p.add_argument("-o", "--output", metavar="FILE.png", type=plot_path,
+                   help="write the plot (.png or .svg)")
+    add_plot_size(p, "800")
     add_json(p)
     p.set_defaults(run=run)
 
@@ -132,10 +129,6 @@ def roofline_data(arch: Arch | str, results: list[Any] | None = None) -> dict[st
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.output:
-        from ..plots import check_plot_path
-
-        check_plot_path(args.output)
     results = None
     arch_name = args.arch or "trn2"
     if args.workload:
@@ -151,36 +144,35 @@ def run(args: argparse.Namespace) -> int:
                           enabled=not args.json) as tick:
             results = evaluate(workload, tick)
     data = roofline_data(arch_name, results)
-    if args.output:
+    if args.output is not None:
         from ..plots import roofline_plot
 
-        roofline_plot(data, args.output, width=args.width, height=args.height)
+        roofline_plot(data, args.output, width=args.width, height=args.height or 800)
     if args.json:
         print(json.dumps(data, indent=2))
     else:
-        _print(data, args.output)
+        _print(data)
+    if args.output is not None:
+        wrote(args.output, json_mode=args.json)
     return 0
 
 
-def _print(data: dict[str, Any], written: str | None) -> None:
+def _print(data: dict[str, Any]) -> None:
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
-    con = Console(highlight=False)
-    if not con.is_terminal:
-        con.width = TABLE_WIDTH
     bw = data["hbm_bytes_per_s"]
-    con.print(f"[bold]{data['arch']}[/]: one NeuronCore Tensor Engine, {data['rows']} x "
-              f"{data['cols']} PEs at {data['clock_hz'] / 1e9:g} GHz, HBM {bw / 1e9:,.1f} GB/s "
-              f"per core")
+    head = (f"[bold]{data['arch']}[/]: one NeuronCore Tensor Engine, {data['rows']} x "
+            f"{data['cols']} PEs at {data['clock_hz'] / 1e9:g} GHz, HBM {bw / 1e9:,.1f} GB/s "
+            f"per core")
+    parts: list[Any] = [head]
     roofs = Table(box=box.SIMPLE_HEAD, title="roofs", title_justify="left")
     for col in ("format", "peak TFLOP/s", "= formula", "ridge FLOP/B"):
         roofs.add_column(col, justify="left" if col in ("format", "= formula") else "right")
     for r in data["roofs"]:
         roofs.add_row(r["name"], f"{r['peak_tflops']:.2f}", r["formula"],
                       f"{r['ridge_intensity']:.0f}")
-    con.print(roofs)
+    parts.append(roofs)
     ceil = Table(box=box.SIMPLE_HEAD, title="ceilings (timing model, PSUM read-out aside)",
                  title_justify="left")
     for col in ("limit", "M x K x N", "TFLOP/s", "of bf16 peak", "with read-out", "why"):
@@ -190,7 +182,7 @@ def _print(data: dict[str, Any], written: str | None) -> None:
         ceil.add_row(c["name"], f"{c['m']}x{c['k']}x{c['n']} {c['dtype']}",
                      f"{c['tflops']:.2f}", f"{100 * c['fraction_of_bf16_peak']:.1f}%",
                      f"{c['tflops_with_readout']:.2f}", c["what"])
-    con.print(ceil)
+    parts.append(ceil)
     if data["points"]:
         pts = Table(box=box.SIMPLE_HEAD, title="workload ops", title_justify="left")
         for col in ("op", "M x K x N", "FLOP/B", "TFLOP/s", "of peak", "HBM bound"):
@@ -200,6 +192,5 @@ def _print(data: dict[str, Any], written: str | None) -> None:
                         f"{p['intensity']:.1f}", f"{p['tflops']:.2f}",
                         f"{100 * p['tflops'] / p['peak_tflops']:.1f}%",
                         f"{p['hbm_bound_tflops']:.2f}")
-        con.print(pts)
-    if written:
-        con.print(f"wrote {written}")
+        parts.append(pts)
+    print_rich(*parts)

@@ -6,11 +6,13 @@ import argparse
 import json
 from typing import Any
 
+from rich.markup import escape
+
 from ..arch import ARCHS
 from ..errors import SystolicError
 from ..report import CAUSES
 from ..workload import evaluate, load_workload, workload_json
-from .common import add_json, positive_int, progress_bar
+from .common import add_json, add_plot_size, plot_path, print_rich, progress_bar, wrote
 
 HELP = "cost a YAML workload of named matmuls, per op and in total"
 DESCRIPTION = """\
@@ -47,24 +49,17 @@ def add_parser(sub: Any) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", metavar="FILE.yaml", help="the workload file")
     p.add_argument("--arch", choices=list(ARCHS), help="run every op on this arch instead")
-    p.add_argument("--timeline", metavar="FILE.png", help="plot one op's timeline (PNG/SVG)")
+    p.add_argument("--timeline", metavar="FILE.png", type=plot_path,
+                   help="plot one op's timeline (PNG/SVG)")
     p.add_argument("--timeline-op", metavar="NAME", help="the op --timeline shows (first)")
-    p.add_argument("--loss-bar", metavar="FILE.png",
+    p.add_argument("--loss-bar", metavar="FILE.png", type=plot_path,
                    help="plot a stacked bar per op of where the cycles went (PNG/SVG)")
-    p.add_argument("--width", type=positive_int, default=1200, metavar="PX",
-                   help="plot width in pixels (1200)")
-    p.add_argument("--height", type=positive_int, metavar="PX",
-                   help="plot height in pixels (timeline 520; loss bar 90 + 42 per bar)")
+    add_plot_size(p, "timeline 520; loss bar 90 + 42 per bar")
     add_json(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..plots import check_plot_path
-
-    for path in (args.timeline, args.loss_bar):
-        if path:
-            check_plot_path(path)  # fail before the work, not after it
     workload = load_workload(args.file, arch=args.arch)
     if args.timeline_op and args.timeline_op not in {op.name for op in workload.ops}:
         raise SystolicError(f"--timeline-op {args.timeline_op!r} names no op of {args.file}; "
@@ -72,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     with progress_bar("lowering ops", total=len(workload.ops), enabled=not args.json) as tick:
         results = evaluate(workload, tick)
     data = workload_json(workload, results)
-    if args.timeline:
+    if args.timeline is not None:
         from ..plots import timeline_plot
 
         res = next(r for r in results if r.op.name == (args.timeline_op or r.op.name))
@@ -80,14 +75,17 @@ def run(args: argparse.Namespace) -> int:
         timeline_plot(res.report, res.program, args.timeline, width=args.width,
                       height=args.height or 520,
                       title=f"{res.op.name}: {s.m}x{s.k}x{s.n} {s.dtype} on {res.op.arch.name}")
-    if args.loss_bar:
+    if args.loss_bar is not None:
         from ..plots import loss_bar_plot
 
         loss_bar_plot(data, args.loss_bar, width=args.width, height=args.height)
     if args.json:
         print(json.dumps(data, indent=2))
-        return 0
-    _print_table(data, [p for p in (args.timeline, args.loss_bar) if p])
+    else:
+        _print_table(data)
+    for path in (args.timeline, args.loss_bar):
+        if path is not None:
+            wrote(path, json_mode=args.json)
     return 0
 
 
@@ -95,7 +93,6 @@ def run(args: argparse.Namespace) -> int:
 SHORT = {"rows_idle": "rows idle", "cols_idle": "cols idle", "short_moving": "short N",
          "fp32_passes": "fp32 passes", "weight_load": "weight load",
          "fill_drain": "fill/drain", "readout": "PSUM read-out", "idle": "idle"}
-TABLE_WIDTH = 110  # when stdout is not a terminal (pipes, docs); a terminal sets its own
 
 
 def _short(cause: str) -> str:
@@ -114,9 +111,8 @@ def _loss(d: dict[str, Any]) -> str:
     return "none" if loss["cause"] == "none" else f"{_short(loss['cause'])} {loss['percent']:.2f}%"
 
 
-def _print_table(data: dict[str, Any], written: list[str]) -> None:
+def _print_table(data: dict[str, Any]) -> None:
     from rich import box
-    from rich.console import Console
     from rich.table import Table
 
     archs = sorted({op["arch"] for op in data["ops"]})
@@ -137,12 +133,7 @@ def _print_table(data: dict[str, Any], written: list[str]) -> None:
     table.add_section()
     table.add_row("total", "", "", f"{t['cycles']:,}", _time(t["seconds"]),
                   f"{t['tflops']:.2f}", f"{100 * t['utilization']:.2f}%", _loss(t))
-    con = Console(highlight=False)
-    if not con.is_terminal:
-        con.width = TABLE_WIDTH
-    con.print(table)
     n_ops, calls = len(data["ops"]), t["calls"]
     note = "; cycles and time are per call, 'NAME xR' runs R times" if calls > n_ops else ""
-    con.print(f"total: {n_ops} op{'s' * (n_ops != 1)}, {calls} call{'s' * (calls != 1)}{note}")
-    for path in written:
-        con.print(f"wrote {path}")
+    print_rich(table, escape(f"total: {n_ops} op{'s' * (n_ops != 1)}, {calls:,} "
+                             f"call{'s' * (calls != 1)}{note}"))

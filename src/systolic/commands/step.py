@@ -1,27 +1,31 @@
-"""``systolic step K M N``: one MatMul on the register-level simulator, cycle by cycle."""
+"""``systolic step M K N``: one MatMul on the register-level simulator, cycle by cycle."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 import numpy as np
 from rich.markup import escape
 
 from ..arch import ARCHS, get_arch
-from ..errors import SystolicError
+from ..errors import ShapeError, SystolicError
+from ..geometry import wavefront_cycles
 from ..sim.systolic import SystolicRun, step_matmul
-from .common import add_json, positive_int
+from .common import add_json, dtype_name, output_path, positive_int, seed, wrote
 
 HELP = "step one matmul through the systolic array, cycle by cycle"
 DESCRIPTION = """\
-Run stationary[K, M].T @ moving[K, N] (seeded random small integers) on a rows x cols
-array, one clock at a time, with the weights already latched (seed 003's picture): PE(k, m)
-holds S[k, m]; X[k, n] reaches it at cycle n + k + m; each PE adds weight x input to the
-sum from the PE above; column m drains into PSUM partition m. One instruction takes
-N + K + M - 2 cycles (fp32 streams a column every 4 cycles).
+Run out[M, N] = stationary[K, M].T @ moving[K, N] (seeded random small integers) on a
+rows x cols array, one clock at a time, with the weights already latched (seed 003's
+picture). Sizes in numpy's order, M K N, as in every command (a[M, K] @ b[K, N] with
+a = stationary.T): PE(k, m) holds S[k, m]; X[k, n] reaches it at cycle n + k + m; each PE
+adds weight x input to the sum from the PE above; column m drains into PSUM partition m.
+One instruction takes p(N - 1) + K + M - 1 cycles, p the cycles between moving columns:
+N + K + M - 2 at one column per cycle, p = 4 for fp32 (seed 003: roughly 4x). The RTL
+array of docs/rtl.md takes rows + M + N - 2 edges instead: its sums leave at the bottom
+edge, through every row.
 
 Prints every cycle (the n of the value each PE works on, the partial sums, the inputs
 entering the rows, the sums reaching PSUM) for arrays up to 16 x 16, a summary for bigger
@@ -31,26 +35,31 @@ self-contained step-through page (open it in any browser, no network needed).
 examples:
   systolic step 3 3 3                      # seed 003: 27 MACs in 7 cycles, 43%
   systolic step 4 4 8 --rows 6 --cols 6 --seed 1
+  systolic step 2 3 4 --dtype fp32         # M=2, K=3, N=4: 4 cycles per moving column
   systolic step 128 128 512 --json         # summary of a full-size instruction
   systolic step 4 4 6 --html step.html
 """
 GRID_LIMIT = 16  # print the array cycle by cycle up to this many rows and columns
+# The register-level model steps about 40 million PE-cycles a second (128 x 128 x 512:
+# 12.5 million in 0.3 s); past this a run would take about a minute.
+STEP_PE_CYCLES = 1 << 31
 
 
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("step", help=HELP, description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("k", type=positive_int, help="contraction K: PE rows used")
-    p.add_argument("m", type=positive_int, help="stationary columns M: PE columns used")
-    p.add_argument("n", type=positive_int, help="moving columns N: one enters per cycle")
+    p.add_argument("m", type=positive_int, help="M, rows of the result: PE columns used")
+    p.add_argument("k", type=positive_int, help="K, the contraction: PE rows used")
+    p.add_argument("n", type=positive_int, help="N, columns of the result: moving columns")
     p.add_argument("--rows", type=positive_int, help="array rows (default K)")
     p.add_argument("--cols", type=positive_int, help="array columns (default M)")
     formats = [f for f in get_arch("trn2").formats if f not in ("fp32r", "tf32")]
-    p.add_argument("--dtype", default="bf16", choices=formats, metavar="FMT",
-                   help="operand format (default bf16): " + ", ".join(formats))
+    p.add_argument("--dtype", default="bf16", type=dtype_name, choices=formats, metavar="FMT",
+                   help="operand format, any case (default bf16): " + ", ".join(formats))
     p.add_argument("--arch", default="trn2", choices=list(ARCHS), help="arch preset (trn2)")
-    p.add_argument("--seed", type=int, default=0, help="random seed of the operands (0)")
-    p.add_argument("--html", metavar="FILE.html", help="write the step-through page")
+    p.add_argument("--seed", type=seed, default=0, help="random seed of the operands (0)")
+    p.add_argument("--html", metavar="FILE.html", type=output_path("step page"),
+                   help="write the step-through page")
     add_json(p)
     p.set_defaults(run=run)
 
@@ -62,10 +71,28 @@ def operands(k: int, m: int, n: int, dtype: str, seed: int) -> tuple[np.ndarray,
     return rng.integers(lo, lo + 7, (k, m)), rng.integers(lo, lo + 7, (k, n))
 
 
+def column_period(dtype: str, arch: str) -> int:
+    """Cycles between moving columns for a plain (one-pass) MatMul of ``dtype``."""
+    return round(1 / get_arch(arch).rate_fp32) if dtype == "fp32" else 1
+
+
+def check_size(k: int, m: int, n: int, rows: int, cols: int, period: int) -> int:
+    """The PE-cycles the run would step, refused from arithmetic before any array exists."""
+    pe_cycles = rows * cols * wavefront_cycles(n, k, m, period)
+    if pe_cycles > STEP_PE_CYCLES:
+        raise ShapeError(f"a {rows} x {cols} array for {wavefront_cycles(n, k, m, period):,} "
+                         f"cycles is {pe_cycles:,} PE-cycles, more than this teaching model "
+                         f"steps ({STEP_PE_CYCLES:,}); use a smaller array or N (the timing "
+                         f"of full-size products: systolic matmul)")
+    return pe_cycles
+
+
 def run(args: argparse.Namespace) -> int:
     rows, cols = args.rows or args.k, args.cols or args.m
     small = rows <= GRID_LIMIT and cols <= GRID_LIMIT
-    if args.html:
+    period = column_period(args.dtype, args.arch)
+    check_size(args.k, args.m, args.n, rows, cols, period)
+    if args.html is not None:
         from ..web import PAGE_LIMIT
 
         if args.k * args.m * args.n > PAGE_LIMIT:  # every MAC is one busy cell on the page
@@ -74,23 +101,23 @@ def run(args: argparse.Namespace) -> int:
                                 f"{PAGE_LIMIT}; use a smaller K, M or N with --html")
     s, x = operands(args.k, args.m, args.n, args.dtype, args.seed)
     result = step_matmul(s, x, rows, cols, dtype=args.dtype, arch=args.arch,
-                         record=bool(args.html) or (small and not args.json))
-    note = sys.stderr if args.json else sys.stdout
+                         record=args.html is not None or (small and not args.json))
     if args.json:
         print(json.dumps({
-            "k": args.k, "m": args.m, "n": args.n, "rows": rows, "cols": cols,
+            "m": args.m, "k": args.k, "n": args.n, "rows": rows, "cols": cols,
             "dtype": args.dtype, "arch": args.arch, "seed": args.seed,
-            "cycles": result.cycles, "macs": result.macs,
+            "cycles": result.cycles, "column_period": period,
+            "rtl_array_cycles": rows + args.m + args.n - 2, "macs": result.macs,
             "utilization": result.utilization,
             "busy_per_cycle": result.busy_per_cycle.tolist(),
         }))
     else:
-        _print(args, result, small)
-    if args.html:
+        _print(args, result, small, period)
+    if args.html is not None:
         from ..web import write_step_page
 
-        path = write_step_page(args.html, result, s, x, args.dtype)
-        print(f"wrote {path} ({result.cycles} cycles)", file=note)
+        write_step_page(args.html, result, s, x, args.dtype)
+        wrote(args.html, f"{result.cycles} cycles", json_mode=args.json)
     return 0
 
 
@@ -98,20 +125,31 @@ def _fmt(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:.3g}"
 
 
-def _print(args: argparse.Namespace, r: SystolicRun, small: bool) -> None:
+def _print(args: argparse.Namespace, r: SystolicRun, small: bool, period: int) -> None:
     from rich.console import Console
 
-    con = Console(highlight=False)
+    con = Console(highlight=False, soft_wrap=True)  # long lines are not cut or padded
     pes = r.rows * r.cols
-    con.print(f"[bold]systolic step[/] {args.k}x{args.m}x{args.n} {args.dtype} on a "
-              f"{r.rows}x{r.cols} array, seed {args.seed}")
+    con.print(f"[bold]systolic step[/] M x K x N = {args.m}x{args.k}x{args.n} {args.dtype} on "
+              f"a {r.rows}x{r.cols} array, seed {args.seed}")
     con.print(escape("X[k, n] reaches PE(k, m) at cycle n + k + m; column m drains into "
                      "PSUM[m]"))
     if small and r.frames is not None:
         for t in range(r.cycles):
             _cycle(con, r, t)
-    con.print(f"\n[bold]{r.cycles}[/] cycles (N + K + M - 2 = "
-              f"{args.n + args.k + args.m - 2}), [bold]{r.macs}[/] MACs on {pes} PEs")
+    k, m, n = args.k, args.m, args.n
+    if period == 1:
+        formula = f"N + K + M - 2 = {wavefront_cycles(n, k, m)}"
+    else:
+        formula = (f"{period}(N - 1) + K + M - 1 = {wavefront_cycles(n, k, m, period)}: "
+                   f"{args.dtype} streams a moving column every {period} cycles")
+    con.print(f"\n[bold]{r.cycles}[/] cycles ({formula}), [bold]{r.macs}[/] MACs on "
+              f"{pes} PEs")
+    if r.rows > k:
+        con.print(f"the RTL array (docs/rtl.md) takes rows + M + N - 2 = "
+                  f"{r.rows + m + n - 2} edges here: its sums leave at the bottom edge, "
+                  f"through the {r.rows - k} idle row{'s' * (r.rows - k != 1)} below K; this "
+                  f"model drains each sum to PSUM from row K - 1", soft_wrap=True)
     con.print(f"utilization [bold]{100 * r.utilization:.1f}%[/] = busy PE-cycles / "
               f"(PEs x cycles)")
     con.print("busy PEs per cycle: " + _spark(r.busy_per_cycle, pes))
@@ -170,4 +208,6 @@ def _spark(busy: np.ndarray, pes: int, width: int = 64) -> str:
         return "(no cycles)"
     chunks = np.array_split(busy.astype(float), min(width, busy.size))
     blocks = " ▁▂▃▄▅▆▇█"
-    return "".join(blocks[round(8 * c.mean() / pes)] for c in chunks)
+    # a bucket with any work gets at least the lowest block, so a busy tail stays visible
+    # (and a piped line ends in no blank)
+    return "".join(blocks[max(round(8 * c.mean() / pes), int(c.max() > 0))] for c in chunks)

@@ -41,12 +41,58 @@ class ArrayStimulus:
 
     act_in: [T, rows] values entering column 0 of each row (16-bit); sum_in: [T, cols] values
     entering row 0 of each column (48-bit); clear, rst_n: [T] bool, broadcast to every cell.
+    w_shift: [T] bool and w_in: [T, cols] (16-bit), the weight-load port: on an edge with
+    w_shift high every weight register takes the one above it and row 0 takes w_in, so
+    ``rows`` such edges load a whole tile, one row per cycle (None: no weight loading).
     """
 
     act_in: np.ndarray
     sum_in: np.ndarray
     clear: np.ndarray
     rst_n: np.ndarray
+    w_in: np.ndarray | None = None
+    w_shift: np.ndarray | None = None
+
+    @property
+    def cycles(self) -> int:
+        return int(self.act_in.shape[0])
+
+    def weight_port(self, cols: int) -> tuple[np.ndarray, np.ndarray]:
+        """(w_in [T, cols], w_shift [T]) with zeros / False where the stimulus has none."""
+        t = self.cycles
+        w_in = np.zeros((t, cols), np.int64) if self.w_in is None else np.asarray(self.w_in)
+        shift = np.zeros(t, bool) if self.w_shift is None else np.asarray(self.w_shift, bool)
+        if w_in.shape != (t, cols) or shift.shape != (t,):
+            raise ShapeError(f"stimulus w_in must be [T, {cols}] and w_shift [T], got "
+                             f"{w_in.shape} and {shift.shape}.")
+        return w_in, shift
+
+    @classmethod
+    def load_weights(cls, stationary: ArrayLike) -> ArrayStimulus:
+        """``rows`` edges that shift the tile [rows, cols] into the weight registers: the
+        last row enters first and is pushed down to the bottom, row 0 enters last."""
+        w = as_operands(stationary, "stationary", WEIGHT_BITS)
+        if w.ndim != 2:
+            raise ShapeError(f"stationary must be 2-D [rows, cols], got {w.shape}.")
+        rows, cols = w.shape
+        return cls(
+            act_in=np.zeros((rows, rows), np.int64), sum_in=np.zeros((rows, cols), np.int64),
+            clear=np.zeros(rows, bool), rst_n=np.ones(rows, bool),
+            w_in=w[::-1].copy(), w_shift=np.ones(rows, bool),
+        )
+
+    def then(self, other: ArrayStimulus) -> ArrayStimulus:
+        """This stimulus followed by ``other`` (for the same array)."""
+        cols = self.sum_in.shape[1]
+        w0, s0 = self.weight_port(cols)
+        w1, s1 = other.weight_port(cols)
+        return ArrayStimulus(
+            np.concatenate([self.act_in, other.act_in]),
+            np.concatenate([self.sum_in, other.sum_in]),
+            np.concatenate([self.clear, other.clear]),
+            np.concatenate([self.rst_n, other.rst_n]),
+            np.concatenate([w0, w1]), np.concatenate([s0, s1]),
+        )
 
     @classmethod
     def random(
@@ -58,15 +104,20 @@ class ArrayStimulus:
         *,
         p_clear: float = 0.1,
         p_reset: float = 0.05,
+        p_shift: float = 0.05,
     ) -> ArrayStimulus:
-        """Uniform operands over the full port ranges, so 48-bit sums wrap often."""
+        """Uniform operands over the full port ranges, so 48-bit sums wrap often; the
+        weights shift (a row enters at the top) on about ``p_shift`` of the edges."""
         alo, ahi = int_range(ACT_BITS)
         slo, shi = int_range(SUM_BITS)
+        wlo, whi = int_range(WEIGHT_BITS)
         return cls(
             act_in=rng.integers(alo, ahi, size=(cycles, rows), endpoint=True),
             sum_in=rng.integers(slo, shi, size=(cycles, cols), endpoint=True),
             clear=rng.random(cycles) < p_clear,
             rst_n=rng.random(cycles) >= p_reset,
+            w_in=rng.integers(wlo, whi, size=(cycles, cols), endpoint=True),
+            w_shift=rng.random(cycles) < p_shift,
         )
 
 
@@ -117,9 +168,16 @@ def _check_size(rows: int, cols: int) -> None:
 class WeightStationaryArray:
     """A rows x cols grid of PE cells, stepped one clock edge at a time.
 
-    State: ``weights`` (the stationary port values) and the ``act_out`` / ``sum_out``
-    registers of every cell, all int64 arrays of shape [rows, cols]. ``cycles`` is the number
-    of clock edges the last ``matmul`` took.
+    State: ``weights`` (the weight registers) and the ``act_out`` / ``sum_out`` registers
+    of every cell, all int64 arrays of shape [rows, cols]. ``cycles`` is the number of clock
+    edges the last ``matmul`` took (weights already loaded).
+
+    The weights enter as in a real weight-stationary array, one row per cycle down the
+    columns (``w_in`` / ``w_shift``, see :class:`ArrayStimulus`): a tile takes ``rows``
+    edges to load. ``load`` puts a tile in place at once (what those edges leave behind);
+    ``step`` and ``run`` model the shift edge by edge. ``rst_n`` does not clear the weights
+    (they are configuration, loaded explicitly; seed 004's reset names the pipeline
+    registers), and an edge computes with the weights held before it.
     """
 
     def __init__(self, rows: int, cols: int) -> None:
@@ -135,7 +193,8 @@ class WeightStationaryArray:
         self._sum_in = np.zeros((rows, cols), np.int64)
 
     def load(self, stationary: ArrayLike) -> None:
-        """Drive the weight ports: PE(k, m) gets stationary[k, m]; unused cells get 0."""
+        """Put a tile in the weight registers: PE(k, m) gets stationary[k, m]; unused cells
+        get 0. The same state as ``rows`` edges of :meth:`ArrayStimulus.load_weights`."""
         _drive_weights(self.weights, stationary)
 
     def reset(self) -> None:
@@ -149,13 +208,19 @@ class WeightStationaryArray:
         sum_in: ArrayLike | None = None,
         clear: bool = False,
         rst_n: bool = True,
+        w_in: ArrayLike | None = None,
+        w_shift: bool = False,
     ) -> None:
-        """One clock edge. act_in: [rows] left-edge activations; sum_in: [cols] top sums or None.
+        """One clock edge. act_in: [rows] left-edge activations; sum_in: [cols] top sums or None;
+        with ``w_shift`` the weights move down a row and row 0 takes ``w_in`` [cols].
 
         Operands are trusted here (the hot loop); ``run`` and ``matmul`` validate them.
         ``act_out`` is a new array after every edge: read it after the step, not before.
         """
         self._edge(act_in, sum_in, clear, rst_n, wrap=True)
+        if w_shift:  # after the edge's products: they used the weights held before it
+            self.weights[1:] = self.weights[:-1].copy()
+            self.weights[0] = 0 if w_in is None else w_in
 
     def _edge(
         self, act_in: ArrayLike, sum_in: ArrayLike | None, clear: bool, rst_n: bool, wrap: bool
@@ -180,10 +245,13 @@ class WeightStationaryArray:
                 f"stimulus act_in must be [T, {self.rows}] and sum_in [T, {self.cols}], "
                 f"got {a.shape} and {s.shape}."
             )
+        w_in, shift = stimulus.weight_port(self.cols)
+        w_in = as_operands(w_in, "w_in", WEIGHT_BITS)
         acts = np.empty((t, self.rows, self.cols), np.int64)
         sums = np.empty_like(acts)
         for i in range(t):
-            self.step(a[i], s[i], bool(stimulus.clear[i]), bool(stimulus.rst_n[i]))
+            self.step(a[i], s[i], bool(stimulus.clear[i]), bool(stimulus.rst_n[i]),
+                      w_in[i], bool(shift[i]))
             acts[i] = self.act_out
             sums[i] = self.sum_out
         return ArrayTrace(acts, sums)

@@ -5,9 +5,13 @@ One entry point per job:
 * ``build_cell()`` / ``build_array(rows, cols)``: the design, with the seed 004 ports
   ``clk``, ``rst_n`` (active low, asynchronous), ``clear``, ``weight``, ``act_in``, ``sum_in``,
   ``act_out``, ``sum_out``. The array's ports are the edge ports of its cells, as Amaranth
-  ``ArrayLayout`` values (flattened in Verilog, element 0 in the low bits): ``weight``
-  [rows][cols] x 16 bit, ``act_in`` / ``act_out`` [rows] x 16 bit (left / right edge),
-  ``sum_in`` / ``sum_out`` [cols] x 48 bit (top / bottom edge).
+  ``ArrayLayout`` values (flattened in Verilog, element 0 in the low bits): ``act_in`` /
+  ``act_out`` [rows] x 16 bit (left / right edge), ``sum_in`` / ``sum_out`` [cols] x 48 bit
+  (top / bottom edge), and the weight-load port ``w_in`` [cols] x 16 bit with ``w_shift``:
+  each PE keeps its weight in a register, and an edge with ``w_shift`` high moves every
+  weight down one row, row 0 taking ``w_in``, so a tile loads one row per cycle in ``rows``
+  cycles, as a real weight-stationary array loads it. (A port with every weight at once,
+  rows x cols x 16 bits, passes Amaranth's 2^16-bit limit from 64 x 64 on.)
 * ``simulate_cell(...)`` / ``simulate_array(...)``: run Amaranth's own simulator on per-cycle
   stimuli and return the same trace types as the numpy models (``CellTrace``, ``ArrayTrace``),
   so a test can compare them on every cycle; ``vcd_path`` also writes a waveform.
@@ -34,6 +38,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from systolic.artifacts import open_artifact
 from systolic.errors import ShapeError, SystolicError
 from systolic.rtl.array import ArrayStimulus, ArrayTrace
 from systolic.rtl.cell import ACT_BITS, SUM_BITS, WEIGHT_BITS, CellTrace, as_operands
@@ -94,11 +99,11 @@ def _hdl() -> SimpleNamespace:
         def __init__(self, rows: int, cols: int) -> None:
             self.rows, self.cols = rows, cols
             act_row = data.ArrayLayout(signed(ACT_BITS), rows)
-            grid = data.ArrayLayout(data.ArrayLayout(signed(WEIGHT_BITS), cols), rows)
             super().__init__(
                 {
                     "clear": In(1),
-                    "weight": In(grid),
+                    "w_shift": In(1),
+                    "w_in": In(data.ArrayLayout(signed(WEIGHT_BITS), cols)),
                     "act_in": In(act_row),
                     "sum_in": In(data.ArrayLayout(signed(SUM_BITS), cols)),
                     "act_out": Out(act_row),
@@ -106,6 +111,13 @@ def _hdl() -> SimpleNamespace:
                 }
             )
             self.cells = [[PECellHDL() for _ in range(cols)] for _ in range(rows)]
+            # The weight registers: configuration, so rst_n leaves them alone. They sit in
+            # their own reset-less domain on the same clock ("wload"): a reset_less signal in
+            # the async-reset sync domain is re-evaluated by Amaranth's simulator when rst
+            # rises between edges (a spurious extra shift); on its own domain it is
+            # sensitive to the clock only, as the exported always @(posedge clk) block is.
+            self.weights = [[Signal(signed(WEIGHT_BITS), reset_less=True, name=f"w_{k}_{c}")
+                             for c in range(cols)] for k in range(rows)]
 
         def elaborate(self, platform: Any) -> Module:
             m = Module()
@@ -114,9 +126,12 @@ def _hdl() -> SimpleNamespace:
                     m.submodules[f"pe_{k}_{c}"] = pe
                     left = self.act_in[k] if c == 0 else row[c - 1].act_out
                     above = self.sum_in[c] if k == 0 else self.cells[k - 1][c].sum_out
+                    w = self.weights[k][c]
+                    with m.If(self.w_shift):
+                        m.d.wload += w.eq(self.w_in[c] if k == 0 else self.weights[k - 1][c])
                     m.d.comb += [
                         pe.clear.eq(self.clear),
-                        pe.weight.eq(self.weight[k][c]),
+                        pe.weight.eq(w),
                         pe.act_in.eq(left),
                         pe.sum_in.eq(above),
                     ]
@@ -128,15 +143,19 @@ def _hdl() -> SimpleNamespace:
     class Clocked(wiring.Component):
         """Gives a design the seed's ``clk`` and active-low ``rst_n`` ports as its sync domain."""
 
-        def __init__(self, inner: wiring.Component) -> None:
+        def __init__(self, inner: wiring.Component, weight_domain: bool = False) -> None:
             self.inner = inner
             self.domain = ClockDomain("sync", async_reset=True)
+            self.wdomain = ClockDomain("wload", reset_less=True) if weight_domain else None
             super().__init__({"clk": In(1), "rst_n": In(1), **dict(inner.signature.members)})
 
         def elaborate(self, platform: Any) -> Module:
             m = Module()
             m.domains.sync = self.domain
             m.d.comb += [self.domain.clk.eq(self.clk), self.domain.rst.eq(~self.rst_n)]
+            if self.wdomain is not None:
+                m.domains.wload = self.wdomain
+                m.d.comb += self.wdomain.clk.eq(self.clk)
             m.submodules.core = self.inner
             for name, member in self.inner.signature.members.items():
                 outer, inner = getattr(self, name), getattr(self.inner, name)
@@ -152,12 +171,34 @@ def build_cell() -> Any:
     return h.Clocked(h.PECellHDL())
 
 
-def build_array(rows: int, cols: int) -> Any:
-    """A rows x cols weight-stationary array of PE cells (an Amaranth component)."""
+#: Amaranth 0.5 refuses a value wider than this many bits (an AssertionError deep inside it).
+MAX_PORT_BITS = 1 << 16
+
+
+def port_bits(rows: int, cols: int) -> dict[str, int]:
+    """The width in bits of each multi-bit port of a rows x cols array."""
+    return {"act_in": rows * ACT_BITS, "act_out": rows * ACT_BITS, "w_in": cols * WEIGHT_BITS,
+            "sum_in": cols * SUM_BITS, "sum_out": cols * SUM_BITS}
+
+
+def check_array_size(rows: int, cols: int) -> None:
+    """Refuse, from arithmetic alone, an array whose ports Amaranth cannot build."""
     if rows < 1 or cols < 1:
         raise ShapeError(f"An array needs at least one row and one column, got {rows} x {cols}.")
+    wide = {k: v for k, v in port_bits(rows, cols).items() if v > MAX_PORT_BITS}
+    if wide:
+        name, bits = max(wide.items(), key=lambda kv: kv[1])
+        raise ShapeError(f"A {rows} x {cols} array needs a {bits:,}-bit {name} port; Amaranth "
+                         f"builds at most {MAX_PORT_BITS:,} bits (at most "
+                         f"{MAX_PORT_BITS // SUM_BITS} columns and "
+                         f"{MAX_PORT_BITS // ACT_BITS} rows).")
+
+
+def build_array(rows: int, cols: int) -> Any:
+    """A rows x cols weight-stationary array of PE cells (an Amaranth component)."""
+    check_array_size(rows, cols)
     h = _hdl()
-    return h.Clocked(h.PEArrayHDL(rows, cols))
+    return h.Clocked(h.PEArrayHDL(rows, cols), weight_domain=True)
 
 
 def _simulate(top: Any, bench: Callable[[Any], Any], vcd_path: str | Path | None) -> None:
@@ -180,7 +221,7 @@ def _simulate(top: Any, bench: Callable[[Any], Any], vcd_path: str | Path | None
     if vcd_path is None:
         sim.run()
     else:
-        with sim.write_vcd(str(vcd_path)):
+        with open_artifact(vcd_path, "waveform") as f, sim.write_vcd(f):
             sim.run()
 
 
@@ -222,10 +263,13 @@ def simulate_cell(
 def simulate_array(
     weights: ArrayLike, stimulus: ArrayStimulus, vcd_path: str | Path | None = None
 ) -> ArrayTrace:
-    """Simulate the HDL array with fixed weights [rows, cols]; return every cell after each edge.
+    """Load ``weights`` [rows, cols] through the weight port (``rows`` edges, one row each),
+    then apply ``stimulus``; return every cell after each edge of the stimulus.
 
     The trace holds the registers of all cells (read through the hierarchy), not only the edge
-    outputs, so a comparison catches a wrong wire anywhere in the grid.
+    outputs, so a comparison catches a wrong wire anywhere in the grid. It equals
+    ``WeightStationaryArray.load(weights)`` then ``.run(stimulus)``, which is what the tests
+    check, so the load edges are checked too (a wrong shift gives wrong products).
     """
     w = as_operands(weights, "weights", WEIGHT_BITS)
     a = as_operands(stimulus.act_in, "act_in", ACT_BITS)
@@ -239,23 +283,30 @@ def simulate_array(
             f"stimulus act_in must be [T, {rows}] and sum_in [T, {cols}], "
             f"got {a.shape} and {s.shape}."
         )
+    full = ArrayStimulus.load_weights(w).then(stimulus)
+    w_in, shift = full.weight_port(cols)
+    w_in = as_operands(w_in, "w_in", WEIGHT_BITS)
+    skip = rows  # the load edges are not part of the returned trace
     top = build_array(rows, cols)
     cells = top.inner.cells
     acts = np.empty((t_len, rows, cols), np.int64)
     sums = np.empty_like(acts)
 
     async def bench(ctx: Any) -> None:
-        ctx.set(top.weight, w.tolist())
-        for t in range(t_len):
-            ctx.set(top.rst_n, int(stimulus.rst_n[t]))
-            ctx.set(top.clear, int(stimulus.clear[t]))
-            ctx.set(top.act_in, a[t].tolist())
-            ctx.set(top.sum_in, s[t].tolist())
+        for t in range(full.cycles):
+            ctx.set(top.rst_n, int(full.rst_n[t]))
+            ctx.set(top.clear, int(full.clear[t]))
+            ctx.set(top.w_shift, int(shift[t]))
+            ctx.set(top.w_in, w_in[t].tolist())
+            ctx.set(top.act_in, full.act_in[t].tolist())
+            ctx.set(top.sum_in, full.sum_in[t].tolist())
             await ctx.tick(top.domain)
+            if t < skip:
+                continue
             for k in range(rows):
                 for c in range(cols):
-                    acts[t, k, c] = ctx.get(cells[k][c].act_out)
-                    sums[t, k, c] = ctx.get(cells[k][c].sum_out)
+                    acts[t - skip, k, c] = ctx.get(cells[k][c].act_out)
+                    sums[t - skip, k, c] = ctx.get(cells[k][c].sum_out)
 
     _simulate(top, bench, vcd_path)
     return ArrayTrace(acts, sums)
