@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
-from yaml.constructor import SafeConstructor
 
 from .api import make_spec
 from .arch import ARCHS, Arch, get_arch
@@ -36,6 +35,7 @@ from .dtypes import FORMATS, get_format
 from .errors import SystolicError, WorkloadError
 from .isa import PerfMode, Program
 from .report import CAUSES, Report, build_report
+from .yaml_source import YamlSource, one_line
 
 __all__ = ["OPERAND_FORMATS", "Op", "OpResult", "Workload", "evaluate", "intensity",
            "load_workload", "parse_workload", "workload_json"]
@@ -91,52 +91,7 @@ def intensity(spec: MatmulSpec) -> float:
 
 # -- parsing ---------------------------------------------------------------------------------
 
-class _Source:
-    """Raises one-line errors that name the file and the line of a YAML node."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._construct = SafeConstructor()
-
-    def fail(self, node_or_line: yaml.Node | int, message: str) -> WorkloadError:
-        line = (node_or_line if isinstance(node_or_line, int)
-                else node_or_line.start_mark.line + 1)
-        return WorkloadError(f"{self.path}:{line}: {message}")
-
-    def scalar(self, node: yaml.Node) -> Any:
-        if not isinstance(node, yaml.ScalarNode):
-            raise self.fail(node, f"expected a single value, got a "
-                                  f"{'list' if isinstance(node, yaml.SequenceNode) else 'mapping'}")
-        try:
-            return self._construct.construct_object(node, deep=True)
-        except yaml.constructor.ConstructorError as exc:  # e.g. an unknown !!tag
-            raise self.fail(node, f"bad value {node.value!r}: {_one_line(exc.problem)}; "
-                                  f"write plain values (no YAML tags)") from None
-        except yaml.YAMLError as exc:
-            raise self.fail(node, f"bad value {node.value!r}: {_one_line(str(exc))}") from None
-
-    def mapping(self, node: yaml.Node, what: str, allowed: Sequence[str]
-                ) -> dict[str, tuple[Any, yaml.Node]]:
-        """A mapping's keys (each allowed, none repeated) -> (value node, key node)."""
-        if not isinstance(node, yaml.MappingNode):
-            raise self.fail(node, f"{what} must be a mapping of keys to values")
-        out: dict[str, tuple[Any, yaml.Node]] = {}
-        for key_node, value_node in node.value:
-            key = self.scalar(key_node)
-            if key not in allowed:
-                raise self.fail(key_node, f"unknown key {key!r} in {what}; expected one of "
-                                          f"{', '.join(allowed)}")
-            if key in out:
-                raise self.fail(key_node, f"key {key!r} appears twice in {what}")
-            out[key] = (value_node, key_node)
-        return out
-
-
-def _one_line(text: str | None) -> str:
-    return " ".join((text or "").split())
-
-
-def _positive(src: _Source, node: yaml.Node, what: str, limit: int) -> int:
+def _positive(src: YamlSource, node: yaml.Node, what: str, limit: int) -> int:
     value = src.scalar(node)
     # YAML 1.1 reads yes/no as booleans, which Python counts as integers: refuse them.
     if isinstance(value, bool) or not isinstance(value, int):
@@ -149,7 +104,7 @@ def _positive(src: _Source, node: yaml.Node, what: str, limit: int) -> int:
     return value
 
 
-def _check_size(src: _Source, line: int, name: str, spec: MatmulSpec, arch: Arch) -> None:
+def _check_size(src: YamlSource, line: int, name: str, spec: MatmulSpec, arch: Arch) -> None:
     """Refuse from arithmetic a product the compiler would refuse only after building its
     tiles: a lower bound of its MatMul count (K tiles at most 4 rows deep per PE row, the
     MX packing; M tiles of ``cols``; N tiles of a PSUM bank of fp32) against MAX_MATMULS."""
@@ -162,7 +117,7 @@ def _check_size(src: _Source, line: int, name: str, spec: MatmulSpec, arch: Arch
                              f"model a slice of the product and scale its cycles")
 
 
-def _choice(src: _Source, node: yaml.Node, what: str, choices: Sequence[str]) -> str:
+def _choice(src: YamlSource, node: yaml.Node, what: str, choices: Sequence[str]) -> str:
     value = src.scalar(node)
     text = str(value).lower() if value is not None else ""
     if text not in choices:
@@ -171,7 +126,7 @@ def _choice(src: _Source, node: yaml.Node, what: str, choices: Sequence[str]) ->
     return text
 
 
-def _op(src: _Source, node: yaml.Node, index: int, defaults: dict[str, yaml.Node],
+def _op(src: YamlSource, node: yaml.Node, index: int, defaults: dict[str, yaml.Node],
         arch_override: str | None) -> Op:
     fields = src.mapping(node, f"op {index + 1}", OP_KEYS)
     line = node.start_mark.line + 1
@@ -251,7 +206,7 @@ def parse_workload(text: str, path: str = "<workload>", *, arch: str | None = No
                    ) -> Workload:
     """Check a workload's YAML text; ``path`` names it in errors. ``arch`` (a preset name)
     replaces every op's arch."""
-    src = _Source(path)
+    src = YamlSource(path)
     if arch is not None and arch not in ARCHS:
         raise WorkloadError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHS)}")
     depth = _nesting(text)
@@ -264,14 +219,14 @@ def parse_workload(text: str, path: str = "<workload>", *, arch: str | None = No
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else 1
         raise src.fail(line, f"YAML syntax error: "
-                             f"{_one_line(exc.problem or exc.context)}") from None
+                             f"{one_line(exc.problem or exc.context)}") from None
     except yaml.reader.ReaderError as exc:  # a NUL byte or another control character
         line = text.count("\n", 0, exc.position) + 1
         char = exc.character if isinstance(exc.character, int) else ord(exc.character)
         raise src.fail(line, f"character #x{char:04x} is not allowed in YAML "
                              f"(position {exc.position}); remove it") from None
     except yaml.YAMLError as exc:
-        raise src.fail(1, f"YAML error: {_one_line(str(exc))}") from None
+        raise src.fail(1, f"YAML error: {one_line(str(exc))}") from None
     except RecursionError:  # nesting the bracket count above missed (block style, anchors)
         raise src.fail(1, "the YAML is nested too deeply to read; a workload needs 3 "
                           "levels (ops, an op, its keys)") from None

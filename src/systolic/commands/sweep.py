@@ -8,6 +8,7 @@ import json
 import sys
 from typing import Any
 
+from ..artifacts import open_artifact
 from ..errors import SweepError
 from .common import positive_int
 
@@ -195,8 +196,8 @@ def _columns(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def _write_csv(rows: list[dict[str, Any]], path: str) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=_columns(rows))
+    with open_artifact(path, "CSV") as f:
+        w = csv.DictWriter(f, fieldnames=_columns(rows), lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
 
@@ -208,7 +209,8 @@ def _write_parquet(rows: list[dict[str, Any]], path: str) -> None:
     except ImportError:
         raise SweepError("--parquet needs pandas and pyarrow: pip install "
                          "'systolic[parquet]'") from None
-    pd.DataFrame(rows, columns=_columns(rows)).to_parquet(path, index=False)
+    with open_artifact(path, "Parquet file", binary=True) as f:
+        pd.DataFrame(rows, columns=_columns(rows)).to_parquet(f, index=False)
 
 
 def _fmt(v: Any) -> str:

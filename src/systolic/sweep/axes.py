@@ -13,7 +13,8 @@ import yaml
 from ..arch import ARCHS, get_arch
 from ..errors import SweepError, SystolicError
 from ..isa import PerfMode
-from ..workload import OPERAND_FORMATS, _Source
+from ..workload import OPERAND_FORMATS
+from ..yaml_source import YamlSource
 from .evaluate import Target
 from .overrides import apply_overrides, check_value, overridable_fields
 
@@ -22,13 +23,11 @@ __all__ = ["Axis", "Src", "parse_axis", "parse_input"]
 NAME = re.compile(r"^[A-Za-z_]\w*$")
 
 
-class Src(_Source):
-    """The workload parser's line-aware reader, raising SweepError."""
+class Src(YamlSource):
+    """The line-aware YAML reader, raising SweepError."""
 
-    def fail(self, node_or_line: yaml.Node | int, message: str) -> SweepError:  # type: ignore[override]
-        line = (node_or_line if isinstance(node_or_line, int)
-                else node_or_line.start_mark.line + 1)
-        return SweepError(f"{self.path}:{line}: {message}")
+    def __init__(self, path: str) -> None:
+        super().__init__(path, SweepError)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..artifacts import open_artifact
 from ..errors import SweepError
 from .analysis import direction, feasible, objective_of, pareto
 
@@ -78,10 +79,8 @@ def sweep_plot(rows: list[dict[str, Any]], meta: dict[str, Any], path: str,
     panels[0].set_title(title, fontsize=11)
     if pareto_of:
         _pareto_panel(panels[1], good, front, pareto_of, meta)
-    try:
-        fig.savefig(out, dpi=DPI, format=out.suffix.lower()[1:])
-    except OSError as exc:
-        raise SweepError(f"{out}: cannot write the plot: {exc.strerror or exc}") from None
+    with open_artifact(out, "plot", binary=True) as f:
+        fig.savefig(f, dpi=DPI, format=out.suffix.lower()[1:])
     return out
 
 

@@ -188,7 +188,7 @@ def _target(src: Src, node: yaml.Node, base: str) -> tuple[Target, dict[str, yam
 
 
 class _AnyKeys(tuple):  # type: ignore[type-arg]
-    """Allows every key in ``_Source.mapping`` (argument names are the kernel's)."""
+    """Allows every key in ``YamlSource.mapping`` (argument names are the kernel's)."""
 
     def __contains__(self, key: object) -> bool:
         return True

@@ -1,0 +1,65 @@
+"""A line-aware YAML reader: every error names the file and the line of the node.
+
+Shared by the workload files (:mod:`systolic.workload`) and the sweep files
+(:mod:`systolic.sweep`), so both check their input the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+from yaml.constructor import SafeConstructor
+
+from .errors import SystolicError, WorkloadError
+
+__all__ = ["YamlSource", "one_line"]
+
+
+class YamlSource:
+    """Reads YAML nodes and raises one-line errors that name the file and the line of a
+    node, as ``error_type`` (a SystolicError subclass: WorkloadError, SweepError, ...)."""
+
+    def __init__(self, path: str, error_type: type[SystolicError] = WorkloadError) -> None:
+        self.path = path
+        self.error_type = error_type
+        self._construct = SafeConstructor()
+
+    def fail(self, node_or_line: yaml.Node | int, message: str) -> SystolicError:
+        line = (node_or_line if isinstance(node_or_line, int)
+                else node_or_line.start_mark.line + 1)
+        return self.error_type(f"{self.path}:{line}: {message}")
+
+    def scalar(self, node: yaml.Node) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            raise self.fail(node, f"expected a single value, got a "
+                                  f"{'list' if isinstance(node, yaml.SequenceNode) else 'mapping'}")
+        try:
+            return self._construct.construct_object(node, deep=True)
+        except yaml.constructor.ConstructorError as exc:  # e.g. an unknown !!tag
+            raise self.fail(node, f"bad value {node.value!r}: {one_line(exc.problem)}; "
+                                  f"write plain values (no YAML tags)") from None
+        except yaml.YAMLError as exc:
+            raise self.fail(node, f"bad value {node.value!r}: {one_line(str(exc))}") from None
+
+    def mapping(self, node: yaml.Node, what: str, allowed: Sequence[str]
+                ) -> dict[str, tuple[Any, yaml.Node]]:
+        """A mapping's keys (each allowed, none repeated) -> (value node, key node)."""
+        if not isinstance(node, yaml.MappingNode):
+            raise self.fail(node, f"{what} must be a mapping of keys to values")
+        out: dict[str, tuple[Any, yaml.Node]] = {}
+        for key_node, value_node in node.value:
+            key = self.scalar(key_node)
+            if key not in allowed:
+                raise self.fail(key_node, f"unknown key {key!r} in {what}; expected one of "
+                                          f"{', '.join(allowed)}")
+            if key in out:
+                raise self.fail(key_node, f"key {key!r} appears twice in {what}")
+            out[key] = (value_node, key_node)
+        return out
+
+
+def one_line(text: str | None) -> str:
+    """``text`` with every run of whitespace (newlines included) as one space."""
+    return " ".join((text or "").split())
