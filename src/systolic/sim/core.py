@@ -56,7 +56,7 @@ from ..isa import (
     TensorTensor,
 )
 from . import cost
-from .deps import Region, Tracker, region
+from .deps import Tracker, region
 from .dma import DmaCost, dma_cost, queues_for
 from .engines import engine_cycles, engine_hz
 
@@ -214,7 +214,7 @@ class _Scheduler:
         self.tracker = Tracker(self.ends, self.queue)
         self.last = [-1] * self.nq  # last op per queue
         self.free = [0] * self.nq
-        self.rmemo: dict[object, Region] = {}
+        self.rmemo: dict[object, int] = {}
         self.cmemo: dict[object, Any] = {}
         self.dma_rr = 0
         self.hbm_free = 0
@@ -223,10 +223,10 @@ class _Scheduler:
         self.macs2 = 0  # 2 x useful MACs (two-pass halves count half)
 
     # -- helpers ----------------------------------------------------------------------
-    def _reg(self, ap: object) -> Region:
+    def _reg(self, ap: object) -> int:
         r = self.rmemo.get(ap)
         if r is None:
-            r = self.rmemo[ap] = region(ap)  # type: ignore[arg-type]
+            r = self.rmemo[ap] = self.tracker.intern(region(ap))  # type: ignore[arg-type]
         return r
 
     def _new(self, i: int, q: int, nqs: int, own: int) -> int:
@@ -242,7 +242,7 @@ class _Scheduler:
         return op
 
     def _finish(self, op: int, start: int, end: int, binder: int, ref: int, enter: int,
-                lag: int, reads: tuple[Region, ...], writes: tuple[Region, ...]) -> None:
+                lag: int, reads: tuple[int, ...], writes: tuple[int, ...]) -> None:
         self.starts[op], self.ends[op] = start, end
         self.binder[op], self.ref[op], self.enter[op], self.lag[op] = binder, ref, enter, lag
         self.tracker.commit(op, reads, writes)
@@ -259,12 +259,12 @@ class _Scheduler:
         return t, b
 
     # -- ops --------------------------------------------------------------------------
-    def _engine_op(self, i: int, ins: Any, engine: Engine, reads: tuple[Region, ...],
-                   writes: tuple[Region, ...], own: int) -> int:
+    def _engine_op(self, i: int, ins: Any, engine: Engine, reads: tuple[int, ...],
+                   writes: tuple[int, ...], own: int) -> int:
         q = _ENGINE_Q[engine]
-        key = (type(ins), engine, *(getattr(ins, f).shape for f in ("src", "a", "b", "dst")
-                                    if hasattr(ins, f)),
-               *(getattr(ins, f).dtype for f in ("src", "a", "b", "dst") if hasattr(ins, f)))
+        d = ins.dst
+        s = ins.a if type(ins) is TensorTensor else getattr(ins, "src", d)
+        key = (type(ins), engine, s.dims, s.dtype, d.dims, d.dtype)
         cyc = self.cmemo.get(key)
         if cyc is None:
             cyc = self.cmemo[key] = engine_cycles(ins, self.arch, engine)
@@ -283,8 +283,8 @@ class _Scheduler:
         self.free[q], self.last[q] = end, op
         return op
 
-    def _dma_op(self, i: int, c: DmaCost, first: int, reads: tuple[Region, ...],
-                writes: tuple[Region, ...], extra: int = -1) -> int:
+    def _dma_op(self, i: int, c: DmaCost, first: int, reads: tuple[int, ...],
+                writes: tuple[int, ...], extra: int = -1) -> int:
         qs = [_DQ + q for q in queues_for(first, c.queues, self.arch.dma_queues)]
         deps = self.tracker.deps(reads, writes)
         if extra >= 0:

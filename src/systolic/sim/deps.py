@@ -70,35 +70,58 @@ def _buckets(r: Region) -> range:
 
 
 class _Record:
-    __slots__ = ("readers", "region", "writer")
+    __slots__ = ("readers", "rid", "writer")
 
-    def __init__(self, reg: Region) -> None:
-        self.region = reg
+    def __init__(self, rid: int) -> None:
+        self.rid = rid
         self.writer = -1
         self.readers: dict[int, int] = {}  # engine queue id -> op with the latest end
 
 
 class Tracker:
-    """Dependencies of ops in program order. ``ends[op]`` and ``queue[op]`` must be set for
-    every committed op (the tracker reads them to keep the latest reader per queue)."""
+    """Dependencies of ops in program order. Regions are interned (:meth:`intern` gives an
+    id per distinct region, so repeated tiles cost one dict lookup). ``ends[op]`` and
+    ``queue[op]`` must be set for every committed op (the tracker reads them to keep the
+    latest reader per queue)."""
 
     def __init__(self, ends: list[int], queue: list[int]) -> None:
         self.ends, self.queue = ends, queue
-        self.index: dict[tuple[str, int], dict[Region, _Record]] = {}
+        self.regions: list[Region] = []
+        self.buckets: list[tuple[tuple[str, int], ...]] = []
+        self.ids: dict[Region, int] = {}
+        self.index: dict[tuple[str, int], dict[int, _Record]] = {}
+        self.pairs: dict[int, bool] = {}
 
-    def _near(self, r: Region) -> list[_Record]:
+    def intern(self, r: Region) -> int:
+        rid = self.ids.get(r)
+        if rid is None:
+            rid = self.ids[r] = len(self.regions)
+            self.regions.append(r)
+            self.buckets.append(tuple((r[0], b) for b in _buckets(r)))
+        return rid
+
+    def _overlap(self, a: int, b: int) -> bool:
+        if a == b:
+            return True
+        key = a << 32 | b
+        hit = self.pairs.get(key)
+        if hit is None:
+            hit = self.pairs[key] = regions_overlap(self.regions[a], self.regions[b])
+        return hit
+
+    def _near(self, rid: int) -> list[_Record]:
         seen: dict[int, _Record] = {}
-        space = r[0]
-        for b in _buckets(r):
-            bucket = self.index.get((space, b))
+        index = self.index
+        for bk in self.buckets[rid]:
+            bucket = index.get(bk)
             if bucket:
-                for rec in bucket.values():
-                    if id(rec) not in seen and regions_overlap(rec.region, r):
-                        seen[id(rec)] = rec
+                for other, rec in bucket.items():
+                    if other not in seen and self._overlap(rid, other):
+                        seen[other] = rec
         return list(seen.values())
 
-    def deps(self, reads: tuple[Region, ...], writes: tuple[Region, ...]) -> set[int]:
-        """Earlier ops this op must wait for (RAW, WAW, WAR)."""
+    def deps(self, reads: tuple[int, ...], writes: tuple[int, ...]) -> set[int]:
+        """Earlier ops this op must wait for (RAW, WAW, WAR), by interned region ids."""
         out: set[int] = set()
         for r in reads:
             for rec in self._near(r):
@@ -111,23 +134,21 @@ class Tracker:
                 out.update(rec.readers.values())
         return out
 
-    def _record(self, r: Region) -> _Record:
-        space = r[0]
-        rng = _buckets(r)
-        first = self.index.setdefault((space, rng[0]), {})
-        rec = first.get(r)
+    def _record(self, rid: int) -> _Record:
+        bks = self.buckets[rid]
+        first = self.index.setdefault(bks[0], {})
+        rec = first.get(rid)
         if rec is None:
-            rec = _Record(r)
-            for b in rng:
-                self.index.setdefault((space, b), {})[r] = rec
+            rec = _Record(rid)
+            for bk in bks:
+                self.index.setdefault(bk, {})[rid] = rec
         return rec
 
     def _drop(self, rec: _Record) -> None:
-        space = rec.region[0]
-        for b in _buckets(rec.region):
-            self.index[(space, b)].pop(rec.region, None)
+        for bk in self.buckets[rec.rid]:
+            self.index[bk].pop(rec.rid, None)
 
-    def commit(self, op: int, reads: tuple[Region, ...], writes: tuple[Region, ...]) -> None:
+    def commit(self, op: int, reads: tuple[int, ...], writes: tuple[int, ...]) -> None:
         """Record that ``op`` (already timed) reads ``reads`` and writes ``writes``."""
         ends, q = self.ends, self.queue[op]
         for r in reads:
@@ -137,8 +158,9 @@ class Tracker:
                 rec.readers[q] = op
         for w in writes:
             writer, readers = op, {}
+            wreg = self.regions[w]
             for rec in self._near(w):
-                if not _contains(w, rec.region):
+                if rec.rid != w and not _contains(wreg, self.regions[rec.rid]):
                     continue
                 # keep whatever ends after op (a pipelined op on the same queue may)
                 if rec.writer >= 0 and ends[rec.writer] > ends[writer]:
