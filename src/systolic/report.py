@@ -113,6 +113,9 @@ class Report:
     schedule: Schedule = field(repr=False)
     program: Program | None = field(default=None, repr=False)
     core_timing: CoreTiming | None = field(default=None, repr=False)
+    # 0: timed from the whole Program; J: extrapolated from a slice of J M tiles
+    # (systolic.extrapolate), whose schedule is ``schedule``.
+    slice_tiles: int = 0
 
     @cached_property
     def core(self) -> CoreTiming:

@@ -93,29 +93,30 @@ def _check(args: argparse.Namespace) -> dict[str, float]:
 def run(args: argparse.Namespace) -> int:
     arch = get_arch(args.arch)
     spec = make_spec(args.m, args.k, args.n, args.dtype, arch, args.perf_mode)
-    lowered = lower(spec, arch)
-    program = lowered.program
     if args.program:
-        sys.stdout.write(program.text())
+        sys.stdout.write(lower(spec, arch).program.text())
         return 0
+    from ..extrapolate import matmul_report
+    from ..report import report_fields
+
+    # a large regular product is timed from a slice of its M tiles (systolic.extrapolate);
+    # the trace and timeline need every instruction, so they lower it whole
+    report, lowered = matmul_report(spec, arch, full=bool(args.trace or args.timeline))
     out: dict[str, Any] = {
         "arch": arch.name, "dtype": spec.dtype, "perf_mode": spec.perf_mode.spelling,
-        "m": spec.m, "k": spec.k, "n": spec.n, "instructions": program.counts(),
+        "m": spec.m, "k": spec.k, "n": spec.n, "instructions": dict(report.counts),
     }
-    from ..report import build_report, report_fields
-
-    report = build_report(program, arch, spec)
     out.update(report_fields(report))
     if args.check:
         out.update(_check(args))
-    if args.trace:
+    if args.trace and lowered is not None:
         from ..trace import write_trace
 
-        write_trace(report, program, args.trace)
-    if args.timeline:
+        write_trace(report, lowered.program, args.trace)
+    if args.timeline and lowered is not None:
         from ..plots import timeline_plot
 
-        timeline_plot(report, program, args.timeline)
+        timeline_plot(report, lowered.program, args.timeline)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0

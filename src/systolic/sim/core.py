@@ -60,7 +60,7 @@ from .deps import Tracker, region
 from .dma import DmaCost, dma_cost, queues_for
 from .engines import engine_cycles, engine_hz
 
-__all__ = ["CAUSES", "CoreTiming", "QUEUE_NAMES", "queue_names", "time_program"]
+__all__ = ["CAUSES", "CoreTiming", "QUEUE_NAMES", "queue_names", "time_prefixes", "time_program"]
 
 # Critical-path causes, in display order, with their labels.
 CAUSES: dict[str, str] = {
@@ -188,7 +188,25 @@ def time_program(program: Program, arch: Arch | str, *, fmt: str | None = None,
     the Program's first MatMul). Instructions the model does not know raise
     :class:`SystolicError`."""
     arch = get_arch(arch)
-    return _Scheduler(arch).run(program, fmt, perf_mode)
+    return time_prefixes(program, arch, (len(program),), fmt=fmt, perf_mode=perf_mode)[0]
+
+
+def time_prefixes(program: Program, arch: Arch | str, cuts: tuple[int, ...], *,
+                  fmt: str | None = None, perf_mode: str | None = None
+                  ) -> list[CoreTiming]:
+    """One schedule of ``program``, summarised for each prefix ``program[:cut]``.
+
+    Every decision depends only on earlier instructions, so the prefix's summary is exactly
+    what :func:`time_program` gives for the prefix alone (tested); extrapolating a long
+    regular program from its first blocks uses this (systolic.extrapolate)."""
+    arch = get_arch(arch)
+    sch = _Scheduler(arch)
+    sch.run(program)
+    if fmt is None:
+        fmt, mode = _program_format(program)
+    else:
+        mode = perf_mode or "none"
+    return [sch.assemble(cut, fmt, perf_mode or mode) for cut in cuts]
 
 
 class _Scheduler:
@@ -216,11 +234,12 @@ class _Scheduler:
         self.free = [0] * self.nq
         self.rmemo: dict[object, int] = {}
         self.cmemo: dict[object, Any] = {}
-        self.dma_rr = 0
         self.hbm_free = 0
         self.hbm_last = -1
         self.dma_bytes = self.hbm_bytes = 0
         self.macs2 = 0  # 2 x useful MACs (two-pass halves count half)
+        self.macs_at: list[int] = []  # macs2 after each instruction
+        self.dma_at: list[tuple[int, int]] = []  # (dma, hbm) bytes after each instruction
 
     # -- helpers ----------------------------------------------------------------------
     def _reg(self, ap: object) -> int:
@@ -322,13 +341,14 @@ class _Scheduler:
             c = self.cmemo[key] = dma_cost(src, dst, self.arch)
         return c  # type: ignore[no-any-return]
 
-    def _rotate(self, c: DmaCost) -> int:
-        first = self.dma_rr
-        self.dma_rr = (self.dma_rr + c.queues) % self.arch.dma_queues
-        return first
+    def _band(self, sbuf_side: Any) -> int:
+        """First queue of a transfer without a queue field: the queue that serves the
+        band of partitions its SBUF/PSUM side starts in (dma.py)."""
+        return (sbuf_side.partition // self.arch.dma_partitions_per_queue) \
+            % self.arch.dma_queues
 
     # -- the pass ---------------------------------------------------------------------
-    def run(self, program: Program, fmt: str | None, perf_mode: str | None) -> CoreTiming:
+    def run(self, program: Program) -> None:
         arch, r = self.arch, self.r_pe
         reg = self._reg
         pe_prev = -1  # previous compute op
@@ -387,13 +407,13 @@ class _Scheduler:
                 load_last = pending_load = op
             elif tp is DmaLoad or tp is DmaCopy:
                 c = self._dma_cost(ins.src, ins.dst)  # type: ignore[union-attr]
-                first = ins.queue if tp is DmaCopy else self._rotate(c)  # type: ignore
+                first = ins.queue if tp is DmaCopy else self._band(ins.dst)  # type: ignore
                 self._dma_op(i, c, first, (reg(ins.src),), (reg(ins.dst),))  # type: ignore
             elif tp is ReadOut:
                 eng = Engine(arch.readout_engine)
                 ev = self._engine_op(i, ins, eng, (reg(ins.src),), (), _EVAC)  # type: ignore
                 c = self._dma_cost(ins.src, ins.dst)  # type: ignore[union-attr]
-                self._dma_op(i, c, self._rotate(c), (), (reg(ins.dst),), extra=ev)  # type: ignore
+                self._dma_op(i, c, self._band(ins.src), (), (reg(ins.dst),), extra=ev)  # type: ignore
             elif tp is TensorCopy or tp is Activation:
                 self._engine_op(i, ins, ins.engine, (reg(ins.src),),  # type: ignore
                                 (reg(ins.dst),), _ENGINE_CAUSE.get(ins.engine, _VEC))  # type: ignore
@@ -406,19 +426,21 @@ class _Scheduler:
             else:
                 raise SystolicError(f"instruction {i}: the whole-core timing does not know "
                                     f"{tp.__name__}")
-        if fmt is None:
-            fmt, mode = _program_format(program)
-        else:
-            mode = perf_mode or "none"
-        return self._assemble(fmt, perf_mode or mode)
+            self.macs_at.append(self.macs2)
+            self.dma_at.append((self.dma_bytes, self.hbm_bytes))
 
-    def _assemble(self, fmt: str, mode: str) -> CoreTiming:
+    def assemble(self, cut: int, fmt: str, mode: str) -> CoreTiming:
+        """The summary of the ops of instructions ``< cut``."""
         arch = self.arch
-        starts = np.array(self.starts, dtype=np.int64)
-        ends = np.array(self.ends, dtype=np.int64)
-        queue = np.array(self.queue, dtype=np.int64)
-        nqs = np.array(self.nqs, dtype=np.int64)
+        instr = np.array(self.instr, dtype=np.int64)
+        n = int(np.searchsorted(instr, cut))  # ops are in instruction order
+        starts = np.array(self.starts[:n], dtype=np.int64)
+        ends = np.array(self.ends[:n], dtype=np.int64)
+        queue = np.array(self.queue[:n], dtype=np.int64)
+        nqs = np.array(self.nqs[:n], dtype=np.int64)
         latency = int(ends.max()) if len(ends) else 0
+        macs2 = self.macs_at[cut - 1] if cut else 0
+        dma_bytes, hbm_bytes = self.dma_at[cut - 1] if cut else (0, 0)
         names = queue_names(arch)
         busy: dict[str, int] = {}
         counts: dict[str, int] = {}
@@ -433,16 +455,16 @@ class _Scheduler:
             counts[name] = int(np.count_nonzero(sel))
         return CoreTiming(
             arch=arch, tick_hz=self.tick, latency=latency,
-            op_instr=np.array(self.instr, dtype=np.int64), op_queue=queue, op_queues=nqs,
-            starts=starts, ends=ends, bound_ticks=self._critical_path(latency),
-            busy_ticks=busy, instructions=counts, dma_bytes=self.dma_bytes,
-            hbm_bytes=self.hbm_bytes, useful_macs=self.macs2 // 2, fmt=fmt, perf_mode=mode)
+            op_instr=instr[:n], op_queue=queue, op_queues=nqs,
+            starts=starts, ends=ends, bound_ticks=self._critical_path(ends, latency),
+            busy_ticks=busy, instructions=counts, dma_bytes=dma_bytes,
+            hbm_bytes=hbm_bytes, useful_macs=macs2 // 2, fmt=fmt, perf_mode=mode)
 
-    def _critical_path(self, latency: int) -> dict[str, int]:
+    def _critical_path(self, ends: np.ndarray, latency: int) -> dict[str, int]:
         parts = [0] * len(CAUSES)
-        if not self.ends:
+        if not len(ends):
             return dict.fromkeys(CAUSES, 0)
-        op = int(np.argmax(np.array(self.ends)))
+        op = int(np.argmax(ends))
         t = latency
         enter, ref, binder = self.enter, self.ref, self.binder
         own, lag = self.own, self.lag

@@ -26,26 +26,35 @@ __all__ = ["BUCKET", "Region", "Tracker", "region", "regions_overlap"]
 # Bucket sizes in bytes: a PSUM bank; 2 KiB of an SBUF partition; 1 MiB of device memory.
 BUCKET = {"PSUM": 2048, "SBUF": 2048, "DRAM": 1 << 20}
 
-Region = tuple[str, int, Rect]  # (space, DRAM pitch or 0, rectangle)
+Region = tuple[str, int, Rect, Rect | None]  # (space, DRAM pitch or 0, rect, wrapped part)
 
 
 def region(ap: AccessPattern) -> Region:
-    """The region ``ap`` touches (module docstring)."""
+    """The region ``ap`` touches (module docstring). A strided device-memory pattern whose
+    rows do not start on a multiple of the pitch wraps: its part past the pitch is the
+    second rectangle, one row further down."""
     lo, hi = ap.free_bytes_span
     if ap.space is not Space.DRAM:
         return (ap.space.value, 0, Rect.spans(ap.partition, ap.partition + ap.partitions, lo,
-                                              hi))
+                                              hi), None)
     pitch = ap.partition_step if ap.partitions > 1 else 0
-    if pitch > 0 and lo >= 0 and (lo % pitch) + (hi - lo) <= pitch:
-        return ("DRAM", pitch, Rect(lo // pitch, ap.partitions, lo % pitch, hi - lo))
-    return ("DRAM", 0, Rect(0, 1, lo, hi + (ap.partitions - 1) * max(pitch, 0) - lo))
+    if pitch > 0 and lo >= 0 and hi - lo <= pitch:
+        row, col = divmod(lo, pitch)
+        if col + hi - lo <= pitch:
+            return ("DRAM", pitch, Rect(row, ap.partitions, col, hi - lo), None)
+        return ("DRAM", pitch, Rect(row, ap.partitions, col, pitch - col),
+                Rect(row + 1, ap.partitions, 0, col + hi - lo - pitch))
+    return ("DRAM", 0, Rect(0, 1, lo, hi + (ap.partitions - 1) * max(pitch, 0) - lo), None)
 
 
 def _flat(r: Region) -> tuple[int, int]:
-    _, pitch, rect = r
+    _, pitch, rect, wrap = r
     if pitch == 0:
         return rect.col, rect.col_end
-    return rect.row * pitch + rect.col, (rect.row_end - 1) * pitch + rect.col_end
+    end = (rect.row_end - 1) * pitch + rect.col_end
+    if wrap is not None:
+        end = (wrap.row_end - 1) * pitch + wrap.col_end
+    return rect.row * pitch + rect.col, end
 
 
 def regions_overlap(a: Region, b: Region) -> bool:
@@ -54,13 +63,19 @@ def regions_overlap(a: Region, b: Region) -> bool:
     if a[0] != b[0]:
         return False
     if a[1] == b[1]:
-        return a[2].overlaps(b[2])
+        ra = (a[2],) if a[3] is None else (a[2], a[3])
+        rb = (b[2],) if b[3] is None else (b[2], b[3])
+        return any(x.overlaps(y) for x in ra for y in rb)
     (a0, a1), (b0, b1) = _flat(a), _flat(b)
     return a0 < b1 and b0 < a1
 
 
 def _contains(a: Region, b: Region) -> bool:
-    return a[0] == b[0] and a[1] == b[1] and a[2].contains(b[2])
+    if a[0] != b[0] or a[1] != b[1]:
+        return False
+    if a[3] is None and b[3] is None:
+        return a[2].contains(b[2])
+    return a == b
 
 
 def _buckets(r: Region) -> range:
@@ -90,6 +105,7 @@ class Tracker:
         self.buckets: list[tuple[tuple[str, int], ...]] = []
         self.ids: dict[Region, int] = {}
         self.index: dict[tuple[str, int], dict[int, _Record]] = {}
+        self.windex: dict[tuple[str, int], dict[int, _Record]] = {}  # records with a writer
         self.pairs: dict[int, bool] = {}
 
     def intern(self, r: Region) -> int:
@@ -109,9 +125,9 @@ class Tracker:
             hit = self.pairs[key] = regions_overlap(self.regions[a], self.regions[b])
         return hit
 
-    def _near(self, rid: int) -> list[_Record]:
+    def _near(self, rid: int, written: bool = False) -> list[_Record]:
         seen: dict[int, _Record] = {}
-        index = self.index
+        index = self.windex if written else self.index
         for bk in self.buckets[rid]:
             bucket = index.get(bk)
             if bucket:
@@ -124,9 +140,8 @@ class Tracker:
         """Earlier ops this op must wait for (RAW, WAW, WAR), by interned region ids."""
         out: set[int] = set()
         for r in reads:
-            for rec in self._near(r):
-                if rec.writer >= 0:
-                    out.add(rec.writer)
+            for rec in self._near(r, written=True):
+                out.add(rec.writer)
         for w in writes:
             for rec in self._near(w):
                 if rec.writer >= 0:
@@ -147,6 +162,9 @@ class Tracker:
     def _drop(self, rec: _Record) -> None:
         for bk in self.buckets[rec.rid]:
             self.index[bk].pop(rec.rid, None)
+            w = self.windex.get(bk)
+            if w:
+                w.pop(rec.rid, None)
 
     def commit(self, op: int, reads: tuple[int, ...], writes: tuple[int, ...]) -> None:
         """Record that ``op`` (already timed) reads ``reads`` and writes ``writes``."""
@@ -172,3 +190,5 @@ class Tracker:
                 self._drop(rec)
             rec = self._record(w)
             rec.writer, rec.readers = writer, readers
+            for bk in self.buckets[w]:
+                self.windex.setdefault(bk, {})[w] = rec

@@ -9,8 +9,8 @@ model:
   ceil(P / dma_partitions_per_queue))`` queues (the v2 guide's 128-partition load as 16
   transfers of 8 partitions; fewer partitions use fewer queues). ``DmaCopy.queue`` names
   the first; the others follow it modulo ``dma_queues``. A ``DmaLoad`` or ReadOut store has
-  no queue field: they take the queues in rotation (assumed: the compiler spreads
-  successive transfers round-robin). The pieces run as one gang: they start together when
+  no queue field: queue j serves partitions ``8j .. 8j + 7`` (assumed, after the v2 guide's
+  split), so such a transfer starts on the queue of its first SBUF/PSUM partition. The pieces run as one gang: they start together when
   all their queues are free, so each piece takes the largest piece's time.
 * **Time on a queue.** Every contiguous run (descriptor) costs its bytes plus
   ``dma_descriptor_bytes`` at ``dma_queue_bytes_per_ns``; a transposing transfer (device
