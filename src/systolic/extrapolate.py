@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .arch import Arch
-from .compiler import Lowered, MatmulSpec, lower
+from .compiler import MAX_MATMULS, Lowered, MatmulSpec, lower
 from .compiler.tiling import tile
 from .isa import Program, ReadOut
 from .report import Report, _breakdown_units, build_report
@@ -50,6 +50,9 @@ def matmul_report(spec: MatmulSpec, arch: Arch, *, full: bool = False
     """The timing Report of ``spec`` (both views), and the Lowered product when it was
     lowered whole (``full`` forces that: the trace and timeline need every instruction)."""
     mt, per = _estimate(spec, arch)
+    plan = tile(spec, arch)
+    if mt * len(plan.k_tiles) * len(plan.n_tiles) > MAX_MATMULS:
+        lower(spec, arch)  # raises the compiler's own one-line ShapeError
     if full or mt * per <= FULL_LIMIT or mt <= 4 or spec.dtype.startswith("mx"):
         low = lower(spec, arch)
         return build_report(low.program, arch, spec), low

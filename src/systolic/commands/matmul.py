@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from ..extrapolate import matmul_report
     from ..report import report_fields
 
+    checked = _check(args) if args.check else {}
     # a large regular product is timed from a slice of its M tiles (systolic.extrapolate);
     # the trace and timeline need every instruction, so they lower it whole
     report, lowered = matmul_report(spec, arch, full=bool(args.trace or args.timeline))
@@ -107,8 +108,7 @@ def run(args: argparse.Namespace) -> int:
         "m": spec.m, "k": spec.k, "n": spec.n, "instructions": dict(report.counts),
     }
     out.update(report_fields(report))
-    if args.check:
-        out.update(_check(args))
+    out.update(checked)
     if args.trace and lowered is not None:
         from ..trace import write_trace
 
