@@ -20,6 +20,7 @@ the full schedule on products both can run.
 from __future__ import annotations
 
 import dataclasses
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -117,7 +118,7 @@ def _steady(values: list[dict[str, int]]) -> dict[str, int] | None:
     (``end_*``) moves on by the same time per block, the latency's increment."""
     if any(set(v) != set(values[0]) for v in values):
         return None
-    incs = [{k: b[k] - a[k] for k in a} for a, b in zip(values, values[1:], strict=False)]
+    incs = [{k: b[k] - a[k] for k in a} for a, b in pairwise(values)]
     if not incs or any(inc != incs[-1] for inc in incs[:-1]):
         return None
     inc = incs[-1]

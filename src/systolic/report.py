@@ -234,9 +234,9 @@ class Report:
         whole.add_column("us", justify="right")
         whole.add_column("%", justify="right")
         lat = core.latency or 1
-        for k, v in core.bound_ticks.items():
-            whole.add_row(CORE_CAUSES[k], f"{v * 1e6 / core.tick_hz:,.3f}",
-                          f"{100 * v / lat:.2f}")
+        for cause, ticks in core.bound_ticks.items():
+            whole.add_row(CORE_CAUSES[cause], f"{ticks * 1e6 / core.tick_hz:,.3f}",
+                          f"{100 * ticks / lat:.2f}")
         busy = ", ".join(f"{k} {100 * b:.0f}%" for k, b in core.busy().items()
                          if not k.startswith("dma"))
         dma_busy = max((b for k, b in core.busy().items() if k.startswith("dma")),

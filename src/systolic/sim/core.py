@@ -60,7 +60,7 @@ from .deps import Tracker, region
 from .dma import DmaCost, dma_cost, queues_for
 from .engines import engine_cycles, engine_hz
 
-__all__ = ["CAUSES", "CoreTiming", "QUEUE_NAMES", "queue_names", "time_prefixes", "time_program"]
+__all__ = ["CAUSES", "QUEUE_NAMES", "CoreTiming", "queue_names", "time_prefixes", "time_program"]
 
 # Critical-path causes, in display order, with their labels.
 CAUSES: dict[str, str] = {
@@ -356,20 +356,21 @@ class _Scheduler:
         earliest = 0
         pending_load = -1  # op of the latest load since the previous compute
         load_last = -1
+        ins: Any
         for i, ins in enumerate(program.instructions):
             tp = type(ins)
             if tp is MatMul or tp is MatmultMx:
-                mv = ins.moving  # type: ignore[union-attr]
-                key = (tp, mv.partitions, mv.dims, mv.dtype, ins.dst.partitions,  # type: ignore
-                       ins.two_pass if tp is MatMul else 0)  # type: ignore[union-attr]
+                mv = ins.moving
+                key = (tp, mv.partitions, mv.dims, mv.dtype, ins.dst.partitions,
+                       ins.two_pass if tp is MatMul else 0)
                 e = self.cmemo.get(key)
                 if e is None:
-                    passes = 2 if tp is MatMul and ins.two_pass else 1  # type: ignore
-                    e = self.cmemo[key] = (cost.matmul_interval(ins, arch) * r,  # type: ignore
-                                           cost.matmul_duration(ins, arch) * r,  # type: ignore
-                                           2 * cost.useful_macs(ins) // passes)  # type: ignore
-                reads = (reg(mv),) if tp is MatMul else (reg(mv), reg(ins.scale))  # type: ignore
-                writes = (reg(ins.dst),)  # type: ignore[union-attr]
+                    passes = 2 if tp is MatMul and ins.two_pass else 1
+                    e = self.cmemo[key] = (cost.matmul_interval(ins, arch) * r,
+                                           cost.matmul_duration(ins, arch) * r,
+                                           2 * cost.useful_macs(ins) // passes)
+                reads = (reg(mv),) if tp is MatMul else (reg(mv), reg(ins.scale))
+                writes = (reg(ins.dst),)
                 deps = self.tracker.deps(reads, writes)
                 op = self._new(i, 0, 1, _PE)
                 if pe_prev >= 0:
@@ -387,12 +388,12 @@ class _Scheduler:
                 pe_prev, pe_prev_start, earliest, pending_load = op, t, t + e[0], -1
                 self.last[0] = op
             elif tp is LoadStationary or tp is LdWeightMx:
-                c = self.cmemo.get(("ld", ins.src.dims))  # type: ignore[union-attr]
+                c = self.cmemo.get(("ld", ins.src.dims))
                 if c is None:
                     c = self.cmemo[("ld", ins.src.dims)] = \
-                        cost.load_cycles(ins, arch) * r  # type: ignore[arg-type,union-attr]
+                        cost.load_cycles(ins, arch) * r
                 reads = (reg(ins.src),) if tp is LoadStationary else \
-                    (reg(ins.src), reg(ins.scale))  # type: ignore[union-attr]
+                    (reg(ins.src), reg(ins.scale))
                 deps = self.tracker.deps(reads, ())
                 op = self._new(i, 0, 1, _WL)
                 t, b, ref, lag = 0, -1, 0, _IDLE
@@ -406,23 +407,23 @@ class _Scheduler:
                 self._finish(op, t, t + c, b, ref, t, lag, reads, ())
                 load_last = pending_load = op
             elif tp is DmaLoad or tp is DmaCopy:
-                c = self._dma_cost(ins.src, ins.dst)  # type: ignore[union-attr]
-                first = ins.queue if tp is DmaCopy else self._band(ins.dst)  # type: ignore
-                self._dma_op(i, c, first, (reg(ins.src),), (reg(ins.dst),))  # type: ignore
+                c = self._dma_cost(ins.src, ins.dst)
+                first = ins.queue if tp is DmaCopy else self._band(ins.dst)
+                self._dma_op(i, c, first, (reg(ins.src),), (reg(ins.dst),))
             elif tp is ReadOut:
                 eng = Engine(arch.readout_engine)
-                ev = self._engine_op(i, ins, eng, (reg(ins.src),), (), _EVAC)  # type: ignore
-                c = self._dma_cost(ins.src, ins.dst)  # type: ignore[union-attr]
-                self._dma_op(i, c, self._band(ins.src), (), (reg(ins.dst),), extra=ev)  # type: ignore
+                ev = self._engine_op(i, ins, eng, (reg(ins.src),), (), _EVAC)
+                c = self._dma_cost(ins.src, ins.dst)
+                self._dma_op(i, c, self._band(ins.src), (), (reg(ins.dst),), extra=ev)
             elif tp is TensorCopy or tp is Activation:
-                self._engine_op(i, ins, ins.engine, (reg(ins.src),),  # type: ignore
-                                (reg(ins.dst),), _ENGINE_CAUSE.get(ins.engine, _VEC))  # type: ignore
+                self._engine_op(i, ins, ins.engine, (reg(ins.src),),
+                                (reg(ins.dst),), _ENGINE_CAUSE.get(ins.engine, _VEC))
             elif tp is TensorTensor:
-                self._engine_op(i, ins, ins.engine, (reg(ins.a), reg(ins.b)),  # type: ignore
-                                (reg(ins.dst),), _ENGINE_CAUSE.get(ins.engine, _VEC))  # type: ignore
+                self._engine_op(i, ins, ins.engine, (reg(ins.a), reg(ins.b)),
+                                (reg(ins.dst),), _ENGINE_CAUSE.get(ins.engine, _VEC))
             elif tp is Memset:
-                self._engine_op(i, ins, ins.engine, (), (reg(ins.dst),),  # type: ignore
-                                _ENGINE_CAUSE.get(ins.engine, _VEC))  # type: ignore
+                self._engine_op(i, ins, ins.engine, (), (reg(ins.dst),),
+                                _ENGINE_CAUSE.get(ins.engine, _VEC))
             else:
                 raise SystolicError(f"instruction {i}: the whole-core timing does not know "
                                     f"{tp.__name__}")

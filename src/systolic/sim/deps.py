@@ -175,7 +175,7 @@ class Tracker:
             if prev is None or ends[prev] <= ends[op]:
                 rec.readers[q] = op
         for w in writes:
-            writer, readers = op, {}
+            writer, readers = op, dict[int, int]()
             wreg = self.regions[w]
             for rec in self._near(w):
                 if rec.rid != w and not _contains(wreg, self.regions[rec.rid]):

@@ -10,8 +10,9 @@ model:
   transfers of 8 partitions; fewer partitions use fewer queues). ``DmaCopy.queue`` names
   the first; the others follow it modulo ``dma_queues``. A ``DmaLoad`` or ReadOut store has
   no queue field: queue j serves partitions ``8j .. 8j + 7`` (assumed, after the v2 guide's
-  split), so such a transfer starts on the queue of its first SBUF/PSUM partition. The pieces run as one gang: they start together when
-  all their queues are free, so each piece takes the largest piece's time.
+  split), so such a transfer starts on the queue of its first SBUF/PSUM partition. The
+  pieces run as one gang: they start together when all their queues are free, so each
+  piece takes the largest piece's time.
 * **Time on a queue.** Every contiguous run (descriptor) costs its bytes plus
   ``dma_descriptor_bytes`` at ``dma_queue_bytes_per_ns``; a transposing transfer (device
   memory contiguous along partitions) runs at ``dma_transpose_efficiency`` of that.

@@ -25,7 +25,7 @@ from ..dtypes import get_format
 from ..errors import SystolicError
 from ..isa import AccessPattern, Activation, Engine, Memset, ReadOut, TensorCopy, TensorTensor
 
-__all__ = ["engine_cycles", "engine_hz", "elems_per_cycle"]
+__all__ = ["elems_per_cycle", "engine_cycles", "engine_hz"]
 
 Elementwise = TensorCopy | TensorTensor | Memset | Activation | ReadOut
 
