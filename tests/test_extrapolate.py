@@ -41,4 +41,4 @@ def test_extrapolated_report_equals_the_full_schedule(monkeypatch, arch, spec):
 def test_regular_products_do_extrapolate(monkeypatch):
     monkeypatch.setattr(ex, "FULL_LIMIT", 0)
     rep, low = ex.matmul_report(MatmulSpec(2048, 512, 1024, "bf16"), get_arch("trn2"))
-    assert low is None and rep.slice_tiles == 4
+    assert low is None and rep.slice_tiles in (3, 5)

@@ -8,11 +8,13 @@ full tiles and the real last, possibly ragged, tile):
 * one schedule of the slice gives every quantity Q (latency, each cause of the critical
   path, each queue's busy time, bytes, MACs, the Tensor Engine's cycles and loss units)
   for the prefixes of 1, 2, ..., J - 1 full blocks and for the whole slice;
-* the increments Q(j + 1) - Q(j) over the full blocks must be equal (the schedule is in a
-  steady state: checked exactly, in integers), and then
+* the increments Q(j + 1) - Q(j) of the last two full blocks must be equal, and every
+  queue that works in them must end its block later by the latency's increment (no backlog
+  grows): the schedule is in a steady state, checked exactly, in integers; then
   ``Q(product) = Q(slice) + (mt - J) x increment``.
 
-If the increments differ, the slice grows (up to ``MAX_SLICE`` tiles), and past that the
+J is 3 when the last tile is full, else 4. If the check fails, the slice grows by two
+tiles (up to ``MAX_SLICE``), and past that the
 whole product is lowered and timed. ``tests/test_extrapolate.py`` checks the result against
 the full schedule on products both can run.
 """
@@ -31,7 +33,7 @@ from .compiler.tiling import tile
 from .isa import Program, ReadOut
 from .report import Report, _breakdown_units, build_report
 from .sim.core import CoreTiming, time_prefixes
-from .sim.timing import ComputeCosts, Kind, Schedule, schedule
+from .sim.timing import ComputeCosts, Kind, Schedule
 
 __all__ = ["FULL_LIMIT", "MAX_SLICE", "matmul_report"]
 
@@ -57,7 +59,9 @@ def matmul_report(spec: MatmulSpec, arch: Arch, *, full: bool = False
     if full or mt * per <= FULL_LIMIT or mt <= 4 or spec.dtype.startswith("mx"):
         low = lower(spec, arch)
         return build_report(low.program, arch, spec), low
-    j = 4
+    # three full blocks give two increments to compare; a full last tile is the third
+    full_last = tile(spec, arch).m_tiles[-1].size == arch.cols
+    j = 3 if full_last else 4
     while j <= min(MAX_SLICE, mt - 1):
         rep = _from_slice(spec, arch, mt, j)
         if rep is not None:
@@ -139,14 +143,15 @@ def _from_slice(spec: MatmulSpec, arch: Arch, mt: int, j: int) -> Report | None:
         return None
     sl = build_report(prog, arch, spec)
     pack = sl.pack
-    full_cuts = tuple(cuts[:j - 1])  # prefixes of 1 .. J-1 full blocks
+    full_last = plan.m_tiles[-1].size == arch.cols
+    full_cuts = tuple(cuts if full_last else cuts[:j - 1])  # prefixes of the full blocks
     cts = time_prefixes(prog, arch, (*full_cuts, len(prog)), fmt=sl.fmt,
                         perf_mode=sl.perf_mode)
-    sch = schedule(prog, arch)
+    sch = sl.schedule
     counts = [_counts(prog, c) for c in full_cuts]
     pre = [{**_core_numbers(ct), **_pe_prefix(sch, c, pack), **n}
-           for ct, c, n in zip(cts[:-1], full_cuts, counts, strict=True)]
-    inc = _steady(pre[1:])  # block 0 starts cold; blocks 1.. must agree
+           for ct, c, n in zip(cts, full_cuts, counts, strict=False)]
+    inc = _steady(pre[-3:])  # the last two full blocks: increments must agree
     if inc is None:
         return None
     whole = {**_core_numbers(cts[-1]), **_pe_prefix(sch, len(prog), pack),

@@ -234,6 +234,7 @@ class _Scheduler:
         self.free = [0] * self.nq
         self.rmemo: dict[object, int] = {}
         self.cmemo: dict[object, Any] = {}
+        self.qmemo: dict[tuple[int, int], list[int]] = {}
         self.hbm_free = 0
         self.hbm_last = -1
         self.dma_bytes = self.hbm_bytes = 0
@@ -304,7 +305,10 @@ class _Scheduler:
 
     def _dma_op(self, i: int, c: DmaCost, first: int, reads: tuple[int, ...],
                 writes: tuple[int, ...], extra: int = -1) -> int:
-        qs = [_DQ + q for q in queues_for(first, c.queues, self.arch.dma_queues)]
+        qs = self.qmemo.get((first, c.queues))
+        if qs is None:
+            qs = self.qmemo[(first, c.queues)] = [
+                _DQ + q for q in queues_for(first, c.queues, self.arch.dma_queues)]
         deps = self.tracker.deps(reads, writes)
         if extra >= 0:
             deps.add(extra)
