@@ -233,6 +233,7 @@ class _Scheduler:
         self.last = [-1] * self.nq  # last op per queue
         self.free = [0] * self.nq
         self.rmemo: dict[object, int] = {}
+        self.idmemo: dict[int, int] = {}
         self.cmemo: dict[object, Any] = {}
         self.qmemo: dict[tuple[int, int], list[int]] = {}
         self.hbm_free = 0
@@ -244,28 +245,33 @@ class _Scheduler:
 
     # -- helpers ----------------------------------------------------------------------
     def _reg(self, ap: object) -> int:
-        r = self.rmemo.get(ap)
+        # by identity first (the Program keeps every pattern alive during the run), then
+        # by value (equal patterns built separately)
+        r = self.idmemo.get(id(ap))
         if r is None:
-            r = self.rmemo[ap] = self.tracker.intern(region(ap))  # type: ignore[arg-type]
+            r = self.rmemo.get(ap)
+            if r is None:
+                r = self.rmemo[ap] = self.tracker.intern(region(ap))  # type: ignore[arg-type]
+            self.idmemo[id(ap)] = r
         return r
 
-    def _new(self, i: int, q: int, nqs: int, own: int) -> int:
+    def _add(self, i: int, q: int, nqs: int, own: int, start: int, end: int, binder: int,
+             ref: int, enter: int, lag: int, reads: tuple[int, ...],
+             writes: tuple[int, ...]) -> int:
+        """Append one timed op and commit its accesses; returns its index."""
         op = len(self.starts)
         self.instr.append(i)
         self.queue.append(q)
         self.nqs.append(nqs)
         self.own.append(own)
-        for lst in (self.starts, self.ends, self.ref, self.enter):
-            lst.append(0)
-        self.binder.append(-1)
-        self.lag.append(_IDLE)
-        return op
-
-    def _finish(self, op: int, start: int, end: int, binder: int, ref: int, enter: int,
-                lag: int, reads: tuple[int, ...], writes: tuple[int, ...]) -> None:
-        self.starts[op], self.ends[op] = start, end
-        self.binder[op], self.ref[op], self.enter[op], self.lag[op] = binder, ref, enter, lag
+        self.starts.append(start)
+        self.ends.append(end)
+        self.binder.append(binder)
+        self.ref.append(ref)
+        self.enter.append(enter)
+        self.lag.append(lag)
         self.tracker.commit(op, reads, writes)
+        return op
 
     def _ready(self, deps: set[int], q: int, sync: int) -> tuple[int, int]:
         """(latest dependency end + sync, that dependency) over deps on other queues."""
@@ -293,13 +299,12 @@ class _Scheduler:
         if prev >= 0 and prev in deps:
             cyc += self.arch.engine_dep_overhead
         per = self.tick // engine_hz(self.arch, engine)
-        op = self._new(i, q, 1, own)
         t, b, ref, lag = self.free[q], prev, self.free[q], _IDLE
         dt, db = self._ready(deps, q, self.sync)
         if dt > t:
             t, b, ref, lag = dt, db, self.ends[db], _SYNC
         end = t + cyc * per
-        self._finish(op, t, end, b, ref if b >= 0 else 0, t, lag, reads, writes)
+        op = self._add(i, q, 1, own, t, end, b, ref if b >= 0 else 0, t, lag, reads, writes)
         self.free[q], self.last[q] = end, op
         return op
 
@@ -312,7 +317,7 @@ class _Scheduler:
         deps = self.tracker.deps(reads, writes)
         if extra >= 0:
             deps.add(extra)
-        op = self._new(i, qs[0], len(qs), _DMA)
+        op = len(self.starts)
         t, b, ref, lag = 0, -1, 0, _IDLE
         for q in qs:
             if self.free[q] > t:
@@ -330,7 +335,7 @@ class _Scheduler:
                 if hs > t:  # waiting for the shared HBM: the previous HBM transfer binds
                     b, ref, enter, lag = self.hbm_last, hs, hs, _IDLE
             self.hbm_free, self.hbm_last = hs + hb, op
-        self._finish(op, t, end, b, ref, enter, lag, reads, writes)
+        self._add(i, qs[0], len(qs), _DMA, t, end, b, ref, enter, lag, reads, writes)
         for q in qs:
             self.free[q], self.last[q] = end, op
         self.dma_bytes += c.bytes
@@ -376,7 +381,6 @@ class _Scheduler:
                 reads = (reg(mv),) if tp is MatMul else (reg(mv), reg(ins.scale))
                 writes = (reg(ins.dst),)
                 deps = self.tracker.deps(reads, writes)
-                op = self._new(i, 0, 1, _PE)
                 if pe_prev >= 0:
                     t, b, ref, lag = earliest, pe_prev, earliest, _IDLE
                 else:
@@ -387,7 +391,7 @@ class _Scheduler:
                 dt, db = self._ready(deps, 0, self.sync)
                 if dt > t:
                     t, b, ref, lag = dt, db, self.ends[db], _SYNC
-                self._finish(op, t, t + e[1], b, ref, t, lag, reads, writes)
+                op = self._add(i, 0, 1, _PE, t, t + e[1], b, ref, t, lag, reads, writes)
                 self.macs2 += e[2]
                 pe_prev, pe_prev_start, earliest, pending_load = op, t, t + e[0], -1
                 self.last[0] = op
@@ -399,7 +403,6 @@ class _Scheduler:
                 reads = (reg(ins.src),) if tp is LoadStationary else \
                     (reg(ins.src), reg(ins.scale))
                 deps = self.tracker.deps(reads, ())
-                op = self._new(i, 0, 1, _WL)
                 t, b, ref, lag = 0, -1, 0, _IDLE
                 if load_last >= 0:
                     t, b, ref = self.ends[load_last], load_last, self.ends[load_last]
@@ -408,7 +411,7 @@ class _Scheduler:
                 dt, db = self._ready(deps, 0, self.sync)
                 if dt > t:
                     t, b, ref, lag = dt, db, self.ends[db], _SYNC
-                self._finish(op, t, t + c, b, ref, t, lag, reads, ())
+                op = self._add(i, 0, 1, _WL, t, t + c, b, ref, t, lag, reads, ())
                 load_last = pending_load = op
             elif tp is DmaLoad or tp is DmaCopy:
                 c = self._dma_cost(ins.src, ins.dst)

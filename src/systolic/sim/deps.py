@@ -107,6 +107,7 @@ class Tracker:
         self.index: dict[tuple[str, int], dict[int, _Record]] = {}
         self.windex: dict[tuple[str, int], dict[int, _Record]] = {}  # records with a writer
         self.pairs: dict[int, bool] = {}
+        self._pending: dict[int, list[_Record]] = {}  # deps()' write neighbours
 
     def intern(self, r: Region) -> int:
         rid = self.ids.get(r)
@@ -142,8 +143,10 @@ class Tracker:
         for r in reads:
             for rec in self._near(r, written=True):
                 out.add(rec.writer)
+        near = self._pending = {}
         for w in writes:
-            for rec in self._near(w):
+            recs = near[w] = self._near(w)
+            for rec in recs:
                 if rec.writer >= 0:
                     out.add(rec.writer)
                 out.update(rec.readers.values())
@@ -174,10 +177,13 @@ class Tracker:
             prev = rec.readers.get(q)
             if prev is None or ends[prev] <= ends[op]:
                 rec.readers[q] = op
+        pending, self._pending = self._pending, {}
         for w in writes:
             writer, readers = op, dict[int, int]()
             wreg = self.regions[w]
-            for rec in self._near(w):
+            # the records deps() found (nothing changed since), unless a read above added one
+            recs = pending.get(w) if not reads and len(writes) == 1 else None
+            for rec in recs if recs is not None else self._near(w):
                 if rec.rid != w and not _contains(wreg, self.regions[rec.rid]):
                     continue
                 # keep whatever ends after op (a pipelined op on the same queue may)
