@@ -249,9 +249,13 @@ class _Scheduler:
         # by value (equal patterns built separately)
         r = self.idmemo.get(id(ap))
         if r is None:
-            r = self.rmemo.get(ap)
+            a: Any = ap
+            # a key of plain ints and tuples (hashed in C; the dataclass hash is slower)
+            key = (id(a.space), a.partition, a.partitions, a.offset, a.dims, a.dtype,
+                   a.partition_step)
+            r = self.rmemo.get(key)
             if r is None:
-                r = self.rmemo[ap] = self.tracker.intern(region(ap))  # type: ignore[arg-type]
+                r = self.rmemo[key] = self.tracker.intern(region(a))
             self.idmemo[id(ap)] = r
         return r
 
@@ -290,15 +294,16 @@ class _Scheduler:
         q = _ENGINE_Q[engine]
         d = ins.dst
         s = ins.a if type(ins) is TensorTensor else getattr(ins, "src", d)
-        key = (type(ins), engine, s.dims, s.dtype, d.dims, d.dtype)
-        cyc = self.cmemo.get(key)
-        if cyc is None:
-            cyc = self.cmemo[key] = engine_cycles(ins, self.arch, engine)
+        key = (type(ins), q, s.dims, s.dtype, d.dims, d.dtype)
+        hit = self.cmemo.get(key)
+        if hit is None:
+            per = self.tick // engine_hz(self.arch, engine)
+            hit = self.cmemo[key] = (engine_cycles(ins, self.arch, engine), per)
+        cyc, per = hit
         deps = self.tracker.deps(reads, writes)
         prev = self.last[q]
         if prev >= 0 and prev in deps:
             cyc += self.arch.engine_dep_overhead
-        per = self.tick // engine_hz(self.arch, engine)
         t, b, ref, lag = self.free[q], prev, self.free[q], _IDLE
         dt, db = self._ready(deps, q, self.sync)
         if dt > t:
@@ -308,8 +313,9 @@ class _Scheduler:
         self.free[q], self.last[q] = end, op
         return op
 
-    def _dma_op(self, i: int, c: DmaCost, first: int, reads: tuple[int, ...],
-                writes: tuple[int, ...], extra: int = -1) -> int:
+    def _dma_op(self, i: int, cost3: tuple[DmaCost, int, int], first: int,
+                reads: tuple[int, ...], writes: tuple[int, ...], extra: int = -1) -> int:
+        c, occ, hb = cost3
         qs = self.qmemo.get((first, c.queues))
         if qs is None:
             qs = self.qmemo[(first, c.queues)] = [
@@ -326,9 +332,8 @@ class _Scheduler:
         dt = max(dt, 0) + self.fixed
         if dt > t:
             t, b, ref, lag = dt, db, (self.ends[db] if db >= 0 else 0), _DLAT
-        end, enter = t + max(1, ceil(c.queue_ns * self.tick / 1e9)), t
-        if c.hbm_bytes:
-            hb = max(1, ceil(c.hbm_bytes / self.hbm_rate))
+        end, enter = t + occ, t
+        if hb:
             hs = max(self.hbm_free, t)
             if hs + hb > end:
                 end = hs + hb
@@ -342,13 +347,17 @@ class _Scheduler:
         self.hbm_bytes += c.hbm_bytes
         return op
 
-    def _dma_cost(self, src: Any, dst: Any) -> DmaCost:
-        key = (src.shape, src.dims, src.dtype, src.partition_step, src.space,
-               dst.shape, dst.dims, dst.space)
-        c = self.cmemo.get(key)
-        if c is None:
-            c = self.cmemo[key] = dma_cost(src, dst, self.arch)
-        return c  # type: ignore[no-any-return]
+    def _dma_cost(self, src: Any, dst: Any) -> tuple[DmaCost, int, int]:
+        """(cost, queue ticks, HBM ticks) of a transfer, memoised on its shape."""
+        key = ("dma", src.partitions, src.dims, src.dtype, src.partition_step, id(src.space),
+               dst.partitions, dst.dims, id(dst.space))
+        hit = self.cmemo.get(key)
+        if hit is None:
+            c = dma_cost(src, dst, self.arch)
+            occ = max(1, ceil(c.queue_ns * self.tick / 1e9))
+            hb = max(1, ceil(c.hbm_bytes / self.hbm_rate)) if c.hbm_bytes else 0
+            hit = self.cmemo[key] = (c, occ, hb)
+        return hit  # type: ignore[no-any-return]
 
     def _band(self, sbuf_side: Any) -> int:
         """First queue of a transfer without a queue field: the queue that serves the

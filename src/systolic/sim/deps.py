@@ -127,8 +127,15 @@ class Tracker:
         return hit
 
     def _near(self, rid: int, written: bool = False) -> list[_Record]:
-        seen: dict[int, _Record] = {}
         index = self.windex if written else self.index
+        bks = self.buckets[rid]
+        if len(bks) == 1:  # the common case: no record can be seen twice
+            bucket = index.get(bks[0])
+            if not bucket:
+                return []
+            ov = self._overlap
+            return [rec for other, rec in bucket.items() if other == rid or ov(rid, other)]
+        seen: dict[int, _Record] = {}
         for bk in self.buckets[rid]:
             bucket = index.get(bk)
             if bucket:
@@ -181,8 +188,9 @@ class Tracker:
         for w in writes:
             writer, readers = op, dict[int, int]()
             wreg = self.regions[w]
-            # the records deps() found (nothing changed since), unless a read above added one
-            recs = pending.get(w) if not reads and len(writes) == 1 else None
+            # the records deps() found: nothing changed since but this op's own read records
+            # above, which need no dropping (a later writer waits on this op as the writer)
+            recs = pending.get(w) if len(writes) == 1 else None
             for rec in recs if recs is not None else self._near(w):
                 if rec.rid != w and not _contains(wreg, self.regions[rec.rid]):
                     continue
