@@ -329,3 +329,13 @@ def test_roofline_point_never_exceeds_a_roof(spec):
     tflops = rep.core.tflops
     assert tflops <= rep.peak_tflops * (1 + 1e-12)
     assert tflops <= rep.intensity * TRN2.hbm_bytes_per_s / 1e12 * (1 + 1e-12)
+
+
+def test_core_timeline_plot_writes_one_row_per_busy_queue(tmp_path):
+    from systolic.core_plot import _rows, core_timeline_plot
+
+    ct = time_program(matmul_kernel(6, reload=True), TRN2)
+    names = [n for n, _, _ in _rows(ct)]
+    assert names[:2] == ["tensor", "vector"] and len(names) == 2 + 16
+    out = core_timeline_plot(ct, tmp_path / "t.png", width=600)
+    assert out.stat().st_size > 1000 and out.read_bytes()[:4] == b"\x89PNG"
