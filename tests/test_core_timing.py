@@ -339,3 +339,11 @@ def test_core_timeline_plot_writes_one_row_per_busy_queue(tmp_path):
     assert names[:2] == ["tensor", "vector"] and len(names) == 2 + 16
     out = core_timeline_plot(ct, tmp_path / "t.png", width=600)
     assert out.stat().st_size > 1000 and out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_core_timeline_plot_shades_dense_rows(tmp_path):
+    from systolic.core_plot import core_timeline_plot
+
+    ct = time_program(accumulate_kernel(400), TRN2)  # 800 PE ops: more than 100 bins
+    out = core_timeline_plot(ct, tmp_path / "t.svg", width=400, bins=100)
+    assert out.stat().st_size > 1000

@@ -16,6 +16,7 @@ import numpy as np
 
 from .geometry import interval_union
 from .plots import _figure, _save, check_plot_path
+from .report import _covered_before
 from .sim.core import CAUSES, CoreTiming, queue_names
 
 __all__ = ["core_timeline_plot"]
@@ -61,9 +62,8 @@ def core_timeline_plot(core: CoreTiming, path: str | os.PathLike[str], *,
                                                                    strict=True)],
                            (y - 0.4, 0.8), facecolors=colour)
         else:
-            cover = np.array([np.sum(np.clip(np.minimum(hi, b) - np.maximum(lo, a), 0, None))
-                              for a, b in zip(edges[:-1], edges[1:], strict=True)])
-            frac = cover / np.diff(edges)
+            covered = np.concatenate([[0], np.cumsum(hi - lo)])
+            frac = np.diff(_covered_before(edges, lo, hi, covered)) / np.diff(edges)
             for j in np.flatnonzero(frac > 0.005).tolist():
                 ax.broken_barh([(edges[j] * us, (edges[j + 1] - edges[j]) * us)],
                                (y - 0.4, 0.8), facecolors=colour, alpha=float(frac[j]))
