@@ -219,16 +219,12 @@ class _Scheduler:
         self.fixed = ceil(arch.dma_fixed_ns * self.tick / 1e9)
         self.hbm_rate = arch.hbm_bytes_per_s / self.tick  # bytes per tick
         # per op
-        self.instr: list[int] = []
         self.queue: list[int] = []
-        self.nqs: list[int] = []
-        self.starts: list[int] = []
         self.ends: list[int] = []
-        self.own: list[int] = []  # cause of the op's own time
-        self.binder: list[int] = []  # -1: none (a root)
-        self.ref: list[int] = []
-        self.enter: list[int] = []
-        self.lag: list[int] = []  # cause of the wait between ref and enter
+        # per op: (instruction, queue count, start, own cause, binder (-1: a root), ref,
+        # enter, lag cause): the cause of the op's own time, and of the wait ref -> enter
+        self.rest: list[tuple[int, int, int, int, int, int, int, int]] = []
+        self.rest_arr: np.ndarray | None = None
         self.tracker = Tracker(self.ends, self.queue)
         self.last = [-1] * self.nq  # last op per queue
         self.free = [0] * self.nq
@@ -263,17 +259,10 @@ class _Scheduler:
              ref: int, enter: int, lag: int, reads: tuple[int, ...],
              writes: tuple[int, ...]) -> int:
         """Append one timed op and commit its accesses; returns its index."""
-        op = len(self.starts)
-        self.instr.append(i)
+        op = len(self.ends)
         self.queue.append(q)
-        self.nqs.append(nqs)
-        self.own.append(own)
-        self.starts.append(start)
         self.ends.append(end)
-        self.binder.append(binder)
-        self.ref.append(ref)
-        self.enter.append(enter)
-        self.lag.append(lag)
+        self.rest.append((i, nqs, start, own, binder, ref, enter, lag))
         self.tracker.commit(op, reads, writes)
         return op
 
@@ -323,7 +312,7 @@ class _Scheduler:
         deps = self.tracker.deps(reads, writes)
         if extra >= 0:
             deps.add(extra)
-        op = len(self.starts)
+        op = len(self.ends)
         t, b, ref, lag = 0, -1, 0, _IDLE
         for q in qs:
             if self.free[q] > t:
@@ -449,12 +438,15 @@ class _Scheduler:
     def assemble(self, cut: int, fmt: str, mode: str) -> CoreTiming:
         """The summary of the ops of instructions ``< cut``."""
         arch = self.arch
-        instr = np.array(self.instr, dtype=np.int64)
+        if self.rest_arr is None or len(self.rest_arr) != len(self.rest):
+            self.rest_arr = np.array(self.rest, dtype=np.int64).reshape(-1, 8)
+        rest = self.rest_arr
+        instr = rest[:, 0]
         n = int(np.searchsorted(instr, cut))  # ops are in instruction order
-        starts = np.array(self.starts[:n], dtype=np.int64)
+        starts = rest[:n, 2].copy()
         ends = np.array(self.ends[:n], dtype=np.int64)
         queue = np.array(self.queue[:n], dtype=np.int64)
-        nqs = np.array(self.nqs[:n], dtype=np.int64)
+        nqs = rest[:n, 1].copy()
         latency = int(ends.max()) if len(ends) else 0
         macs2 = self.macs_at[cut - 1] if cut else 0
         dma_bytes, hbm_bytes = self.dma_at[cut - 1] if cut else (0, 0)
@@ -472,7 +464,7 @@ class _Scheduler:
             counts[name] = int(np.count_nonzero(sel))
         return CoreTiming(
             arch=arch, tick_hz=self.tick, latency=latency,
-            op_instr=instr[:n], op_queue=queue, op_queues=nqs,
+            op_instr=instr[:n].copy(), op_queue=queue, op_queues=nqs,
             starts=starts, ends=ends, bound_ticks=self._critical_path(ends, latency),
             busy_ticks=busy, instructions=counts, dma_bytes=dma_bytes,
             hbm_bytes=hbm_bytes, useful_macs=macs2 // 2, fmt=fmt, perf_mode=mode)
@@ -483,14 +475,13 @@ class _Scheduler:
             return dict.fromkeys(CAUSES, 0)
         op = int(np.argmax(ends))
         t = latency
-        enter, ref, binder = self.enter, self.ref, self.binder
-        own, lag = self.own, self.lag
+        rest = self.rest
         while op >= 0:
-            b = binder[op]
-            lo = ref[op] if b >= 0 else 0
-            ent = min(max(enter[op], lo), t)
-            parts[own[op]] += t - ent
-            parts[lag[op]] += ent - lo
+            _, _, _, own, b, ref, enter, lag = rest[op]
+            lo = ref if b >= 0 else 0
+            ent = min(max(enter, lo), t)
+            parts[own] += t - ent
+            parts[lag] += ent - lo
             t = lo
             op = b
         parts[_IDLE] += t  # a root that does not start at 0 (none under these rules)
