@@ -8,6 +8,7 @@ import pytest
 import systolic.extrapolate as ex
 from systolic.arch import get_arch
 from systolic.compiler import MatmulSpec, lower
+from systolic.isa import PerfMode
 from systolic.report import build_report
 
 
@@ -17,6 +18,8 @@ from systolic.report import build_report
     ("trn1", MatmulSpec(1280, 256, 4096, "bf16")),
     ("trn2", MatmulSpec(896, 128, 2048, "bf16")),
     ("trn3", MatmulSpec(1152, 384, 1536, "fp8_e4m3")),
+    ("trn2", MatmulSpec(1280, 256, 1024, "fp32")),
+    ("trn2", MatmulSpec(1408, 512, 1024, "fp8_e4m3", PerfMode.DOUBLE_ROW)),
 ])
 def test_extrapolated_report_equals_the_full_schedule(monkeypatch, arch, spec):
     a = get_arch(arch)
