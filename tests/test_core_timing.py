@@ -347,3 +347,22 @@ def test_core_timeline_plot_shades_dense_rows(tmp_path):
     ct = time_program(accumulate_kernel(400), TRN2)  # 800 PE ops: more than 100 bins
     out = core_timeline_plot(ct, tmp_path / "t.svg", width=400, bins=100)
     assert out.stat().st_size > 1000
+
+
+def test_matmul_command_reports_the_whole_core(tmp_path, capsys):
+    import json
+
+    from systolic.cli import main
+
+    png = tmp_path / "core.png"
+    assert main(["matmul", "256", "384", "1024", "--json", "--core-timeline", str(png)]) == 0
+    d = json.loads(capsys.readouterr().out)
+    for key in ("cycles", "utilization", "breakdown", "latency_us", "tflops", "peak_tflops",
+                "hfu", "engines", "dma", "bound"):
+        assert key in d
+    assert set(d["engines"]) == {"tensor", "vector", "scalar", "gpsimd",
+                                 *(f"dma{q}" for q in range(16))}
+    assert all(set(v) == {"busy", "instructions"} for v in d["engines"].values())
+    assert d["bound"]["by"] in CAUSES
+    assert d["tflops"] <= d["pe_tflops"] * (1 + 1e-12)
+    assert png.read_bytes()[:4] == b"\x89PNG"

@@ -32,6 +32,7 @@ through the functional simulator and reports the error against float64.
 examples:
   systolic matmul 2048 2048 2048
   systolic matmul 2048 2048 2048 --arch inf2 --timeline timeline.png
+  systolic matmul 1024 384 2048 --core-timeline core.png   # every engine and DMA queue
   systolic matmul 1024 64 2048 --arch trn1       # K = 64: half the PE rows idle
   systolic matmul 128 4096 512 --dtype fp8_e4m3 --perf-mode double_row --arch trn2 --check
   systolic matmul 512 512 512 --dtype fp32 --json
@@ -61,6 +62,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed for --check (0)")
     p.add_argument("--program", action="store_true", help="print the program text")
     add_output_args(p)
+    p.add_argument("--core-timeline", metavar="FILE.png",
+                   help="plot the whole-core timeline: one row per engine and DMA queue")
     add_json(p)
     p.set_defaults(run=run)
 
@@ -102,7 +105,8 @@ def run(args: argparse.Namespace) -> int:
     checked = _check(args) if args.check else {}
     # a large regular product is timed from a slice of its M tiles (systolic.extrapolate);
     # the trace and timeline need every instruction, so they lower it whole
-    report, lowered = matmul_report(spec, arch, full=bool(args.trace or args.timeline))
+    report, lowered = matmul_report(spec, arch, full=bool(args.trace or args.timeline
+                                                          or args.core_timeline))
     out: dict[str, Any] = {
         "arch": arch.name, "dtype": spec.dtype, "perf_mode": spec.perf_mode.spelling,
         "m": spec.m, "k": spec.k, "n": spec.n, "instructions": dict(report.counts),
@@ -117,6 +121,10 @@ def run(args: argparse.Namespace) -> int:
         from ..plots import timeline_plot
 
         timeline_plot(report, lowered.program, args.timeline)
+    if args.core_timeline:
+        from ..core_plot import core_timeline_plot
+
+        core_timeline_plot(report.core, args.core_timeline)
     if args.json:
         print(json.dumps(out, indent=2))
         return 0
