@@ -107,6 +107,7 @@ class Tracker:
         self.index: dict[tuple[str, int], dict[int, _Record]] = {}
         self.windex: dict[tuple[str, int], dict[int, _Record]] = {}  # records with a writer
         self.pairs: dict[int, bool] = {}
+        self.covers: dict[int, bool] = {}
         self._pending: dict[int, list[_Record]] = {}  # deps()' write neighbours
 
     def intern(self, r: Region) -> int:
@@ -161,12 +162,14 @@ class Tracker:
 
     def _record(self, rid: int) -> _Record:
         bks = self.buckets[rid]
-        first = self.index.setdefault(bks[0], {})
-        rec = first.get(rid)
-        if rec is None:
-            rec = _Record(rid)
-            for bk in bks:
-                self.index.setdefault(bk, {})[rid] = rec
+        first = self.index.get(bks[0])
+        if first is not None:
+            rec = first.get(rid)
+            if rec is not None:
+                return rec
+        rec = _Record(rid)
+        for bk in bks:
+            self.index.setdefault(bk, {})[rid] = rec
         return rec
 
     def _drop(self, rec: _Record) -> None:
@@ -187,12 +190,12 @@ class Tracker:
         pending, self._pending = self._pending, {}
         for w in writes:
             writer, readers = op, dict[int, int]()
-            wreg = self.regions[w]
+            keep = None  # the record of w itself, reused in place
             # the records deps() found: nothing changed since but this op's own read records
             # above, which need no dropping (a later writer waits on this op as the writer)
             recs = pending.get(w) if len(writes) == 1 else None
             for rec in recs if recs is not None else self._near(w):
-                if rec.rid != w and not _contains(wreg, self.regions[rec.rid]):
+                if rec.rid != w and not self._covers(w, rec.rid):
                     continue
                 # keep whatever ends after op (a pipelined op on the same queue may)
                 if rec.writer >= 0 and ends[rec.writer] > ends[writer]:
@@ -201,8 +204,20 @@ class Tracker:
                     if ends[rd] > ends[op] and (qq not in readers
                                                 or ends[rd] > ends[readers[qq]]):
                         readers[qq] = rd
-                self._drop(rec)
-            rec = self._record(w)
+                if rec.rid == w:
+                    keep = rec
+                else:
+                    self._drop(rec)
+            rec = keep if keep is not None else self._record(w)
+            if rec.writer < 0:
+                for bk in self.buckets[w]:
+                    self.windex.setdefault(bk, {})[w] = rec
             rec.writer, rec.readers = writer, readers
-            for bk in self.buckets[w]:
-                self.windex.setdefault(bk, {})[w] = rec
+
+    def _covers(self, a: int, b: int) -> bool:
+        """Region a contains region b (cached per pair)."""
+        key = a << 32 | b
+        hit = self.covers.get(key)
+        if hit is None:
+            hit = self.covers[key] = _contains(self.regions[a], self.regions[b])
+        return hit
