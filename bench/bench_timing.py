@@ -3,6 +3,8 @@
     python bench/bench_timing.py             # ours on 2048^3 and 8192^3; SCALE-Sim on 512^3, 1024^3
     python bench/bench_timing.py --large     # also SCALE-Sim on 2048^3 (about 14 minutes)
     python bench/bench_timing.py --json out.json
+    python bench/bench_timing.py --core      # the whole-core timing path (sim/core.py)
+    python bench/bench_timing.py --core --large   # also the full schedule at 16384^3
 
 Every measurement runs in its own child process, so that wall time and peak memory
 (``ru_maxrss`` of that child, from :func:`os.wait4`) are measured the same way for both
@@ -151,13 +153,100 @@ def scalesim_formula(m: int, k: int, n: int, rows: int = 128, cols: int = 128) -
     return ceil(k / rows) * ceil(m / cols) * (2 * rows + cols + n - 2) - 1
 
 
+# The whole-core path: `systolic matmul N N N --json` (the regular-run path of
+# systolic.extrapolate) against lowering and scheduling every instruction (the reference
+# the regular path is tested against), each in its own child.
+CORE_CLI = r"""
+import json, sys, time, io, contextlib
+t0 = time.perf_counter()
+from systolic.cli import main
+buf = io.StringIO()
+with contextlib.redirect_stdout(buf):
+    main(["matmul", sys.argv[1], sys.argv[1], sys.argv[1], "--json"])
+d = json.loads(buf.getvalue())
+print(json.dumps({"run_s": time.perf_counter() - t0, "latency_us": d["latency_us"],
+                  "hfu": d["hfu"], "bound": d["bound"]["by"],
+                  "instructions": sum(d["instructions"].values())}))
+"""
+CORE_FULL = r"""
+import json, sys, time
+from systolic.arch import get_arch
+from systolic.compiler import MatmulSpec, lower
+from systolic.sim.core import time_program
+n = int(sys.argv[1]); arch = get_arch("trn2")
+t0 = time.perf_counter(); low = lower(MatmulSpec(n, n, n, "bf16"), arch, check=False)
+t1 = time.perf_counter(); ct = time_program(low.program, arch)
+t2 = time.perf_counter()
+print(json.dumps({"run_s": t2 - t0, "lower_s": t1 - t0, "core_s": t2 - t1,
+                  "latency_us": ct.latency_us, "instructions": len(low.program)}))
+"""
+# 100,000 engine instructions: DMA in, Vector copy, GpSimd add, Scalar activation, DMA out,
+# over 16 rotating SBUF slots (reuse: WAR/RAW dependencies on every slot).
+CORE_ENGINES = r"""
+import json, time
+from systolic.isa import (AccessPattern, Activation, AluOp, DmaCopy, Engine, Program,
+                          Space, TensorCopy, TensorTensor)
+from systolic.sim.core import time_program
+def sb(off, n): return AccessPattern(Space.SBUF, 0, 128, off, ((1, n),), "bf16")
+def hbm(off): return AccessPattern(Space.DRAM, 0, 128, off, ((1, 1024),), "bf16",
+                                   partition_step=2048)
+ins = []
+j = 0
+t0 = time.perf_counter()
+while len(ins) < 100_000:
+    s = (j % 16) * 4096
+    ins += [DmaCopy(hbm(j * 262144), sb(s, 1024), queue=j % 16),
+            TensorCopy(sb(s, 1024), sb(65536 + s, 1024)),
+            TensorTensor(sb(65536 + s, 1024), sb(s, 1024), sb(131072 + s, 1024), AluOp.ADD,
+                         Engine.GPSIMD),
+            Activation(sb(131072 + s, 1024), sb(s, 1024)),
+            DmaCopy(sb(s, 1024), hbm((1 << 34) + j * 262144), queue=(j + 3) % 16)]
+    j += 1
+prog = Program(ins)
+t1 = time.perf_counter(); ct = time_program(prog, "trn2"); t2 = time.perf_counter()
+print(json.dumps({"build_s": t1 - t0, "core_s": t2 - t1, "instructions": len(prog),
+                  "latency_us": ct.latency_us, "bound": ct.bound}))
+"""
+
+
+def core_bench(large: bool) -> dict[str, object]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    out: dict[str, object] = {}
+    for n in (2048, 8192, 16384):
+        cli = popen_rusage([sys.executable, "-c", CORE_CLI, str(n)], env)
+        line = (f"core {n:>5}^3: systolic matmul --json wall {cli['wall_s']:.2f} s, peak "
+                f"{cli['peak_mib']:.0f} MiB, {cli['instructions']:,} instructions, latency "
+                f"{cli['latency_us']:,.1f} us, hfu {100 * cli['hfu']:.1f}%, bound "
+                f"{cli['bound']}")
+        full = None
+        if n < 16384 or large:
+            full = popen_rusage([sys.executable, "-c", CORE_FULL, str(n)], env)
+            line += (f" | every instruction: wall {full['wall_s']:.2f} s (lower "
+                     f"{full['lower_s']:.2f} s, time_program {full['core_s']:.2f} s), peak "
+                     f"{full['peak_mib']:.0f} MiB, latency {full['latency_us']:,.1f} us")
+        print(line, flush=True)
+        out[str(n)] = {"cli": cli, "full": full}
+    eng = popen_rusage([sys.executable, "-c", CORE_ENGINES], env)
+    print(f"core engines: {eng['instructions']:,} instructions timed in {eng['core_s']:.2f} s "
+          f"({eng['instructions'] / eng['core_s']:,.0f} per s; built in {eng['build_s']:.2f} "
+          f"s), latency {eng['latency_us']:,.1f} us, bound {eng['bound']}", flush=True)
+    out["engines"] = eng
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--large", action="store_true", help="also SCALE-Sim on 2048^3")
     ap.add_argument("--ours", type=int, nargs="*", default=[512, 1024, 2048, 8192])
     ap.add_argument("--scalesim", type=int, nargs="*", default=[512, 1024])
     ap.add_argument("--json", type=Path, help="write the figures here too")
+    ap.add_argument("--core", action="store_true", help="the whole-core timing path only")
     args = ap.parse_args(argv)
+    if args.core:
+        res = core_bench(args.large)
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=1))
+        return 0
     peer = list(args.scalesim) + ([2048] if args.large and 2048 not in args.scalesim else [])
     results: dict[str, dict[int, dict[str, object]]] = {"ours": {}, "scalesim": {}}
     for n in args.ours:

@@ -157,8 +157,12 @@ def test_dict_json_text_and_repr():
     rep = report_of(MatmulSpec(256, 256, 1024, "bf16"))
     d = json.loads(json.dumps(rep.to_dict()))
     fields = report_fields(rep)
-    assert set(fields) == {"cycles", "seconds", "tflops", "peak_tflops", "utilization",
-                           "breakdown"}
+    assert set(fields) == {"cycles", "seconds", "pe_tflops", "peak_tflops", "utilization",
+                           "breakdown", "latency_us", "tflops", "hfu", "engines", "dma",
+                           "bound", "intensity"}
+    # the whole core is never faster than the Tensor Engine alone
+    assert fields["tflops"] <= fields["pe_tflops"] * (1 + 1e-12)
+    assert fields["latency_us"] * 1e-6 >= rep.seconds * (1 - 1e-12)
     assert fields["cycles"] == d["cycles"] == rep.cycles
     assert set(d["breakdown"]) == set(CAUSES)
     assert sum(v["cycles"] for v in d["breakdown"].values()) == pytest.approx(rep.cycles)

@@ -14,8 +14,9 @@ from systolic.compiler import MatmulSpec, lower
 from systolic.errors import SystolicError
 from systolic.isa import Program
 from systolic.report import build_report
+from systolic.sim.core import queue_names
 from systolic.sim.timing import schedule
-from systolic.trace import write_trace
+from systolic.trace import CORE_PID, write_trace
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def test_trace_has_the_profile_rows_and_one_event_per_instruction(case, tmp_path
     names = {e["tid"]: e["args"]["name"] for e in ev
              if e["ph"] == "M" and e["name"] == "thread_name"}
     assert {"LDWEIGHTS", "MATMUL", "PSUM read-out"} <= set(names.values())
-    rows = Counter(names[e["tid"]] for e in ev if e["ph"] == "X")
+    rows = Counter(names[e["tid"]] for e in ev if e["ph"] == "X" and e["pid"] == 1)
     counts = prog.counts()
     assert rows == {"LDWEIGHTS": counts["LoadStationary"], "MATMUL": counts["MatMul"],
                     "PSUM read-out": counts["ReadOut"]}
@@ -47,7 +48,7 @@ def test_events_carry_the_instruction_and_microseconds(case, tmp_path):
     prog, rep = case
     doc = load_trace(write_trace(rep.schedule, prog, tmp_path / "t.json"))
     us_per_cycle = 1e6 / TRN2.clock_hz
-    for e in (e for e in doc["traceEvents"] if e["ph"] == "X"):
+    for e in (e for e in doc["traceEvents"] if e["ph"] == "X" and e["pid"] == 1):
         i = e["args"]["index"]
         ins = prog[i]
         assert e["name"] == f"{type(ins).__name__} #{i}"
@@ -62,13 +63,31 @@ def test_events_carry_the_instruction_and_microseconds(case, tmp_path):
             assert e["args"]["format"] == "bf16"
 
 
+def test_whole_core_rows_one_per_engine_and_dma_queue(case, tmp_path):
+    prog, rep = case
+    doc = load_trace(write_trace(rep, prog, tmp_path / "t.json"))
+    ev = [e for e in doc["traceEvents"] if e.get("pid") == CORE_PID]
+    names = {e["tid"]: e["args"]["name"] for e in ev if e["name"] == "thread_name"}
+    assert set(names.values()) == set(queue_names(TRN2))
+    rows = Counter(names[e["tid"]] for e in ev if e["ph"] == "X")
+    counts = prog.counts()
+    # every PE instruction on the tensor row; every ReadOut's evacuation on vector; each
+    # 128-partition DMA (and each ReadOut's store) on all 16 queues
+    assert rows["tensor"] == counts["LoadStationary"] + counts["MatMul"]
+    assert rows["vector"] == counts["ReadOut"]
+    dma = sum(v for k, v in rows.items() if k.startswith("dma"))
+    assert dma >= counts["DmaLoad"] + counts["ReadOut"]
+    last = max(e["ts"] + e["dur"] for e in ev if e["ph"] == "X")
+    assert last <= doc["otherData"]["latency_us"] * (1 + 1e-9)
+
+
 def test_slices_of_one_row_never_overlap(case, tmp_path):
     prog, rep = case
     doc = load_trace(write_trace(rep, prog, tmp_path / "t.json"))
     by_row: dict[int, list[tuple[float, float]]] = {}
     for e in doc["traceEvents"]:
         if e["ph"] == "X":
-            by_row.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"]))
+            by_row.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
     for spans in by_row.values():
         spans.sort()
         assert all(b[0] >= a[1] - 1e-9 for a, b in pairwise(spans))

@@ -91,6 +91,53 @@ class Arch:
     rate_mx: float = 4.0
     mx_formats: tuple[str, ...] = ()
 
+    # -- the whole NeuronCore (sim/core.py; FACTS "The whole NeuronCore": the trn1/trn2/trn3
+    # architecture guides' engine tables, the NKI DMA bandwidth guide, the nki.isa pages'
+    # "estimated instruction cost" sections). Times are in ns, clocks in Hz (integers, so
+    # that sim/core.py can count time in exact ticks of their least common multiple).
+    # Engine clocks (arch guides, engine tables): v2 1.12 / 1.4 / 1.4 GHz.
+    vector_hz: int = 1_120_000_000
+    scalar_hz: int = 1_400_000_000
+    gpsimd_hz: int = 1_400_000_000
+    # Elements per partition per engine cycle, (2-byte formats, other formats): the data-path
+    # width over 128 partitions (FACTS table: v2 128 in/out on all three engines).
+    vector_elems_per_cycle: tuple[int, int] = (1, 1)
+    scalar_elems_per_cycle: tuple[int, int] = (1, 1)
+    gpsimd_elems_per_cycle: tuple[int, int] = (1, 1)
+    # A one-input engine instruction (tensor_copy, activation) costs max(MIN_II, N) cycles
+    # for N elements per partition; tensor_tensor (two inputs) about 2N (NKI "estimated
+    # instruction cost", v2 guide; FACTS). MIN_II = 64.
+    engine_min_ii: int = 64
+    # Static overhead of an engine instruction that reads the previous instruction's output
+    # on the same engine, cycles (NKI "estimated instruction cost": about 100; FACTS).
+    engine_dep_overhead: int = 100
+    # Cross-engine semaphore wait: an instruction that waits for another engine's result
+    # starts this long after that result (unsure: the docs name the semaphores but give no
+    # latency; taken as 64 ns).
+    sync_ns: float = 64.0
+    # DMA: 16 queues (engines) per NeuronCore at 17 B/ns each on v2 (FACTS; the v2 guide
+    # also says 27 GiB/s per engine: unsure), 23 on v3, 33 on v4.
+    dma_queues: int = 16
+    dma_queue_bytes_per_ns: float = 17.0
+    # One dma_copy is split over the queues by partitions: the v2 guide shows a 128-partition
+    # load as 16 transfers of 8 partitions, so fewer partitions use fewer queues (FACTS).
+    dma_partitions_per_queue: int = 8
+    # Fixed cost of one DMA: descriptor setup, synchronisation and semaphore-to-start, about
+    # 1300 ns (DMA bandwidth guide; FACTS). Modelled as latency from ready to first byte; the
+    # queue keeps moving other transfers meanwhile (else >= 4 KiB could not saturate).
+    dma_fixed_ns: float = 1300.0
+    # Per-descriptor cost, in bytes of queue time: every contiguous run costs its bytes plus
+    # this. Unsure: chosen from the guide's thresholds, not fitted to a latency (a 256 B run
+    # is then half efficient, "severely overhead-bound"; 2 KiB 89%, "approaches peak";
+    # 4 KiB 94%, "saturates").
+    dma_descriptor_bytes: int = 256
+    # A transposing DMA (DRAM partitions contiguous) runs at this fraction of copy
+    # throughput (Trainium2 guide: DMA transpose HBM->SBUF up to 90%; unsure on v2 and v4).
+    dma_transpose_efficiency: float = 0.9
+    # The engine that evacuates PSUM for a ReadOut before its DMA store (unsure: NKI kernels
+    # use tensor_copy on Vector, the default engine of nisa.tensor_copy).
+    readout_engine: str = "vector"
+
     psum_bytes: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -100,6 +147,14 @@ class Arch:
     @property
     def pes(self) -> int:
         return self.rows * self.cols
+
+    @property
+    def tick_hz(self) -> int:
+        """The whole-core timing's time unit: the least common multiple of the engine
+        clocks, so every engine cycle is a whole number of ticks (sim/core.py)."""
+        from math import lcm
+
+        return lcm(int(self.clock_hz), self.vector_hz, self.scalar_hz, self.gpsimd_hz)
 
     def supports_format(self, fmt: str) -> bool:
         return fmt in self.formats or fmt in self.mx_formats
@@ -149,13 +204,23 @@ _PRESETS: dict[str, Arch] = {
     # Trainium2: NeuronCore-v3, 2.4 GHz, 224 KiB SBUF per partition, fp8 DoubleRow (FACTS).
     "trn2": Arch(name="trn2", generation=3, arch_level=30, sbuf_bytes=224 * 1024,
                  clock_hz=2.4e9, perf_modes=_GEN3_PERF, readout_elems_per_cycle=0.4,
-                 hbm_bytes_per_s=2.9e12 / 8),
+                 hbm_bytes_per_s=2.9e12 / 8,
+                 # trn2 engine table: 0.96 / 1.2 / 1.2 GHz; Vector 512 bf16/fp16 (4 per
+                 # partition), 256 other; Scalar 128; GpSimd not given (unsure: 128). DMA
+                 # 23 B/ns per queue (FACTS).
+                 vector_hz=960_000_000, scalar_hz=1_200_000_000, gpsimd_hz=1_200_000_000,
+                 vector_elems_per_cycle=(4, 2), dma_queue_bytes_per_ns=23.0),
     # Trainium3: NeuronCore-v4, 2.4 GHz, 256 KiB SBUF per partition, adds fp8_e4m3fn and
     # the MX path (FACTS; seed 000 "MX ... gen4 only").
     "trn3": Arch(name="trn3", generation=4, arch_level=40, sbuf_bytes=256 * 1024,
                  clock_hz=2.4e9, perf_modes=_GEN3_PERF, readout_elems_per_cycle=0.4,
                  hbm_bytes_per_s=4.9e12 / 8, formats=(*_DENSE_COMMON, "fp8_e4m3fn"),
-                 mx_formats=("mxfp8_e4m3", "mxfp8_e5m2", "mxfp4")),
+                 mx_formats=("mxfp8_e4m3", "mxfp8_e5m2", "mxfp4"),
+                 # trn3 engine table: 1.2 / 1.2 / 1.2 GHz; Vector 512 bf16/fp16/fp8, 256
+                 # other; Scalar 256 / 128; GpSimd 128. DMA 33 B/ns per queue (FACTS).
+                 vector_hz=1_200_000_000, scalar_hz=1_200_000_000, gpsimd_hz=1_200_000_000,
+                 vector_elems_per_cycle=(4, 2), scalar_elems_per_cycle=(2, 1),
+                 dma_queue_bytes_per_ns=33.0),
 }
 
 ARCHS: Mapping[str, Arch] = MappingProxyType(_PRESETS)

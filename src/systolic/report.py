@@ -36,19 +36,23 @@ import html
 import io
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .arch import Arch, get_arch
 from .isa import MatMul, MatmultMx, Program
+from .sim.core import CAUSES as CORE_CAUSES
+from .sim.core import CoreTiming, time_program
 from .sim.timing import Cause, Kind, Schedule, schedule
 
 if TYPE_CHECKING:
     from .api import MatmulResult
     from .compiler import MatmulSpec
 
-__all__ = ["CAUSES", "Report", "build_report", "report_fields", "result_html"]
+__all__ = ["CAUSES", "FIELDS", "Report", "build_report", "report_fields", "result_html",
+           "roofline_point"]
 
 # Breakdown keys, in display order, with their labels.
 CAUSES: dict[str, str] = {
@@ -108,6 +112,27 @@ class Report:
     counts: dict[str, int]
     units: dict[str, int] = field(repr=False)
     schedule: Schedule = field(repr=False)
+    program: Program | None = field(default=None, repr=False)
+    core_timing: CoreTiming | None = field(default=None, repr=False)
+    # 0: timed from the whole Program; J: extrapolated from a slice of J M tiles
+    # (systolic.extrapolate), whose schedule is ``schedule``.
+    slice_tiles: int = 0
+
+    @cached_property
+    def core(self) -> CoreTiming:
+        """The whole-NeuronCore timing (:func:`systolic.sim.core.time_program`): DMA, PSUM
+        evacuation, dependencies; computed on first use."""
+        if self.core_timing is not None:
+            return self.core_timing
+        if self.program is None:
+            raise ValueError("this Report was built without its Program")
+        return time_program(self.program, self.arch, fmt=self.fmt, perf_mode=self.perf_mode)
+
+    @property
+    def intensity(self) -> float:
+        """Measured arithmetic intensity: useful FLOPs per HBM byte the DMAs moved."""
+        hbm = self.core.hbm_bytes
+        return 2 * self.useful_macs / hbm if hbm else float("inf")
 
     @property
     def seconds(self) -> float:
@@ -142,17 +167,22 @@ class Report:
         return {k: 100.0 * v / total if total else 0.0 for k, v in self.units.items()}
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready summary: cycles, seconds, tflops, peak_tflops, utilization, breakdown."""
+        """JSON-ready summary. The Tensor Engine's own view (seed 003): cycles, seconds,
+        pe_tflops, utilization, breakdown. The whole core beside it: latency_us, tflops
+        (achieved: useful FLOPs over the whole-core latency), peak_tflops, hfu, engines, dma,
+        bound, intensity."""
         pct = self.percent()
+        core = self.core.to_dict()
         return {
             "arch": self.arch.name, "format": self.fmt, "perf_mode": self.perf_mode,
             "instructions": dict(self.counts),
             "cycles": self.cycles, "seconds": self.seconds,
-            "tflops": self.tflops, "peak_tflops": self.peak_tflops,
+            "pe_tflops": self.tflops, "peak_tflops": self.peak_tflops,
             "utilization": self.utilization, "useful_macs": self.useful_macs,
             "readout_tail_cycles": self.readout_tail,
             "breakdown": {k: {"cycles": c, "percent": pct[k]}
                           for k, c in self.breakdown.items()},
+            **core, "intensity": self.intensity,
         }
 
     def __repr__(self) -> str:
@@ -196,7 +226,28 @@ class Report:
             table.add_row(CAUSES[k], f"{c:,.1f}", f"{pct[k]:.2f}")
         table.add_section()
         table.add_row("total", f"{self.cycles:,}", "100.00")
-        return Group(head, table)
+        core = self.core
+        whole = Table(box=box.SIMPLE_HEAD, title_justify="left",
+                      title=f"whole NeuronCore: {core.latency_us:,.2f} us, "
+                            f"{core.tflops:.2f} TFLOP/s (hfu {100 * core.hfu:.2f} %), "
+                            f"bound by {CORE_CAUSES[core.bound]}")
+        whole.add_column("critical path")
+        whole.add_column("us", justify="right")
+        whole.add_column("%", justify="right")
+        lat = core.latency or 1
+        for cause, ticks in core.bound_ticks.items():
+            whole.add_row(CORE_CAUSES[cause], f"{ticks * 1e6 / core.tick_hz:,.3f}",
+                          f"{100 * ticks / lat:.2f}")
+        busy = ", ".join(f"{k} {100 * b:.0f}%" for k, b in core.busy().items()
+                         if not k.startswith("dma"))
+        dma_busy = max((b for k, b in core.busy().items() if k.startswith("dma")),
+                       default=0.0)
+        gbps = core.hbm_bytes / core.seconds / 1e9 if core.latency else 0.0
+        tail = Table.grid(padding=(0, 2))
+        tail.add_row("engines busy", f"{busy}, busiest DMA queue {100 * dma_busy:.0f}%")
+        tail.add_row("HBM", f"{core.hbm_bytes:,} bytes at {gbps:,.1f} GB/s of "
+                            f"{self.arch.hbm_bytes_per_s / 1e9:,.1f}")
+        return Group(head, table, whole, tail)
 
     def to_text(self, width: int = 80) -> str:
         """The report as a plain text table (rich, without colour)."""
@@ -251,15 +302,30 @@ def build_report(program: Program, arch: Arch | str,
     useful2 = int(np.sum(2 * cc.n // cc.passes * cc.cols * cc.rows * cc.fold))
     return Report(arch=arch, fmt=fmt, perf_mode=mode, pack=pack, cycles=sch.cycles,
                   useful_macs=useful2 // 2, readout_tail=sch.readout_tail,
-                  counts=program.counts(), units=units, schedule=sch)
+                  counts=program.counts(), units=units, schedule=sch, program=program)
+
+
+# The keys ``systolic matmul --json`` merges: the Tensor Engine's view (seed 003), then the
+# whole core's (sim/core.py).
+FIELDS = ("cycles", "seconds", "pe_tflops", "utilization", "breakdown", "latency_us", "tflops",
+          "peak_tflops", "hfu", "engines", "dma", "bound", "intensity")
+
+
+def roofline_point(report: Report) -> dict[str, float]:
+    """Where a product sits on the roofline, measured: ``intensity`` = useful FLOPs per HBM
+    byte the DMAs moved, ``tflops`` = the whole-core achieved rate, and the two roofs over
+    it (``hbm_bound_tflops`` = intensity x HBM bandwidth, ``peak_tflops``). The point never
+    lies above either roof: the HBM server never beats its rate, the PE never its peak."""
+    x = report.intensity
+    return {"intensity": x, "tflops": report.core.tflops, "pe_tflops": report.tflops,
+            "peak_tflops": report.peak_tflops,
+            "hbm_bound_tflops": x * report.arch.hbm_bytes_per_s / 1e12}
 
 
 def report_fields(report: Report) -> dict[str, Any]:
-    """The keys ``systolic matmul --json`` merges: cycles, seconds, tflops, peak_tflops,
-    utilization, breakdown."""
+    """The keys ``systolic matmul --json`` merges (:data:`FIELDS`)."""
     d = report.to_dict()
-    return {k: d[k] for k in ("cycles", "seconds", "tflops", "peak_tflops", "utilization",
-                              "breakdown")}
+    return {k: d[k] for k in FIELDS}
 
 
 def timeline_svg(sch: Schedule, width: int = 720, bins: int = 360) -> str:

@@ -11,6 +11,12 @@ MATMUL on the "TensorMatrix" row), plus one row for the PSUM read-out engine:
   args keep the full ``end_cycle`` (last MAC + 1) and what bound the start (``stall``);
 * PSUM read-out: each ReadOut from its start to its end.
 
+Beside them (process 2, "NeuronCore"), the whole-core timing (:mod:`systolic.sim.core`)
+has one row per engine and per DMA queue, like a Neuron Explorer profile: Tensor, Vector,
+Scalar, GpSimd, dma0 ... dma15. Each op is a slice from its start (a DMA's first byte) to
+its end, clipped at the next op's start on the same row (the PE pipelines its MatMuls); a
+DMA that spans several queues has a slice on each.
+
 Each event is named by its opcode and instruction index and carries the instruction's text
 form, flags, tile group, shape, format and perf mode as args. Timestamps are microseconds
 at the Arch clock. The file is written by :mod:`systolic.artifacts` (atomically, only over
@@ -31,8 +37,9 @@ from .sim.timing import Cause, Kind, Schedule
 
 if TYPE_CHECKING:
     from .report import Report
+    from .sim.core import CoreTiming
 
-__all__ = ["ROWS", "trace_events", "write_trace"]
+__all__ = ["CORE_PID", "ROWS", "core_events", "trace_events", "write_trace"]
 
 # (thread id, row name) per instruction kind, in the order the viewer lists them.
 ROWS: dict[Kind, tuple[int, str]] = {
@@ -41,6 +48,8 @@ ROWS: dict[Kind, tuple[int, str]] = {
     Kind.READOUT: (3, "PSUM read-out"),
 }
 _PID = 1
+CORE_PID = 2
+_CORE_TID0 = 100  # whole-core rows: tid 100 + queue id
 
 
 def _args(ins: object) -> dict[str, Any]:
@@ -110,6 +119,49 @@ def trace_events(sch: Schedule, program: Program) -> list[dict[str, Any]]:
     return events
 
 
+def core_events(core: CoreTiming, program: Program) -> list[dict[str, Any]]:
+    """The whole-core rows: one per engine and DMA queue (module docstring)."""
+    import numpy as np
+
+    from .sim.core import queue_names
+
+    names = queue_names(core.arch)
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "pid": CORE_PID, "name": "process_name",
+         "args": {"name": f"NeuronCore ({core.arch.name}, whole-core timing)"}}]
+    for q, name in enumerate(names):
+        tid = _CORE_TID0 + q
+        events.append({"ph": "M", "pid": CORE_PID, "tid": tid, "name": "thread_name",
+                       "args": {"name": name}})
+        events.append({"ph": "M", "pid": CORE_PID, "tid": tid, "name": "thread_sort_index",
+                       "args": {"sort_index": tid}})
+    us = 1e6 / core.tick_hz
+    nq, ndma = len(names), core.arch.dma_queues
+    rows: list[list[int]] = [[] for _ in range(nq)]
+    first_dma = len(names) - ndma
+    for op, (q, k) in enumerate(zip(core.op_queue.tolist(), core.op_queues.tolist(),
+                                    strict=True)):
+        if q < first_dma:
+            rows[q].append(op)
+        else:
+            for j in range(k):
+                rows[first_dma + (q - first_dma + j) % ndma].append(op)
+    starts, ends, instr = core.starts, core.ends, core.op_instr
+    for q, ops in enumerate(rows):
+        if not ops:
+            continue
+        idx = np.array(ops)
+        s, e = starts[idx], ends[idx]
+        shown = np.minimum(e, np.append(s[1:], np.iinfo(np.int64).max))
+        for op, a, b, c in zip(ops, s.tolist(), shown.tolist(), e.tolist(), strict=True):
+            i = int(instr[op])
+            events.append({"ph": "X", "pid": CORE_PID, "tid": _CORE_TID0 + q, "ts": a * us,
+                           "dur": max(b - a, 0) * us, "cat": names[q],
+                           "name": f"{type(program[i]).__name__} #{i}",
+                           "args": {"index": i, "start_us": a * us, "end_us": c * us}})
+    return events
+
+
 def write_trace(schedule_or_report: Schedule | Report, program: Program,
                 path: str | os.PathLike[str]) -> Path:
     """Write the Chrome trace-event JSON of ``program``'s schedule to ``path`` atomically.
@@ -118,12 +170,18 @@ def write_trace(schedule_or_report: Schedule | Report, program: Program,
     (its schedule). Returns the path written."""
     sch = schedule_or_report if isinstance(schedule_or_report, Schedule) \
         else schedule_or_report.schedule
+    events = trace_events(sch, program)
+    extra: dict[str, Any] = {}
+    if not isinstance(schedule_or_report, Schedule) and len(program) == len(sch):
+        core = schedule_or_report.core
+        events += core_events(core, program)
+        extra = {"latency_us": core.latency_us, "bound": core.bound}
     doc = {
-        "traceEvents": trace_events(sch, program),
+        "traceEvents": events,
         "displayTimeUnit": "ns",
         "otherData": {"arch": sch.arch.name, "clock_hz": sch.arch.clock_hz,
                       "cycles": sch.cycles, "readout_tail_cycles": sch.readout_tail,
-                      "time_unit": "us"},
+                      "time_unit": "us", **extra},
     }
     from .artifacts import open_artifact  # one policy for every output file
 

@@ -35,6 +35,7 @@ text (under "program" with --json).
 examples:
   systolic matmul 2048 2048 2048
   systolic matmul 2048 2048 2048 --arch inf2 --timeline timeline.png
+  systolic matmul 1024 384 2048 --core-timeline core.png   # every engine and DMA queue
   systolic matmul 1024 64 2048 --arch trn1       # K = 64: half the PE rows idle
   systolic matmul 128 4096 512 --dtype fp8_e4m3 --perf-mode double_row --arch trn2 --check
   systolic matmul 512 512 512 --dtype fp32 --json
@@ -66,6 +67,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=seed, default=0, help="random seed for --check (0)")
     p.add_argument("--program", action="store_true", help="print the program text")
     add_output_args(p)
+    p.add_argument("--core-timeline", metavar="FILE.png",
+                   help="plot the whole-core timeline: one row per engine and DMA queue")
     add_json(p)
     p.set_defaults(run=run)
 
@@ -98,9 +101,8 @@ def _check(args: argparse.Namespace) -> dict[str, float]:
 def run(args: argparse.Namespace) -> int:
     arch = get_arch(args.arch)
     spec = make_spec(args.m, args.k, args.n, args.dtype, arch, args.perf_mode)
-    lowered = lower(spec, arch)
-    program = lowered.program
     if args.program:
+        program = lower(spec, arch).program
         text = program.text()
         if args.json:
             print(json.dumps({"arch": arch.name, "dtype": spec.dtype, "m": spec.m, "k": spec.k,
@@ -109,28 +111,36 @@ def run(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(text)
         return 0
+    from ..extrapolate import matmul_report
+    from ..report import report_fields
+
+    checked = _check(args) if args.check else {}
+    # a large regular product is timed from a slice of its M tiles (systolic.extrapolate);
+    # the trace and timeline need every instruction, so they lower it whole
+    report, lowered = matmul_report(spec, arch, full=bool(args.trace or args.timeline
+                                                          or args.core_timeline))
     out: dict[str, Any] = {
         "arch": arch.name, "dtype": spec.dtype, "perf_mode": spec.perf_mode.spelling,
-        "m": spec.m, "k": spec.k, "n": spec.n, "instructions": program.counts(),
+        "m": spec.m, "k": spec.k, "n": spec.n, "instructions": dict(report.counts),
     }
-    from ..report import build_report, report_fields
-
-    report = build_report(program, arch, spec)
     out.update(report_fields(report))
-    if args.check:
-        out.update(_check(args))
-    if args.trace is not None:
+    out.update(checked)
+    if args.trace is not None and lowered is not None:
         from ..trace import write_trace
 
-        write_trace(report, program, args.trace)
-    if args.timeline is not None:
+        write_trace(report, lowered.program, args.trace)
+    if args.timeline is not None and lowered is not None:
         from ..plots import timeline_plot
 
         mode = "" if spec.perf_mode.spelling == "none" else f" {spec.perf_mode.spelling}"
-        timeline_plot(report, program, args.timeline, width=args.width,
+        timeline_plot(report, lowered.program, args.timeline, width=args.width,
                       height=args.height or 520,
                       title=f"matmul {spec.m}x{spec.k}x{spec.n} {spec.dtype}{mode} on "
                             f"{arch.name}")
+    if args.core_timeline:
+        from ..core_plot import core_timeline_plot
+
+        core_timeline_plot(report.core, args.core_timeline)
     if args.json:
         print(json.dumps(out, indent=2))
     else:
@@ -139,6 +149,8 @@ def run(args: argparse.Namespace) -> int:
         wrote(args.trace, "Perfetto trace", json_mode=args.json)
     if args.timeline is not None:
         wrote(args.timeline, "timeline", json_mode=args.json)
+    if args.core_timeline:
+        wrote(args.core_timeline, "whole-core timeline", json_mode=args.json)
     return 0
 
 

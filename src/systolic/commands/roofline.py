@@ -25,8 +25,15 @@ from ..arch import ARCHS, Arch, get_arch
 from ..compiler import lower
 from ..errors import SystolicError
 from ..isa import Program, ReadOut
-from ..report import build_report
-from .common import add_json, add_plot_size, plot_path, print_rich, progress_bar, wrote
+from ..report import build_report, roofline_point
+from .common import (
+    add_json,
+    add_plot_size,
+    plot_path,
+    print_rich,
+    progress_bar,
+    wrote,
+)
 
 HELP = "peaks per format, the HBM slope, lower ceilings, a workload's ops as points"
 DESCRIPTION = """\
@@ -112,14 +119,14 @@ def roofline_data(arch: Arch | str, results: list[Any] | None = None) -> dict[st
     arch = get_arch(arch)
     points = []
     for r in results or []:
-        s, bw = r.op.spec, arch.hbm_bytes_per_s
+        s = r.op.spec
         x = intensity(s)
+        # measured by the whole-core timing (report.roofline_point): FLOPs per HBM byte the
+        # DMAs moved, and the achieved rate, so no point lies above a roof
         points.append({
             "name": r.op.name, "m": s.m, "k": s.k, "n": s.n, "dtype": s.dtype,
-            "perf_mode": s.perf_mode.spelling, "intensity": x, "tflops": r.report.tflops,
-            "peak_tflops": r.report.peak_tflops, "utilization": r.report.utilization,
-            # the timing model keeps operands on chip; above this the op would be HBM-bound
-            "hbm_bound_tflops": x * bw / 1e12,
+            "perf_mode": s.perf_mode.spelling, "ideal_intensity": x,
+            "utilization": r.report.utilization, **roofline_point(r.report),
         })
     return {
         "arch": arch.name, "rows": arch.rows, "cols": arch.cols, "clock_hz": arch.clock_hz,

@@ -1,0 +1,181 @@
+"""Time a large product from a slice of its M tiles: the regular-run path of the timing.
+
+A product lowers to the same block of instructions for every full M tile (the compiler's
+outer loop, compiler/schedule.py), and the schedule of a program's prefix depends only on
+that prefix. So a product of ``mt`` M tiles is timed from a slice of ``J`` of them (``J - 1``
+full tiles and the real last, possibly ragged, tile):
+
+* one schedule of the slice gives every quantity Q (latency, each cause of the critical
+  path, each queue's busy time, bytes, MACs, the Tensor Engine's cycles and loss units)
+  for the prefixes of 1, 2, ..., J - 1 full blocks and for the whole slice;
+* the increments Q(j + 1) - Q(j) of the last two full blocks must be equal, and every
+  queue that works in them must end its block later by the latency's increment (no backlog
+  grows): the schedule is in a steady state, checked exactly, in integers; then
+  ``Q(product) = Q(slice) + (mt - J) x increment``.
+
+J is 3 when the last tile is full, else 4. If the check fails, the slice grows by two
+tiles (up to ``MAX_SLICE``), and past that the
+whole product is lowered and timed. ``tests/test_extrapolate.py`` checks the result against
+the full schedule on products both can run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+
+from .arch import Arch
+from .compiler import MAX_MATMULS, Lowered, MatmulSpec, lower
+from .compiler.tiling import tile
+from .isa import Program, ReadOut
+from .report import Report, _breakdown_units, build_report
+from .sim.core import CoreTiming, time_prefixes
+from .sim.timing import ComputeCosts, Kind, Schedule
+
+__all__ = ["FULL_LIMIT", "MAX_SLICE", "matmul_report"]
+
+# Products of at most this many instructions (estimated) are lowered and timed whole.
+FULL_LIMIT = 60_000
+MAX_SLICE = 8
+
+
+def _estimate(spec: MatmulSpec, arch: Arch) -> tuple[int, int]:
+    plan = tile(spec, arch)
+    per = len(plan.k_tiles) * len(plan.n_tiles) * (4 if spec.dtype == "fp32" else 3)
+    return len(plan.m_tiles), per
+
+
+def matmul_report(spec: MatmulSpec, arch: Arch, *, full: bool = False
+                  ) -> tuple[Report, Lowered | None]:
+    """The timing Report of ``spec`` (both views), and the Lowered product when it was
+    lowered whole (``full`` forces that: the trace and timeline need every instruction)."""
+    mt, per = _estimate(spec, arch)
+    plan = tile(spec, arch)
+    if mt * len(plan.k_tiles) * len(plan.n_tiles) > MAX_MATMULS:
+        lower(spec, arch)  # raises the compiler's own one-line ShapeError
+    if full or mt * per <= FULL_LIMIT or mt <= 4 or spec.dtype.startswith("mx"):
+        low = lower(spec, arch)
+        return build_report(low.program, arch, spec), low
+    # three full blocks give two increments to compare; a full last tile is the third
+    full_last = tile(spec, arch).m_tiles[-1].size == arch.cols
+    j = 3 if full_last else 4
+    while j <= min(MAX_SLICE, mt - 1):
+        rep = _from_slice(spec, arch, mt, j)
+        if rep is not None:
+            return rep, None
+        j += 2
+    low = lower(spec, arch)
+    return build_report(low.program, arch, spec), low
+
+
+def _blocks(program: Program, spec: MatmulSpec, arch: Arch, out_offset: int,
+            acc_isz: int) -> list[int]:
+    """Instruction index just after the last ReadOut of each M tile."""
+    cuts: list[int] = []
+    for i, ins in enumerate(program.instructions):
+        if type(ins) is ReadOut:
+            row = (ins.dst.offset - out_offset) // (spec.n * acc_isz)
+            t = row // arch.cols
+            if len(cuts) <= t:
+                cuts.append(i + 1)
+            else:
+                cuts[t] = i + 1
+    return cuts
+
+
+def _pe_prefix(sch: Schedule, cut: int, pack: int) -> dict[str, int]:
+    kinds = sch.kinds[:cut]
+    cc = sch.compute
+    nc = int(np.searchsorted(cc.index, cut))
+    sub = ComputeCosts(**{f.name: getattr(cc, f.name)[:nc]
+                          for f in dataclasses.fields(ComputeCosts)})
+    comp_end = int(sch.ends[cc.index[:nc]].max()) if nc else 0
+    ro = np.flatnonzero(kinds == Kind.READOUT)
+    ro_end = int(sch.ends[ro].max()) if len(ro) else 0
+    trunc = Schedule(arch=sch.arch, kinds=kinds, starts=sch.starts[:cut], ends=sch.ends[:cut],
+                     cause=sch.cause[:cut], cycles=comp_end,
+                     readout_tail=max(0, ro_end - comp_end), compute=sub)
+    units = _breakdown_units(trunc, pack)
+    macs2 = int(np.sum(2 * sub.n // sub.passes * sub.cols * sub.rows * sub.fold))
+    return {"cycles": comp_end, "readout_tail": trunc.readout_tail, "macs2": macs2,
+            "pe_readout_end": max(ro_end, comp_end),
+            **{"u_" + k: v for k, v in units.items()}}
+
+
+def _core_numbers(ct: CoreTiming) -> dict[str, int]:
+    names = list(ct.busy_ticks)
+    ends = {f"end_{names[q]}": int(ct.ends[ct.op_queue == q].max())
+            for q in np.unique(ct.op_queue).tolist()}
+    return {**ends, "latency": ct.latency, "dma_bytes": ct.dma_bytes, "hbm_bytes": ct.hbm_bytes,
+            "useful_macs": ct.useful_macs,
+            **{"b_" + k: v for k, v in ct.bound_ticks.items()},
+            **{"busy_" + k: v for k, v in ct.busy_ticks.items()},
+            **{"n_" + k: v for k, v in ct.instructions.items()}}
+
+
+def _steady(values: list[dict[str, int]]) -> dict[str, int] | None:
+    """The common increment of every quantity over consecutive prefixes, or None. Steady
+    also means no backlog grows: the last end of every queue that works in each block
+    (``end_*``) moves on by the same time per block, the latency's increment."""
+    if any(set(v) != set(values[0]) for v in values):
+        return None
+    incs = [{k: b[k] - a[k] for k in a} for a, b in pairwise(values)]
+    if not incs or any(inc != incs[-1] for inc in incs[:-1]):
+        return None
+    inc = incs[-1]
+    if any(inc[k] not in (0, inc["latency"]) for k in inc if k.startswith("end_")) or \
+            inc["pe_readout_end"] != inc["cycles"]:
+        return None
+    return inc
+
+
+def _from_slice(spec: MatmulSpec, arch: Arch, mt: int, j: int) -> Report | None:
+    plan = tile(spec, arch)
+    m_slice = (j - 1) * arch.cols + plan.m_tiles[-1].size
+    sspec = dataclasses.replace(spec, m=m_slice)
+    low = lower(sspec, arch, check=False)  # the compiler's own code: verified on full runs
+    prog = low.program
+    cuts = _blocks(prog, sspec, arch, low.layout.out_offset, plan.acc_itemsize)
+    if len(cuts) != j:
+        return None
+    sl = build_report(prog, arch, spec)
+    pack = sl.pack
+    full_last = plan.m_tiles[-1].size == arch.cols
+    full_cuts = tuple(cuts if full_last else cuts[:j - 1])  # prefixes of the full blocks
+    cts = time_prefixes(prog, arch, (*full_cuts, len(prog)), fmt=sl.fmt,
+                        perf_mode=sl.perf_mode)
+    sch = sl.schedule
+    counts = [_counts(prog, c) for c in full_cuts]
+    pre = [{**_core_numbers(ct), **_pe_prefix(sch, c, pack), **n}
+           for ct, c, n in zip(cts, full_cuts, counts, strict=False)]
+    inc = _steady(pre[-3:])  # the last two full blocks: increments must agree
+    if inc is None:
+        return None
+    whole = {**_core_numbers(cts[-1]), **_pe_prefix(sch, len(prog), pack),
+             **_counts(prog, len(prog))}
+    if set(whole) != set(inc):
+        return None
+    extra = mt - j
+    q = {k: v + extra * inc[k] for k, v in whole.items()}
+    core = dataclasses.replace(
+        cts[-1], latency=q["latency"], dma_bytes=q["dma_bytes"], hbm_bytes=q["hbm_bytes"],
+        useful_macs=q["useful_macs"],
+        bound_ticks={k: q["b_" + k] for k in cts[-1].bound_ticks},
+        busy_ticks={k: q["busy_" + k] for k in cts[-1].busy_ticks},
+        instructions={k: q["n_" + k] for k in cts[-1].instructions})
+    return dataclasses.replace(
+        sl, cycles=q["cycles"], readout_tail=q["readout_tail"], useful_macs=q["macs2"] // 2,
+        counts={k[2:]: q[k] for k in q if k.startswith("c_")},
+        units={k[2:]: q[k] for k in q if k.startswith("u_")}, core_timing=core,
+        program=None, slice_tiles=j)
+
+
+def _counts(program: Program, cut: int) -> dict[str, Any]:
+    out: dict[str, int] = {}
+    for ins in program.instructions[:cut]:
+        name = type(ins).__name__
+        out[name] = out.get(name, 0) + 1
+    return {"c_" + k: v for k, v in out.items()}

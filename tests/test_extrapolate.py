@@ -1,0 +1,47 @@
+"""The regular-run path (systolic.extrapolate) against the full whole-core and Tensor
+Engine schedules, on products both can run: every figure must agree exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+import systolic.extrapolate as ex
+from systolic.arch import get_arch
+from systolic.compiler import MatmulSpec, lower
+from systolic.isa import PerfMode
+from systolic.report import build_report
+
+
+@pytest.mark.parametrize("arch, spec", [
+    ("trn2", MatmulSpec(1024, 512, 1024, "bf16")),
+    ("trn2", MatmulSpec(1000, 300, 2100, "bf16")),
+    ("trn1", MatmulSpec(1280, 256, 4096, "bf16")),
+    ("trn2", MatmulSpec(896, 128, 2048, "bf16")),
+    ("trn3", MatmulSpec(1152, 384, 1536, "fp8_e4m3")),
+    ("trn2", MatmulSpec(1280, 256, 1024, "fp32")),
+    ("trn2", MatmulSpec(1408, 512, 1024, "fp8_e4m3", PerfMode.DOUBLE_ROW)),
+])
+def test_extrapolated_report_equals_the_full_schedule(monkeypatch, arch, spec):
+    a = get_arch(arch)
+    monkeypatch.setattr(ex, "FULL_LIMIT", 0)
+    rep, low = ex.matmul_report(spec, a)
+    full = build_report(lower(spec, a).program, a, spec)
+    # either extrapolated from a steady slice, or (no steady state) timed whole
+    assert (rep.slice_tiles > 0) == (low is None)
+    assert (rep.cycles, rep.readout_tail, rep.useful_macs) == \
+        (full.cycles, full.readout_tail, full.useful_macs)
+    assert rep.units == full.units and rep.counts == full.counts
+    c, f = rep.core, full.core
+    assert c.latency == f.latency
+    assert c.bound_ticks == f.bound_ticks
+    assert c.busy_ticks == f.busy_ticks
+    assert c.instructions == f.instructions
+    assert (c.dma_bytes, c.hbm_bytes, c.useful_macs) == (f.dma_bytes, f.hbm_bytes,
+                                                         f.useful_macs)
+    assert rep.to_dict()["tflops"] == pytest.approx(full.to_dict()["tflops"])
+
+
+def test_regular_products_do_extrapolate(monkeypatch):
+    monkeypatch.setattr(ex, "FULL_LIMIT", 0)
+    rep, low = ex.matmul_report(MatmulSpec(2048, 512, 1024, "bf16"), get_arch("trn2"))
+    assert low is None and rep.slice_tiles in (3, 5)
