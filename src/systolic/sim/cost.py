@@ -33,6 +33,7 @@ from __future__ import annotations
 from math import ceil, prod
 
 from ..arch import Arch
+from ..geometry import Rect
 from ..isa import AccessPattern, LdWeightMx, LoadStationary, MatMul, MatmultMx, ReadOut
 
 __all__ = [
@@ -45,6 +46,8 @@ __all__ = [
     "matmul_interval",
     "moving_n",
     "readout_cycles",
+    "region",
+    "regions_overlap",
     "useful_macs",
 ]
 
@@ -111,11 +114,11 @@ def readout_cycles(ins: ReadOut, arch: Arch) -> int:
     return arch.readout_fixed_cycles + ceil(n / arch.readout_elems_per_cycle)
 
 
-def region(ap: AccessPattern) -> tuple[int, int, int, int]:
-    """(first partition, end partition, first byte, end byte) of a PSUM pattern."""
+def region(ap: AccessPattern) -> Rect:
+    """The PSUM (or SBUF) region of a pattern: partitions x bytes of one partition."""
     lo, hi = ap.free_bytes_span
-    return (ap.partition, ap.partition + ap.partitions, lo, hi)
+    return Rect.spans(ap.partition, ap.partition + ap.partitions, lo, hi)
 
 
-def regions_overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
-    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+def regions_overlap(a: Rect, b: Rect) -> bool:
+    return a.overlaps(b)

@@ -112,7 +112,9 @@ def make_flight(index: int, ins: MatMul, start: int, period: int, w: np.ndarray,
                 x: np.ndarray) -> Flight:
     """A Flight for ``ins`` with decoded weights ``w`` [K, M] and moving ``x`` [K, N]
     (K logical: DoubleRow puts k = 2p + j on PE row p, seed 000)."""
-    is_int = get_format(ins.moving.dtype).is_int
+    # exact int64 lanes only into an int48 region (seed 004's cell); anything else, integer
+    # operands included, sums in fp32 down the column (seed 000: fp32 PSUM whatever the input)
+    is_int = get_format(ins.dst.dtype).is_int
     dtype = np.int64 if is_int else np.float32
     rows, fold = ins.moving.partitions, ins.perf_mode.k_fold
     cols, n = w.shape[1], x.shape[1]

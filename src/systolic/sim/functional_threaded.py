@@ -1,0 +1,150 @@
+"""The functional simulator's fast path: the same per-instruction products, on threads.
+
+:func:`run_threaded` gives the bits of :func:`systolic.sim.functional.run_reference` (tests
+check it bit for bit) and is faster in three ways:
+
+* **Threads own PSUM.** Each MatMul's product and its PSUM add run on the worker that owns
+  the destination's PSUM bank (bank mod workers; worker 0 is the calling thread). A worker
+  applies its updates in program order, and regions in different banks are disjoint, so
+  every region sees its adds in program order: the reference's bits. BLAS is held to one
+  thread (its bits depend on the thread count); the workers use the cores instead. An
+  instruction that reads PSUM (ReadOut) waits only for the owners of the banks it reads;
+  any other instruction outside the dense set waits for every worker and runs alone.
+* **Decoded moving tiles are kept** for the run (a resident moving tile is read by every
+  M tile of a product) and dropped when a DmaLoad writes over any byte of them; the check
+  looks only at the cached tiles in the 1 KiB blocks the DmaLoad touches.
+* **Views are kept** (:meth:`MachineState.view`), so no per-instruction bounds check.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from ..isa import AccessPattern, CalcFlags, DmaLoad, Instruction, LoadStationary, MatMul
+from ..isa import Program, ReadOut, Space
+from ._base import MachineState, Order, apply_psum
+from .products import moving_values, product, stationary_operand, tile_rect
+
+__all__ = ["default_workers", "run_threaded"]
+
+_BLOCK = 1024  # bytes of a partition per decode-cache bucket
+
+
+def default_workers() -> int:
+    """Two workers on a machine with two or more cores, else one."""
+    return min(2, os.cpu_count() or 1)
+
+
+def _task(view: np.ndarray, flags: CalcFlags, wt: np.ndarray, x: np.ndarray, order: Order,
+          exact: bool) -> None:
+    apply_psum(view, flags, product(wt, x, order, exact))
+
+
+class _DecodeCache:
+    """Decoded SBUF tiles of one run, indexed by the 1 KiB blocks of bytes they cover."""
+
+    def __init__(self, state: MachineState) -> None:
+        self.memory = state.memory
+        self.tiles: dict[AccessPattern, tuple[np.ndarray, int, int, int, int]] = {}
+        self.blocks: dict[int, set[AccessPattern]] = {}
+
+    def read(self, ap: AccessPattern) -> np.ndarray:
+        hit = self.tiles.get(ap)
+        if hit is None:
+            lo, hi = ap.free_bytes_span
+            hit = self.tiles[ap] = (self.memory.read(ap), ap.partition,
+                                    ap.partition + ap.partitions, lo, hi)
+            for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
+                self.blocks.setdefault(b, set()).add(ap)
+        return hit[0]
+
+    def forget(self, dst: AccessPattern) -> None:
+        """Drop every cached tile sharing a byte with ``dst`` (an SBUF pattern)."""
+        if not self.tiles:
+            return
+        lo, hi = dst.free_bytes_span
+        p0, p1 = dst.partition, dst.partition + dst.partitions
+        for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
+            for ap in list(self.blocks.get(b, ())):
+                _, q0, q1, a, z = self.tiles[ap]
+                if q0 < p1 and p0 < q1 and a < hi and lo < z:
+                    del self.tiles[ap]
+                    for c in range(a // _BLOCK, (z - 1) // _BLOCK + 1):
+                        self.blocks[c].discard(ap)
+
+    def clear(self) -> None:
+        self.tiles.clear()
+        self.blocks.clear()
+
+
+def _banks(ap: AccessPattern, bank_bytes: int) -> range:
+    lo, hi = ap.free_bytes_span
+    return range(lo // bank_bytes, (hi - 1) // bank_bytes + 1)
+
+
+def run_threaded(state: MachineState, program: Program, workers: int,
+                 execute: Callable[[MachineState, Instruction], None],
+                 progress: Callable[[int], None] | None = None) -> None:
+    """Run ``program`` on ``state`` with ``workers`` threads (see the module docstring);
+    ``execute`` runs any instruction but a MatMul (the handler table's dispatch)."""
+    instrs = program.instructions
+    bank_bytes = state.arch.psum_bank_bytes
+    order = state.order
+    cache = _DecodeCache(state)
+    pools = [ThreadPoolExecutor(max_workers=1) for _ in range(workers - 1)]
+    last: list[Future[None] | None] = [None] * workers
+
+    def wait(owners: range | list[int]) -> None:
+        for w in owners:
+            fut = last[w]
+            if fut is not None:
+                last[w] = None
+                fut.result()
+
+    every = list(range(workers))
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            done = 0
+            for i, ins in enumerate(instrs):
+                kind = type(ins)
+                if kind is MatMul:
+                    mm: MatMul = ins  # type: ignore[assignment]
+                    tile = state.tile(tile_rect(mm))
+                    x = moving_values(cache.read(mm.moving), mm)
+                    view = state.view(mm.dst)
+                    args = (view, mm.flags, stationary_operand(tile.wt, mm), x, order,
+                            view.dtype == np.int64)
+                    owner = (mm.dst.free_bytes_span[0] // bank_bytes) % workers
+                    if owner == 0:
+                        _task(*args)
+                    else:
+                        last[owner] = pools[owner - 1].submit(_task, *args)
+                elif kind is LoadStationary:
+                    execute(state, ins)
+                elif kind is DmaLoad and Space.PSUM not in (ins.src.space,  # type: ignore
+                                                            ins.dst.space):  # type: ignore
+                    execute(state, ins)
+                    if ins.dst.space is Space.SBUF:  # type: ignore[union-attr]
+                        cache.forget(ins.dst)  # type: ignore[union-attr]
+                elif kind is ReadOut:
+                    wait(sorted({b % workers for b in _banks(ins.src,  # type: ignore
+                                                             bank_bytes)}))
+                    execute(state, ins)
+                else:  # anything else may read or write any memory: run it alone
+                    wait(every)
+                    execute(state, ins)
+                    cache.clear()
+                if progress is not None and i + 1 - done >= 256:
+                    progress(i + 1 - done)
+                    done = i + 1
+            wait(every)
+        if progress is not None and len(instrs) > done:
+            progress(len(instrs) - done)
+    finally:
+        for pool in pools:
+            pool.shutdown(wait=True, cancel_futures=True)
