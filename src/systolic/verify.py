@@ -33,7 +33,7 @@ from .isa import (
 )
 from .memory import check_bounds, psum_bank
 
-__all__ = ["Checker", "Tile", "accumulator_format", "mx_k_per_partition", "verify"]
+__all__ = ["Checker", "Tile", "accumulator_format", "accumulator_formats", "mx_k_per_partition", "verify"]
 
 _FP32_FAMILY = frozenset({"fp32", "fp32r", "tf32"})
 _FP8 = frozenset({"fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn"})
@@ -42,9 +42,16 @@ UNENCODED_PERF_MODES = frozenset({PerfMode.DOUBLE_COLUMN, PerfMode.DOUBLE_PIXEL}
 
 
 def accumulator_format(dtype: str) -> str:
-    """PSUM accumulator format for an operand format: fp32 always for floats (seed 000 "The
-    fp32 PSUM Accumulator"); the INT48 of seed 004 for the integer path."""
-    return "int48" if get_format(dtype).is_int else "fp32"
+    """The default PSUM accumulator format for an operand format: fp32 whatever the input
+    (seed 000 "The fp32 PSUM Accumulator": the PE array accumulates in fp32 PSUM)."""
+    get_format(dtype)
+    return "fp32"
+
+
+def accumulator_formats(dtype: str) -> tuple[str, ...]:
+    """The PSUM formats a MatMul of ``dtype`` may write: fp32, and for the integer formats
+    also seed 004's exact INT48 cell (an explicit option, never the compiler's default)."""
+    return ("fp32", "int48") if get_format(dtype).is_int else ("fp32",)
 
 
 def mx_k_per_partition() -> int:
@@ -249,10 +256,11 @@ class Checker:
         k = self._tile_k(mv, ins.perf_mode, i, "moving")
         m = dst.partitions
         n = mv.dims[-1][1]
-        acc = accumulator_format(mv.dtype)
-        if dst.dtype != acc:
-            self._fail(i, f"the PSUM destination of a {mv.dtype} MatMul is {acc}, not "
-                          f"{dst.dtype}")
+        accs = accumulator_formats(mv.dtype)
+        if dst.dtype not in accs:
+            self._fail(i, f"the PSUM destination of a {mv.dtype} MatMul is "
+                          f"{' or '.join(accs)}, not {dst.dtype}")
+        acc = dst.dtype
         bank_elems = self.arch.psum_bank_bytes // get_format(acc).container_bytes
         if n > bank_elems or dst.free_elems != n:
             self._fail(i, f"moving N = {n} must equal the destination's {dst.free_elems} and "

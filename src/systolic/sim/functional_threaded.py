@@ -33,6 +33,7 @@ from .products import moving_values, product, stationary_operand, tile_rect
 __all__ = ["default_workers", "run_threaded"]
 
 _BLOCK = 1024  # bytes of a partition per decode-cache bucket
+INLINE = True
 
 
 def default_workers() -> int:
@@ -87,6 +88,12 @@ def _banks(ap: AccessPattern, bank_bytes: int) -> range:
     return range(lo // bank_bytes, (hi - 1) // bank_bytes + 1)
 
 
+def _dram_span(ap: AccessPattern) -> tuple[int, int]:
+    lo, hi = ap.free_bytes_span
+    ext = ap.partition_step * (ap.partitions - 1)
+    return lo + min(0, ext), hi + max(0, ext)
+
+
 def run_threaded(state: MachineState, program: Program, workers: int,
                  execute: Callable[[MachineState, Instruction], None],
                  progress: Callable[[int], None] | None = None) -> None:
@@ -96,8 +103,18 @@ def run_threaded(state: MachineState, program: Program, workers: int,
     bank_bytes = state.arch.psum_bank_bytes
     order = state.order
     cache = _DecodeCache(state)
-    pools = [ThreadPoolExecutor(max_workers=1) for _ in range(workers - 1)]
+    first = 1 if INLINE else 0  # worker 0 is this thread when INLINE
+    pools = [ThreadPoolExecutor(max_workers=1) for _ in range(workers - first)]
     last: list[Future[None] | None] = [None] * workers
+    # ReadOuts run on their bank's worker: device-memory bytes they will write, until done
+    writes: list[tuple[int, int, Future[None]]] = []
+
+    def submit(owner: int, fn: Callable[..., None], *args: object) -> Future[None] | None:
+        if owner < first:
+            fn(*args)
+            return None
+        fut = last[owner] = pools[owner - first].submit(fn, *args)
+        return fut
 
     def wait(owners: range | list[int]) -> None:
         for w in owners:
@@ -105,6 +122,14 @@ def run_threaded(state: MachineState, program: Program, workers: int,
             if fut is not None:
                 last[w] = None
                 fut.result()
+
+    def await_dram(ap: AccessPattern) -> None:
+        """Wait for the pending ReadOuts that write bytes ``ap`` reads."""
+        writes[:] = [(a, z, f) for a, z, f in writes if not f.done()]
+        lo, hi = _dram_span(ap)
+        for a, z, f in writes:
+            if a < hi and lo < z:
+                f.result()
 
     every = list(range(workers))
     try:
@@ -117,24 +142,24 @@ def run_threaded(state: MachineState, program: Program, workers: int,
                     tile = state.tile(tile_rect(mm))
                     x = moving_values(cache.read(mm.moving), mm)
                     view = state.view(mm.dst)
-                    args = (view, mm.flags, stationary_operand(tile.wt, mm), x, order,
-                            view.dtype == np.int64)
-                    owner = (mm.dst.free_bytes_span[0] // bank_bytes) % workers
-                    if owner == 0:
-                        _task(*args)
-                    else:
-                        last[owner] = pools[owner - 1].submit(_task, *args)
+                    submit((mm.dst.free_bytes_span[0] // bank_bytes) % workers, _task, view,
+                           mm.flags, stationary_operand(tile.wt, mm), x, order,
+                           view.dtype == np.int64)
                 elif kind is LoadStationary:
                     execute(state, ins)
                 elif kind is DmaLoad and Space.PSUM not in (ins.src.space,  # type: ignore
                                                             ins.dst.space):  # type: ignore
+                    if ins.src.space is Space.DRAM and writes:  # type: ignore[union-attr]
+                        await_dram(ins.src)  # type: ignore[union-attr]
                     execute(state, ins)
                     if ins.dst.space is Space.SBUF:  # type: ignore[union-attr]
                         cache.forget(ins.dst)  # type: ignore[union-attr]
-                elif kind is ReadOut:
-                    wait(sorted({b % workers for b in _banks(ins.src,  # type: ignore
-                                                             bank_bytes)}))
-                    execute(state, ins)
+                elif kind is ReadOut and len(banks := _banks(ins.src, bank_bytes)) == 1 \
+                        and ins.dst.space is Space.DRAM:  # type: ignore[union-attr]
+                    # after the bank's MatMuls on the same worker: program order for them
+                    fut = submit(banks[0] % workers, execute, state, ins)
+                    if fut is not None:
+                        writes.append((*_dram_span(ins.dst), fut))  # type: ignore[union-attr]
                 else:  # anything else may read or write any memory: run it alone
                     wait(every)
                     execute(state, ins)

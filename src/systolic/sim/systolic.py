@@ -360,7 +360,7 @@ def step_matmul(stationary: np.ndarray, moving: np.ndarray, rows: int | None = N
         raise SystolicError(f"a [{k}, {m}] stationary tile needs a {k} x {m} array; the "
                             f"array is {sim.rows} x {sim.cols}")
     isz = get_format(dtype).container_bytes
-    acc = "int48" if get_format(dtype).is_int else "fp32"
+    acc = "fp32"  # seed 000: fp32 PSUM whatever the input (int48 is a Program option)
     s_ap = AccessPattern(Space.SBUF, 0, k, 0, ((1, m),), dtype)
     x_ap = AccessPattern(Space.SBUF, 0, k, -(-m * isz // 64) * 64, ((1, n),), dtype)
     out = AccessPattern(Space.PSUM, 0, m, 0, ((1, n),), acc)
