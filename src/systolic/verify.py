@@ -33,7 +33,8 @@ from .isa import (
 )
 from .memory import check_bounds, psum_bank
 
-__all__ = ["Checker", "Tile", "accumulator_format", "accumulator_formats", "mx_k_per_partition", "verify"]
+__all__ = ["Checker", "Tile", "accumulator_format", "accumulator_formats", "mx_k_per_partition",
+           "verify"]
 
 _FP32_FAMILY = frozenset({"fp32", "fp32r", "tf32"})
 _FP8 = frozenset({"fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn"})

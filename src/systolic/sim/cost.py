@@ -47,6 +47,7 @@ __all__ = [
     "moving_n",
     "readout_cycles",
     "region",
+    "region_rect",
     "regions_overlap",
     "useful_macs",
 ]
@@ -114,11 +115,19 @@ def readout_cycles(ins: ReadOut, arch: Arch) -> int:
     return arch.readout_fixed_cycles + ceil(n / arch.readout_elems_per_cycle)
 
 
-def region(ap: AccessPattern) -> Rect:
+def region_rect(ap: AccessPattern) -> Rect:
     """The PSUM (or SBUF) region of a pattern: partitions x bytes of one partition."""
     lo, hi = ap.free_bytes_span
     return Rect.spans(ap.partition, ap.partition + ap.partitions, lo, hi)
 
 
-def regions_overlap(a: Rect, b: Rect) -> bool:
-    return a.overlaps(b)
+def region(ap: AccessPattern) -> tuple[int, int, int, int]:
+    """(first partition, end partition, first byte, end byte) of a pattern: the tuple form
+    of :func:`region_rect` the timing model keys its dicts by."""
+    lo, hi = ap.free_bytes_span
+    return (ap.partition, ap.partition + ap.partitions, lo, hi)
+
+
+def regions_overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
+    """Whether two :func:`region` tuples share a byte (:meth:`Rect.overlaps`)."""
+    return Rect.spans(*a).overlaps(Rect.spans(*b))

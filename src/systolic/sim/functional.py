@@ -48,7 +48,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 from threadpoolctl import threadpool_limits
 
@@ -71,7 +70,14 @@ from ..verify import verify
 from ._base import Executor, MachineState, Order, Run, read_dram, wrap48, write_dram
 from .functional_mx import load_mx, matmul_mx
 from .functional_threaded import default_workers, run_threaded
-from .products import moving_values, product, split_fp32, stationary_operand, systolic_sum, tile_rect
+from .products import (
+    moving_values,
+    product,
+    split_fp32,
+    stationary_operand,
+    systolic_sum,
+    tile_rect,
+)
 
 __all__ = [
     "HANDLERS",

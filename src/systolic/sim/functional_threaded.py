@@ -21,12 +21,22 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import cast
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ..isa import AccessPattern, CalcFlags, DmaLoad, Instruction, LoadStationary, MatMul
-from ..isa import Program, ReadOut, Space
+from ..isa import (
+    AccessPattern,
+    CalcFlags,
+    DmaLoad,
+    Instruction,
+    LoadStationary,
+    MatMul,
+    Program,
+    ReadOut,
+    Space,
+)
 from ._base import MachineState, Order, apply_psum
 from .products import moving_values, product, stationary_operand, tile_rect
 
@@ -138,7 +148,7 @@ def run_threaded(state: MachineState, program: Program, workers: int,
             for i, ins in enumerate(instrs):
                 kind = type(ins)
                 if kind is MatMul:
-                    mm: MatMul = ins  # type: ignore[assignment]
+                    mm = cast(MatMul, ins)
                     tile = state.tile(tile_rect(mm))
                     x = moving_values(cache.read(mm.moving), mm)
                     view = state.view(mm.dst)
@@ -147,19 +157,20 @@ def run_threaded(state: MachineState, program: Program, workers: int,
                            view.dtype == np.int64)
                 elif kind is LoadStationary:
                     execute(state, ins)
-                elif kind is DmaLoad and Space.PSUM not in (ins.src.space,  # type: ignore
-                                                            ins.dst.space):  # type: ignore
-                    if ins.src.space is Space.DRAM and writes:  # type: ignore[union-attr]
-                        await_dram(ins.src)  # type: ignore[union-attr]
-                    execute(state, ins)
-                    if ins.dst.space is Space.SBUF:  # type: ignore[union-attr]
-                        cache.forget(ins.dst)  # type: ignore[union-attr]
-                elif kind is ReadOut and len(banks := _banks(ins.src, bank_bytes)) == 1 \
-                        and ins.dst.space is Space.DRAM:  # type: ignore[union-attr]
+                elif kind is DmaLoad and Space.PSUM not in (
+                        (dma := cast(DmaLoad, ins)).src.space, dma.dst.space):
+                    if dma.src.space is Space.DRAM and writes:
+                        await_dram(dma.src)
+                    execute(state, dma)
+                    if dma.dst.space is Space.SBUF:
+                        cache.forget(dma.dst)
+                elif kind is ReadOut and len(banks := _banks(
+                        (ro := cast(ReadOut, ins)).src, bank_bytes)) == 1 \
+                        and ro.dst.space is Space.DRAM:
                     # after the bank's MatMuls on the same worker: program order for them
-                    fut = submit(banks[0] % workers, execute, state, ins)
+                    fut = submit(banks[0] % workers, execute, state, ro)
                     if fut is not None:
-                        writes.append((*_dram_span(ins.dst), fut))  # type: ignore[union-attr]
+                        writes.append((*_dram_span(ro.dst), fut))
                 else:  # anything else may read or write any memory: run it alone
                     wait(every)
                     execute(state, ins)

@@ -16,10 +16,11 @@ How it works: a first pass issues every instruction by the shared rules of
 :mod:`systolic.sim.cost` (start cycles). A second pass executes the Program in order:
 DmaLoad / LoadStationary / ReadOut go through the functional simulator's handlers (the
 living definition, :func:`systolic.sim.functional.execute`) on the same
-:class:`~systolic.sim._base.MachineState`; each MatMul is handed to the array, which is stepped one cycle
-at a time (numpy over all PEs; the loop is over clock cycles only). Moving values carry an
-instruction tag; a PE switches to the next instruction's weights when that instruction's
-first value reaches it, so back-to-back MatMuls with different weights overlap. Results
+:class:`~systolic.sim._base.MachineState`; each MatMul is handed to the array, which is
+stepped one cycle at a time (numpy over all PEs; the loop is over clock cycles only).
+Moving values carry an instruction tag; a PE switches to the next instruction's weights
+when that instruction's first value reaches it, so back-to-back MatMuls with different
+weights overlap. Results
 are added into PSUM in program order (fp32 with one rounding per add, or INT48 wrap), so
 PSUM after a program is bit-identical to ``FunctionalSimulator(order="systolic")``. (A NaN
 result is NaN in both, but its sign bit may differ: which operand's NaN numpy propagates
@@ -29,6 +30,7 @@ depends on its loop shapes, e.g. SIMD body versus scalar tail.)
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import numpy as np
 
@@ -77,6 +79,7 @@ class SystolicRun(Run):
     :func:`step_matmul` (None from a plain run: read ``memory``).
     """
 
+    cycles: int = 0  # always known here
     rows: int = 0
     cols: int = 0
     busy_per_cycle: np.ndarray = field(default_factory=lambda: _EMPTY)
@@ -104,22 +107,24 @@ def issue(program: Program, arch: Arch) -> tuple[np.ndarray, np.ndarray]:
     reads: list[tuple[Rect, int]] = []  # (region, end) of ReadOuts
     for i, ins in enumerate(program):
         if isinstance(ins, Group.LOAD):
+            load = cast(cost.Load, ins)  # Group tuples do not narrow for mypy
             s = max(load_free, mm_last_start or 0)
-            starts[i], ends[i] = s, s + cost.load_cycles(ins, arch)
+            starts[i], ends[i] = s, s + cost.load_cycles(load, arch)
             load_free = load_end = int(ends[i])
         elif isinstance(ins, Group.COMPUTE):
+            comp = cast(cost.Compute, ins)
             s = max(mm_next, load_end or 0)
-            if CalcFlags.START in ins.flags:
-                reg = cost.region(ins.dst)
+            if CalcFlags.START in comp.flags:
+                reg = cost.region_rect(comp.dst)
                 s = max([s, *(e for r, e in reads if r.overlaps(reg))])
-            starts[i], ends[i] = s, s + cost.matmul_duration(ins, arch)
+            starts[i], ends[i] = s, s + cost.matmul_duration(comp, arch)
             mm_last_start, load_end = s, None
-            mm_next = s + cost.matmul_interval(ins, arch)
-            dreg = cost.region(ins.dst)
-            if CalcFlags.START in ins.flags or ends[i] > group_end.get(dreg, -1):
+            mm_next = s + cost.matmul_interval(comp, arch)
+            dreg = cost.region_rect(comp.dst)
+            if CalcFlags.START in comp.flags or ends[i] > group_end.get(dreg, -1):
                 group_end[dreg] = int(ends[i])
         elif isinstance(ins, ReadOut):
-            reg = cost.region(ins.src)
+            reg = cost.region_rect(ins.src)
             done = [e for r, e in group_end.items() if r.overlaps(reg)]
             s = max(ro_free, *done) if done else ro_free
             starts[i], ends[i] = s, s + cost.readout_cycles(ins, arch)
