@@ -52,6 +52,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ..arch import Arch, get_arch
+from ..dtypes import decode
 from ..errors import SystolicError
 from ..geometry import Rect
 from ..isa import (
@@ -101,24 +102,35 @@ def matmul_product(state: MachineState, ins: MatMul,
     """The product [M, N] of one MatMul on ``state`` (``decoded``: its moving tile, if the
     caller has it already)."""
     tile = state.tile(tile_rect(ins))
-    x = moving_values(state.memory.read(ins.moving) if decoded is None else decoded, ins)
+    x = moving_values(decode(state.view(ins.moving), ins.moving.dtype) if decoded is None
+                      else decoded, ins)
     exact = state.view(ins.dst).dtype == np.int64
     return product(stationary_operand(tile.wt, ins), x, state.order, exact)
 
 
 # -- the handlers: one per instruction type -------------------------------------------------
+def copy(state: MachineState, src: AccessPattern, dst: AccessPattern) -> None:
+    """Element-for-element copy; formats must match (a DMA converts nothing). As
+    :meth:`Memory.copy`, through the state's kept views."""
+    if src.dtype != dst.dtype:
+        raise SystolicError(f"a copy keeps its format: {src.dtype} -> {dst.dtype}")
+    s, d = state.view(src), state.view(dst)
+    if s.size != d.size:
+        raise SystolicError(f"copy of {s.size} elements into {d.size}")
+    d[...] = s.reshape(d.shape)
+
+
 def dma_load(state: MachineState, ins: DmaLoad) -> None:
-    state.memory.copy(ins.src, ins.dst)
+    copy(state, ins.src, ins.dst)
 
 
 def read_out(state: MachineState, ins: ReadOut) -> None:
-    state.memory.copy(ins.src, ins.dst)
+    copy(state, ins.src, ins.dst)
 
 
-def load_stationary(state: MachineState, ins: LoadStationary,
-                    decoded: np.ndarray | None = None) -> None:
+def load_stationary(state: MachineState, ins: LoadStationary) -> None:
     src = ins.src
-    values = state.memory.read(src) if decoded is None else decoded
+    values = decode(state.view(src), src.dtype)
     values = values.reshape(src.partitions * int(np.prod([n for _, n in src.dims[:-1]])),
                             src.dims[-1][1])
     if ins.half != "full":
@@ -179,9 +191,9 @@ class FunctionalSimulator(Executor):
     inputs with ``memory.write`` or :meth:`write_dram`, :meth:`run` a Program (verified
     first), read results from ``memory``. The simulator keeps its state across runs.
 
-    ``workers``: Python threads computing MatMul products (default 2, or 1 on one core);
-    ``0`` runs :func:`run_reference` (one instruction at a time). Every choice gives the
-    same bits.
+    ``workers``: threads computing MatMul products, the calling thread included (default
+    :func:`~systolic.sim.functional_threaded.default_workers`: 3 on 2 cores); ``0`` runs
+    :func:`run_reference` (one instruction at a time). Every choice gives the same bits.
     """
 
     name = "functional"

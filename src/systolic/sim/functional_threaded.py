@@ -26,6 +26,7 @@ from typing import cast
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from ..dtypes import decode
 from ..isa import (
     AccessPattern,
     CalcFlags,
@@ -43,12 +44,14 @@ from .products import moving_values, product, stationary_operand, tile_rect
 __all__ = ["default_workers", "run_threaded"]
 
 _BLOCK = 1024  # bytes of a partition per decode-cache bucket
-INLINE = True
 
 
 def default_workers() -> int:
-    """Two workers on a machine with two or more cores, else one."""
-    return min(2, os.cpu_count() or 1)
+    """The calling thread plus one thread per core (at most 8), or the calling thread alone
+    on one core. The calling thread also decodes and dispatches, so on 2 cores three
+    computing threads keep both cores busy where two leave gaps."""
+    cores = os.cpu_count() or 1
+    return 1 if cores < 2 else min(cores, 8) + 1
 
 
 def _task(view: np.ndarray, flags: CalcFlags, wt: np.ndarray, x: np.ndarray, order: Order,
@@ -60,7 +63,7 @@ class _DecodeCache:
     """Decoded SBUF tiles of one run, indexed by the 1 KiB blocks of bytes they cover."""
 
     def __init__(self, state: MachineState) -> None:
-        self.memory = state.memory
+        self.state = state
         self.tiles: dict[AccessPattern, tuple[np.ndarray, int, int, int, int]] = {}
         self.blocks: dict[int, set[AccessPattern]] = {}
 
@@ -68,7 +71,7 @@ class _DecodeCache:
         hit = self.tiles.get(ap)
         if hit is None:
             lo, hi = ap.free_bytes_span
-            hit = self.tiles[ap] = (self.memory.read(ap), ap.partition,
+            hit = self.tiles[ap] = (decode(self.state.view(ap), ap.dtype), ap.partition,
                                     ap.partition + ap.partitions, lo, hi)
             for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
                 self.blocks.setdefault(b, set()).add(ap)
@@ -113,17 +116,18 @@ def run_threaded(state: MachineState, program: Program, workers: int,
     bank_bytes = state.arch.psum_bank_bytes
     order = state.order
     cache = _DecodeCache(state)
-    first = 1 if INLINE else 0  # worker 0 is this thread when INLINE
-    pools = [ThreadPoolExecutor(max_workers=1) for _ in range(workers - first)]
+    pools = [ThreadPoolExecutor(max_workers=1) for _ in range(workers - 1)]
     last: list[Future[None] | None] = [None] * workers
     # ReadOuts run on their bank's worker: device-memory bytes they will write, until done
     writes: list[tuple[int, int, Future[None]]] = []
+    # per PSUM destination: its view, its owner, whether it is an exact int48 region
+    dsts: dict[AccessPattern, tuple[np.ndarray, int, bool]] = {}
 
     def submit(owner: int, fn: Callable[..., None], *args: object) -> Future[None] | None:
-        if owner < first:
+        if owner == 0:  # worker 0 is this thread
             fn(*args)
             return None
-        fut = last[owner] = pools[owner - first].submit(fn, *args)
+        fut = last[owner] = pools[owner - 1].submit(fn, *args)
         return fut
 
     def wait(owners: range | list[int]) -> None:
@@ -151,10 +155,13 @@ def run_threaded(state: MachineState, program: Program, workers: int,
                     mm = cast(MatMul, ins)
                     tile = state.tile(tile_rect(mm))
                     x = moving_values(cache.read(mm.moving), mm)
-                    view = state.view(mm.dst)
-                    submit((mm.dst.free_bytes_span[0] // bank_bytes) % workers, _task, view,
-                           mm.flags, stationary_operand(tile.wt, mm), x, order,
-                           view.dtype == np.int64)
+                    got = dsts.get(mm.dst)
+                    if got is None:
+                        view = state.view(mm.dst)
+                        got = dsts[mm.dst] = (view, _banks(mm.dst, bank_bytes)[0] % workers,
+                                              view.dtype == np.int64)
+                    submit(got[1], _task, got[0], mm.flags, stationary_operand(tile.wt, mm), x,
+                           order, got[2])
                 elif kind is LoadStationary:
                     execute(state, ins)
                 elif kind is DmaLoad and Space.PSUM not in (
