@@ -414,3 +414,26 @@ def test_mx_decoded_operand_equals_dequantize(fmt: str) -> None:
     scale = AccessPattern(Space.SBUF, 0, 2, 256, ((1, 3),), "e8m0")  # blocks at rows 0, 1
     op = read_operand(sim.memory, src, scale, fmt)
     np.testing.assert_array_equal(op.dequantized(), mx.dequantize(q))
+
+
+def test_an_error_on_a_worker_thread_reaches_the_caller() -> None:
+    # a MatMul whose product fails on a worker (here: a handler table entry replaced by one
+    # that raises, for ReadOut, which runs on its bank's worker) must not be lost
+    import threading
+
+    from systolic import ReadOut, SystolicError
+    from systolic.sim import functional
+
+    sim, low, _, _ = _lowered_sim(256, 128, 1024, "bf16", workers=2)
+
+    def broken(state: object, ins: object) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            raise SystolicError("broken read-out")
+
+    saved = functional.HANDLERS[ReadOut]
+    functional.register(ReadOut, broken)
+    try:
+        with pytest.raises(SystolicError, match="broken read-out"):
+            sim.run(low.program)  # type: ignore[attr-defined]
+    finally:
+        functional.register(ReadOut, saved)

@@ -123,11 +123,21 @@ def run_threaded(state: MachineState, program: Program, workers: int,
     # per PSUM destination: its view, its owner, whether it is an exact int48 region
     dsts: dict[AccessPattern, tuple[np.ndarray, int, bool]] = {}
 
+    errors: list[BaseException] = []  # raised on a worker; re-raised here at the next wait
+
+    def guarded(fn: Callable[..., None], *args: object) -> None:
+        if errors:
+            return  # the run has failed: do nothing more
+        try:
+            fn(*args)
+        except BaseException as exc:
+            errors.append(exc)
+
     def submit(owner: int, fn: Callable[..., None], *args: object) -> Future[None] | None:
         if owner == 0:  # worker 0 is this thread
             fn(*args)
             return None
-        fut = last[owner] = pools[owner - 1].submit(fn, *args)
+        fut = last[owner] = pools[owner - 1].submit(guarded, fn, *args)
         return fut
 
     def wait(owners: range | list[int]) -> None:
@@ -136,6 +146,8 @@ def run_threaded(state: MachineState, program: Program, workers: int,
             if fut is not None:
                 last[w] = None
                 fut.result()
+        if errors:
+            raise errors[0]
 
     def await_dram(ap: AccessPattern) -> None:
         """Wait for the pending ReadOuts that write bytes ``ap`` reads."""
@@ -144,6 +156,8 @@ def run_threaded(state: MachineState, program: Program, workers: int,
         for a, z, f in writes:
             if a < hi and lo < z:
                 f.result()
+        if errors:
+            raise errors[0]
 
     every = list(range(workers))
     try:
