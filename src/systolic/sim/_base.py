@@ -34,8 +34,8 @@ from ..memory import Memory
 if TYPE_CHECKING:
     from .timing import Schedule
 
-__all__ = ["Executor", "Latched", "MachineState", "Order", "Run", "apply_psum", "read_dram",
-           "wrap48", "write_dram"]
+__all__ = ["Executor", "Latched", "MachineState", "Order", "Run", "apply_psum", "dram_span",
+           "read_dram", "wrap48", "write_dram"]
 
 Order = Literal["fast", "systolic"]
 _MASK48 = (1 << 48) - 1
@@ -169,3 +169,10 @@ def read_dram(memory: Memory, offset: int, shape: tuple[int, ...], dtype: str) -
     count = int(np.prod(shape))
     raw = memory.dram[offset:offset + count * f.container_bytes]
     return raw.view(f.storage).reshape(shape)
+
+
+def dram_span(ap: AccessPattern) -> tuple[int, int]:
+    """The device-memory bytes [lo, hi) a DRAM pattern touches (rows at partition_step)."""
+    lo, hi = ap.free_bytes_span
+    ext = ap.partition_step * (ap.partitions - 1)
+    return lo + min(0, ext), hi + max(0, ext)

@@ -33,7 +33,7 @@ from __future__ import annotations
 from math import ceil, prod
 
 from ..arch import Arch
-from ..geometry import Rect
+from ..geometry import Rect, wavefront_cycles
 from ..isa import AccessPattern, LdWeightMx, LoadStationary, MatMul, MatmultMx, ReadOut
 
 __all__ = [
@@ -100,8 +100,8 @@ def matmul_interval(ins: Compute, arch: Arch) -> int:
 
 def matmul_duration(ins: Compute, arch: Arch) -> int:
     """Cycles from start to the last MAC's cycle + 1 on an otherwise idle array."""
-    return (column_period(ins, arch) * (moving_n(ins) - 1) + array_rows(ins)
-            + array_cols(ins) - 1)
+    return wavefront_cycles(moving_n(ins), array_rows(ins), array_cols(ins),
+                            column_period(ins, arch))
 
 
 def load_cycles(ins: Load, arch: Arch) -> int:

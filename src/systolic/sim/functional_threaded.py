@@ -38,7 +38,7 @@ from ..isa import (
     ReadOut,
     Space,
 )
-from ._base import MachineState, Order, apply_psum
+from ._base import MachineState, Order, apply_psum, dram_span
 from .products import moving_values, product, stationary_operand, tile_rect
 
 __all__ = ["default_workers", "run_threaded"]
@@ -101,12 +101,6 @@ def _banks(ap: AccessPattern, bank_bytes: int) -> range:
     return range(lo // bank_bytes, (hi - 1) // bank_bytes + 1)
 
 
-def _dram_span(ap: AccessPattern) -> tuple[int, int]:
-    lo, hi = ap.free_bytes_span
-    ext = ap.partition_step * (ap.partitions - 1)
-    return lo + min(0, ext), hi + max(0, ext)
-
-
 def run_threaded(state: MachineState, program: Program, workers: int,
                  execute: Callable[[MachineState, Instruction], None],
                  progress: Callable[[int], None] | None = None) -> None:
@@ -152,7 +146,7 @@ def run_threaded(state: MachineState, program: Program, workers: int,
     def await_dram(ap: AccessPattern) -> None:
         """Wait for the pending ReadOuts that write bytes ``ap`` reads."""
         writes[:] = [(a, z, f) for a, z, f in writes if not f.done()]
-        lo, hi = _dram_span(ap)
+        lo, hi = dram_span(ap)
         for a, z, f in writes:
             if a < hi and lo < z:
                 f.result()
@@ -191,7 +185,7 @@ def run_threaded(state: MachineState, program: Program, workers: int,
                     # after the bank's MatMuls on the same worker: program order for them
                     fut = submit(banks[0] % workers, execute, state, ro)
                     if fut is not None:
-                        writes.append((*_dram_span(ro.dst), fut))
+                        writes.append((*dram_span(ro.dst), fut))
                 else:  # anything else may read or write any memory: run it alone
                     wait(every)
                     execute(state, ins)

@@ -54,7 +54,7 @@ from ..isa import (
 from ..memory import Memory
 from ..verify import Checker, Tile
 from . import cost
-from ._base import Executor, MachineState, Run, read_dram, write_dram
+from ._base import Executor, MachineState, Run, dram_span, read_dram, write_dram
 from .functional import execute
 from .pe_array import Flight, Frames, Lane, make_flight
 
@@ -131,12 +131,6 @@ def issue(program: Program, arch: Arch) -> tuple[np.ndarray, np.ndarray]:
             ro_free = int(ends[i])
             reads.append((reg, ro_free))
     return starts, ends
-
-
-def _dram_span(ap: AccessPattern) -> tuple[int, int]:
-    lo, hi = ap.free_bytes_span
-    ext = ap.partition_step * (ap.partitions - 1)
-    return lo + min(0, ext), hi + max(0, ext)
 
 
 class SystolicSimulator(Executor):
@@ -293,11 +287,11 @@ class _Execution:
 
     def _await_dram(self, src: AccessPattern) -> None:
         """Step the array until no pending ReadOut writes device memory that ``src`` reads."""
-        lo, hi = _dram_span(src)
+        lo, hi = dram_span(src)
         for k in range(len(self.queue) - 1, self.head - 1, -1):
             ro = self.queue[k]
             if isinstance(ro, ReadOut):
-                rlo, rhi = _dram_span(ro.dst)
+                rlo, rhi = dram_span(ro.dst)
                 if rlo < hi and lo < rhi:
                     while self.head <= k and self.t < len(self.busy):
                         self._advance(self.t + 1)
