@@ -7,9 +7,12 @@ check it bit for bit) and is faster in three ways:
   the destination's PSUM bank (bank mod workers; worker 0 is the calling thread). A worker
   applies its updates in program order, and regions in different banks are disjoint, so
   every region sees its adds in program order: the reference's bits. BLAS is held to one
-  thread (its bits depend on the thread count); the workers use the cores instead. An
-  instruction that reads PSUM (ReadOut) waits only for the owners of the banks it reads;
-  any other instruction outside the dense set waits for every worker and runs alone.
+  thread (its bits depend on the thread count); the workers use the cores instead. A
+  ReadOut of one bank into device memory runs on that bank's worker, after its MatMuls; a
+  DmaLoad that reads device memory a pending ReadOut writes waits for it. Any other
+  instruction (the MX pair, engine instructions, a DMA touching PSUM) waits for every
+  worker and runs alone, so a handler added to the table needs no threading code. An
+  exception on a worker is raised in the caller at the next wait.
 * **Decoded moving tiles are kept** for the run (a resident moving tile is read by every
   M tile of a product) and dropped when a DmaLoad writes over any byte of them; the check
   looks only at the cached tiles in the 1 KiB blocks the DmaLoad touches.
