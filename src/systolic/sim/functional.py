@@ -53,7 +53,7 @@ from threadpoolctl import threadpool_limits
 
 from ..arch import Arch, get_arch
 from ..dtypes import decode
-from ..errors import SystolicError
+from ..errors import ShapeError, SystolicError
 from ..geometry import Rect
 from ..isa import (
     AccessPattern,
@@ -97,13 +97,11 @@ __all__ = [
 
 Handler = Callable[[MachineState, Any], None]
 
-def matmul_product(state: MachineState, ins: MatMul,
-                   decoded: np.ndarray | None = None) -> np.ndarray:
-    """The product [M, N] of one MatMul on ``state`` (``decoded``: its moving tile, if the
-    caller has it already)."""
+
+def matmul_product(state: MachineState, ins: MatMul) -> np.ndarray:
+    """The product [M, N] of one MatMul on ``state``, before PSUM."""
     tile = state.tile(tile_rect(ins))
-    x = moving_values(decode(state.view(ins.moving), ins.moving.dtype) if decoded is None
-                      else decoded, ins)
+    x = moving_values(decode(state.view(ins.moving), ins.moving.dtype), ins)
     exact = state.view(ins.dst).dtype == np.int64
     return product(stationary_operand(tile.wt, ins), x, state.order, exact)
 
@@ -113,10 +111,10 @@ def copy(state: MachineState, src: AccessPattern, dst: AccessPattern) -> None:
     """Element-for-element copy; formats must match (a DMA converts nothing). As
     :meth:`Memory.copy`, through the state's kept views."""
     if src.dtype != dst.dtype:
-        raise SystolicError(f"a copy keeps its format: {src.dtype} -> {dst.dtype}")
+        raise ShapeError(f"a copy keeps its format: {src.dtype} -> {dst.dtype}")
     s, d = state.view(src), state.view(dst)
     if s.size != d.size:
-        raise SystolicError(f"copy of {s.size} elements into {d.size}")
+        raise ShapeError(f"copy of {s.size} elements into {d.size}")
     d[...] = s.reshape(d.shape)
 
 
@@ -155,7 +153,10 @@ HANDLERS: dict[type, Handler] = {
 
 def register(kind: type, handler: Handler) -> None:
     """Give instruction type ``kind`` its handler, a function of (MachineState, instruction)
-    that reads and writes ``state.memory`` / ``state.tiles`` (it replaces any earlier one)."""
+    that reads and writes ``state.memory`` / ``state.tiles`` (it replaces any earlier one).
+
+    Both runners call it for every instruction but MatMul, which the threaded path computes
+    itself from the same functions (:mod:`systolic.sim.products`) to run it on a worker."""
     HANDLERS[kind] = handler
 
 
