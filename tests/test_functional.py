@@ -18,6 +18,7 @@ from systolic import (
     MatMul,
     PerfMode,
     Program,
+    ReadOut,
     Space,
 )
 from systolic.isa import col_group, row_group
@@ -437,3 +438,39 @@ def test_an_error_on_a_worker_thread_reaches_the_caller() -> None:
             sim.run(low.program)  # type: ignore[attr-defined]
     finally:
         functional.register(ReadOut, saved)
+
+
+@pytest.mark.parametrize("workers", [0, 2, 3])
+def test_read_outs_of_two_banks_into_one_address_land_in_program_order(workers: int) -> None:
+    # banks 1 and 0 read out, in that order, into the same device-memory bytes: the second
+    # must win whichever threads own the banks
+    k, m, n = 32, 8, 64
+    rng = np.random.default_rng(9)
+    w = rng.standard_normal((k, m)).astype(np.float32)
+    x = rng.standard_normal((k, n)).astype(np.float32)
+    sim = FunctionalSimulator("trn2", dram_bytes=1 << 16, workers=workers)
+    w_ap = AccessPattern(Space.SBUF, 0, k, 0, ((1, m),), "bf16")
+    x_ap = AccessPattern(Space.SBUF, 0, k, 1024, ((1, n),), "bf16")
+    sim.memory.write(w_ap, w)
+    sim.memory.write(x_ap, x)
+    rg, cg = row_group(0, k), col_group(0, m)
+    both = CalcFlags.START | CalcFlags.STOP
+    bank1 = AccessPattern(Space.PSUM, 0, m, 2048, ((1, n),), "fp32")
+    bank0 = AccessPattern(Space.PSUM, 0, m, 0, ((1, n),), "fp32")
+    out = AccessPattern(Space.DRAM, 0, m, 0, ((1, n),), "fp32", partition_step=4 * n)
+    x_half = AccessPattern(Space.SBUF, 0, k, 1024, ((1, n // 2),), "bf16")
+    bank0_half = AccessPattern(Space.PSUM, 0, m, 0, ((1, n // 2),), "fp32")
+    out_half = AccessPattern(Space.DRAM, 0, m, 0, ((1, n // 2),), "fp32",
+                             partition_step=4 * n)
+    instrs = [LoadStationary(w_ap, 0, rg, cg)]
+    # a long group on bank 1 keeps its worker busy while bank 0's ReadOut comes up
+    instrs += [MatMul(x_ap, bank1, (CalcFlags.START if i == 0 else CalcFlags.ACCUMULATE)
+                      | (CalcFlags.STOP if i == 19 else CalcFlags.NONE), "bf16", 0, rg, cg)
+               for i in range(20)]
+    instrs += [MatMul(x_half, bank0_half, both, "bf16", 0, rg, cg),
+               ReadOut(bank1, out), ReadOut(bank0_half, out_half)]
+    sim.run(Program(instrs))  # type: ignore[arg-type]
+    got = sim.read_dram(0, (m, n), "fp32")
+    # columns 0..n/2 from bank 0 (the later ReadOut), the rest from bank 1
+    np.testing.assert_array_equal(got[:, : n // 2], sim.memory.read(bank0_half))
+    np.testing.assert_array_equal(got[:, n // 2:], sim.memory.read(bank1)[:, n // 2:])

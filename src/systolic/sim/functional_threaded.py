@@ -9,7 +9,8 @@ check it bit for bit) and is faster in three ways:
   every region sees its adds in program order: the reference's bits. BLAS is held to one
   thread (its bits depend on the thread count); the workers use the cores instead. A
   ReadOut of one bank into device memory runs on that bank's worker, after its MatMuls; a
-  DmaLoad that reads device memory a pending ReadOut writes waits for it. Any other
+  DmaLoad that reads, or a ReadOut that writes, device memory a pending ReadOut writes
+  waits for it. Any other
   instruction (the MX pair, engine instructions, a DMA touching PSUM) waits for every
   worker and runs alone, so a handler added to the table needs no threading code. An
   exception on a worker is raised in the caller at the next wait.
@@ -147,7 +148,7 @@ def run_threaded(state: MachineState, program: Program, workers: int,
             raise errors[0]
 
     def await_dram(ap: AccessPattern) -> None:
-        """Wait for the pending ReadOuts that write bytes ``ap`` reads."""
+        """Wait for the pending ReadOuts that write bytes of device memory ``ap`` touches."""
         writes[:] = [(a, z, f) for a, z, f in writes if not f.done()]
         lo, hi = dram_span(ap)
         for a, z, f in writes:
@@ -185,7 +186,10 @@ def run_threaded(state: MachineState, program: Program, workers: int,
                 elif kind is ReadOut and len(banks := _banks(
                         (ro := cast(ReadOut, ins)).src, bank_bytes)) == 1 \
                         and ro.dst.space is Space.DRAM:
-                    # after the bank's MatMuls on the same worker: program order for them
+                    # after the bank's MatMuls on the same worker: program order for them;
+                    # an earlier ReadOut on another worker into the same bytes lands first
+                    if writes:
+                        await_dram(ro.dst)
                     fut = submit(banks[0] % workers, execute, state, ro)
                     if fut is not None:
                         writes.append((*dram_span(ro.dst), fut))
