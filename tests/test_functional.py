@@ -454,9 +454,7 @@ def test_read_outs_of_two_banks_into_one_address_land_in_program_order(workers: 
     sim.memory.write(w_ap, w)
     sim.memory.write(x_ap, x)
     rg, cg = row_group(0, k), col_group(0, m)
-    both = CalcFlags.START | CalcFlags.STOP
     bank1 = AccessPattern(Space.PSUM, 0, m, 2048, ((1, n),), "fp32")
-    bank0 = AccessPattern(Space.PSUM, 0, m, 0, ((1, n),), "fp32")
     out = AccessPattern(Space.DRAM, 0, m, 0, ((1, n),), "fp32", partition_step=4 * n)
     x_half = AccessPattern(Space.SBUF, 0, k, 1024, ((1, n // 2),), "bf16")
     bank0_half = AccessPattern(Space.PSUM, 0, m, 0, ((1, n // 2),), "fp32")
@@ -467,7 +465,7 @@ def test_read_outs_of_two_banks_into_one_address_land_in_program_order(workers: 
     instrs += [MatMul(x_ap, bank1, (CalcFlags.START if i == 0 else CalcFlags.ACCUMULATE)
                       | (CalcFlags.STOP if i == 19 else CalcFlags.NONE), "bf16", 0, rg, cg)
                for i in range(20)]
-    instrs += [MatMul(x_half, bank0_half, both, "bf16", 0, rg, cg),
+    instrs += [MatMul(x_half, bank0_half, CalcFlags.START | CalcFlags.STOP, "bf16", 0, rg, cg),
                ReadOut(bank1, out), ReadOut(bank0_half, out_half)]
     sim.run(Program(instrs))  # type: ignore[arg-type]
     got = sim.read_dram(0, (m, n), "fp32")
