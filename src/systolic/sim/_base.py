@@ -59,6 +59,8 @@ class Run:
     Tensor Engine's busy span in cycles from 0, ``starts``/``ends``: per instruction index
     (end exclusive, -1 where the model charges nothing) (timed executors). ``schedule``: the
     timing model's full :class:`~systolic.sim.timing.Schedule` (timing executor).
+    ``detail``: anything else an executor returns whole (for example a whole-core timing's
+    own result), for executors whose result is not a ``Schedule``.
     """
 
     executor: str = ""
@@ -68,6 +70,7 @@ class Run:
     starts: np.ndarray | None = None
     ends: np.ndarray | None = None
     schedule: Schedule | None = None
+    detail: object | None = None
 
 
 class Executor(abc.ABC):
