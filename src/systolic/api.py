@@ -126,7 +126,7 @@ def _operand(x: Any, name: str) -> np.ndarray:
 
 @dataclass
 class MatmulResult:
-    """The outcome of :func:`matmul`: ``out`` float32 [M, N] (int64 for integer formats)."""
+    """The outcome of :func:`matmul`: ``out`` float32 [M, N] (fp32 PSUM, integers too)."""
 
     out: np.ndarray
     program: Program

@@ -48,6 +48,7 @@ __all__ = [
     "FORMATS",
     "Format",
     "accumulator_format",
+    "accumulator_formats",
     "decode",
     "e8m0_from_exponent",
     "encode",
@@ -223,9 +224,16 @@ def get_format(fmt: str | Format) -> Format:
 
 
 def accumulator_format(dtype: str | Format) -> str:
-    """PSUM accumulator format for an operand format: fp32 always for floats (seed 000 "The
-    fp32 PSUM Accumulator"); the INT48 of seed 004 for the integer path."""
-    return "int48" if get_format(dtype).is_int else "fp32"
+    """The default PSUM accumulator format for an operand format: fp32 whatever the input
+    (seed 000 "The fp32 PSUM Accumulator": the PE array accumulates in fp32 PSUM)."""
+    get_format(dtype)
+    return "fp32"
+
+
+def accumulator_formats(dtype: str | Format) -> tuple[str, ...]:
+    """The PSUM formats a MatMul of ``dtype`` may write: fp32, and for the integer formats
+    also seed 004's exact INT48 cell (an explicit option, never the compiler's default)."""
+    return ("fp32", "int48") if get_format(dtype).is_int else ("fp32",)
 
 
 def _as_float32(x: object) -> np.ndarray:

@@ -13,7 +13,7 @@ from math import prod
 from typing import NoReturn
 
 from .arch import Arch, get_arch
-from .dtypes import accumulator_format, get_format
+from .dtypes import accumulator_formats, get_format
 from .errors import ShapeError, SystolicError, VerifyError
 from .generation import rules
 from .geometry import Rect
@@ -259,10 +259,11 @@ class Checker:
         k = self._tile_k(mv, ins.perf_mode, i, "moving")
         m = dst.partitions
         n = mv.dims[-1][1]
-        acc = accumulator_format(mv.dtype)
-        if dst.dtype != acc:
-            self._fail(i, f"the PSUM destination of a {mv.dtype} MatMul is {acc}, not "
-                          f"{dst.dtype}")
+        accs = accumulator_formats(mv.dtype)
+        if dst.dtype not in accs:
+            self._fail(i, f"the PSUM destination of a {mv.dtype} MatMul is "
+                          f"{' or '.join(accs)}, not {dst.dtype}")
+        acc = dst.dtype
         bank_elems = self.arch.psum_bank_bytes // get_format(acc).container_bytes
         if n > bank_elems or dst.free_elems != n:
             self._fail(i, f"moving N = {n} must equal the destination's {dst.free_elems} and "

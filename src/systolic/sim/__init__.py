@@ -1,5 +1,11 @@
-"""Executors of a Program: functional (values), systolic (register level), timing (cycles)."""
+"""Executors of a Program: functional (values), systolic (register level), timing (cycles).
 
-from .functional import FunctionalSimulator, systolic_sum, wrap48
+All three are :class:`Executor` s: ``Executor(arch, ...).run(program) -> Run``."""
 
-__all__ = ["FunctionalSimulator", "systolic_sum", "wrap48"]
+from ._base import Executor, MachineState, Run
+from .functional import FunctionalSimulator, register, systolic_sum, wrap48
+from .systolic import SystolicRun, SystolicSimulator
+from .timed import TimingExecutor
+
+__all__ = ["Executor", "FunctionalSimulator", "MachineState", "Run", "SystolicRun",
+           "SystolicSimulator", "TimingExecutor", "register", "systolic_sum", "wrap48"]

@@ -33,6 +33,7 @@ from __future__ import annotations
 from math import ceil, prod
 
 from ..arch import Arch
+from ..geometry import Rect, wavefront_cycles
 from ..isa import AccessPattern, LdWeightMx, LoadStationary, MatMul, MatmultMx, ReadOut
 
 __all__ = [
@@ -45,6 +46,9 @@ __all__ = [
     "matmul_interval",
     "moving_n",
     "readout_cycles",
+    "region",
+    "region_rect",
+    "regions_overlap",
     "useful_macs",
 ]
 
@@ -96,8 +100,8 @@ def matmul_interval(ins: Compute, arch: Arch) -> int:
 
 def matmul_duration(ins: Compute, arch: Arch) -> int:
     """Cycles from start to the last MAC's cycle + 1 on an otherwise idle array."""
-    return (column_period(ins, arch) * (moving_n(ins) - 1) + array_rows(ins)
-            + array_cols(ins) - 1)
+    return wavefront_cycles(moving_n(ins), array_rows(ins), array_cols(ins),
+                            column_period(ins, arch))
 
 
 def load_cycles(ins: Load, arch: Arch) -> int:
@@ -111,11 +115,19 @@ def readout_cycles(ins: ReadOut, arch: Arch) -> int:
     return arch.readout_fixed_cycles + ceil(n / arch.readout_elems_per_cycle)
 
 
+def region_rect(ap: AccessPattern) -> Rect:
+    """The PSUM (or SBUF) region of a pattern: partitions x bytes of one partition."""
+    lo, hi = ap.free_bytes_span
+    return Rect.spans(ap.partition, ap.partition + ap.partitions, lo, hi)
+
+
 def region(ap: AccessPattern) -> tuple[int, int, int, int]:
-    """(first partition, end partition, first byte, end byte) of a PSUM pattern."""
+    """(first partition, end partition, first byte, end byte) of a pattern: the tuple form
+    of :func:`region_rect` the timing model keys its dicts by."""
     lo, hi = ap.free_bytes_span
     return (ap.partition, ap.partition + ap.partitions, lo, hi)
 
 
 def regions_overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
-    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+    """Whether two :func:`region` tuples share a byte (:meth:`Rect.overlaps`)."""
+    return Rect.spans(*a).overlaps(Rect.spans(*b))

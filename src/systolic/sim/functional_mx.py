@@ -1,9 +1,10 @@
 """The MX pair on the functional simulator: the living definition of its numerics.
 
 ``LdWeightMx`` decodes the stationary tile from its dual-address descriptor (x4 containers
-and E8M0 scales, layout in :mod:`systolic.isa`) and latches it: ``sim.tiles`` holds the
-dequantized values [K, M] (X * P, exact in float32 unless it overflows), and the
-element values and scales are kept beside it for the product.
+and E8M0 scales, layout in :mod:`systolic.isa`) and latches it: ``state.tiles`` holds the
+dequantized values [K, M] (X * P, exact in float32 unless it overflows) with the element
+values and scales beside them (``Latched.mx``) for the product. Both handlers are functions
+of (:class:`~systolic.sim._base.MachineState`, instruction), in the simulator's table.
 
 ``MatmultMx`` computes, for the tile's blocks b = 0..G-1 (G = K/32, at most 16; block b is
 k = 32b..32b+31, partitions 8b..8b+7)::
@@ -13,7 +14,7 @@ k = 32b..32b+31, partitions 8b..8b+7)::
     res       = (((R_0 + R_1) + R_2) + ... + R_{G-1})                    (fp32, block order)
 
 and adds ``res`` into the fp32 PSUM region like a dense MatMul: START writes it, anything else
-adds it with one fp32 rounding, in program order (``sim.accumulate``). This is OCP MX v1.0
+adds it with one fp32 rounding, in program order (``state.accumulate``). This is OCP MX v1.0
 section 6's dot product (X_a X_b sum P_a P_b per block, longer dots summing block dots in
 fp32), with the implementation-defined parts chosen as follows:
 
@@ -41,17 +42,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..dtypes import get_format
+from ..errors import SystolicError
+from ..geometry import Rect
 from ..isa import AccessPattern, LdWeightMx, MatmultMx
+from ..memory import Memory
 from ..mx import BLOCK, SLOTS
 from ..verify_mx import scale_rows
-
-if TYPE_CHECKING:
-    from .functional import FunctionalSimulator
+from ._base import MachineState
 
 __all__ = ["MxOperand", "block_products", "load_mx", "matmul_mx", "read_operand"]
 
@@ -92,7 +93,7 @@ def _byte_lut(elem: str) -> np.ndarray:
     return nibbles.view(f.storage).astype(np.float32)
 
 
-def read_operand(sim: FunctionalSimulator, data: AccessPattern, scale: AccessPattern,
+def read_operand(memory: Memory, data: AccessPattern, scale: AccessPattern,
                  fmt: str) -> MxOperand:
     """Decode one dual-address descriptor: k = 4p + q (partition p, slot q) of the tile.
 
@@ -102,12 +103,12 @@ def read_operand(sim: FunctionalSimulator, data: AccessPattern, scale: AccessPat
     parts, free = data.partitions, data.dims[-1][1]
     elem = get_format(fmt).element
     assert elem is not None
-    raw = np.ascontiguousarray(sim.memory.view(data)).reshape(parts, free)
+    raw = np.ascontiguousarray(memory.view(data)).reshape(parts, free)
     vals = _byte_lut(elem)[raw.view(np.uint8)].reshape(parts, free, SLOTS)  # [P, F, 4]
     blocks = parts * SLOTS // BLOCK
     # k = 4p + q and block = k // 32: [P, F, 4] -> [P, 4, F] -> [G, 32, F]
     elems = np.ascontiguousarray(vals.transpose(0, 2, 1)).reshape(blocks, BLOCK, free)
-    codes = sim.memory.view(scale).reshape(scale.partitions, free).view(np.uint8)
+    codes = memory.view(scale).reshape(scale.partitions, free).view(np.uint8)
     codes = codes[scale_rows(blocks)].astype(np.int32)
     return MxOperand(elems, codes - 127, codes == 255)
 
@@ -136,35 +137,19 @@ def block_products(a: MxOperand, b: MxOperand, order: str) -> np.ndarray:
     return res
 
 
-def load_mx(sim: FunctionalSimulator, ins: LdWeightMx) -> None:
+def load_mx(state: MachineState, ins: LdWeightMx) -> None:
     """Latch the MX stationary tile [K, M] at rows src.partition.., columns 0.. ."""
-    op = read_operand(sim, ins.src, ins.scale, ins.fmt)
-    rect = (ins.src.partition, ins.src.partitions, ins.column, ins.src.dims[-1][1])
-    values = op.dequantized()
-    sim.latch(*rect, values)
-    _latched(sim)[rect] = (values, op)
+    op = read_operand(state.memory, ins.src, ins.scale, ins.fmt)
+    rect = Rect(ins.src.partition, ins.src.partitions, ins.column, ins.src.dims[-1][1])
+    state.latch(rect, op.dequantized(), mx=op)
 
 
-def matmul_mx(sim: FunctionalSimulator, ins: MatmultMx) -> None:
+def matmul_mx(state: MachineState, ins: MatmultMx) -> None:
     """Multiply the moving tile by the latched MX tile and accumulate into PSUM."""
     mv, dst = ins.moving, ins.dst
-    rect = (mv.partition, mv.partitions, dst.partition, dst.partitions)
-    held = _latched(sim).get(rect)
-    if held is None or sim.tiles.get(rect) is not held[0]:
-        from ..errors import SystolicError
-
+    held = state.tiles.get(Rect(mv.partition, mv.partitions, dst.partition, dst.partitions))
+    if held is None or not isinstance(held.mx, MxOperand):
         raise SystolicError("MatmultMx found no tile latched by an LdWeightMx at its rows and "
                             "columns; run verify() on the Program")
-    b = read_operand(sim, mv, ins.scale, ins.fmt)
-    sim.accumulate(dst, ins.flags, block_products(held[1], b, sim.order))
-
-
-def _latched(sim: FunctionalSimulator) -> dict[tuple[int, int, int, int],
-                                               tuple[np.ndarray, MxOperand]]:
-    """The MX decomposition of each tile this module latched, kept on the simulator. An
-    entry counts only while ``sim.tiles`` still holds the same array (a later load over
-    the same PEs replaces it there)."""
-    table = sim.__dict__.get("_mx_latched")
-    if table is None:
-        table = sim.__dict__["_mx_latched"] = {}
-    return table
+    b = read_operand(state.memory, mv, ins.scale, ins.fmt)
+    state.accumulate(dst, ins.flags, block_products(held.mx, b, state.order))

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..dtypes import get_format
 from ..errors import SystolicError
+from ..geometry import Rect, wavefront_cycles
 from ..isa import AccessPattern, CalcFlags, MatMul
 
 __all__ = ["Flight", "Frames", "Lane", "make_flight"]
@@ -86,9 +87,13 @@ class Flight:
     wave_pe: np.ndarray = field(default_factory=lambda: _EMPTY)
     wave_w: np.ndarray = field(default_factory=lambda: _EMPTY)
 
+    @property
+    def rect(self) -> Rect:
+        """The PEs the MatMul occupies: array rows r0.. (k of them), columns c0.. (m)."""
+        return Rect(self.r0, self.k, self.c0, self.m)
+
     def overlaps(self, other: Flight) -> bool:
-        return (self.r0 < other.r0 + other.k and other.r0 < self.r0 + self.k
-                and self.c0 < other.c0 + other.m and other.c0 < self.c0 + self.m)
+        return self.rect.overlaps(other.rect)
 
     # X[k, n] reaches PE(r0 + k, c0 + m) at start + period*n + k + m (seed 003); these are
     # that cycle minus (k + m) for the first and last n, comparable across tile origins.
@@ -112,7 +117,9 @@ def make_flight(index: int, ins: MatMul, start: int, period: int, w: np.ndarray,
                 x: np.ndarray) -> Flight:
     """A Flight for ``ins`` with decoded weights ``w`` [K, M] and moving ``x`` [K, N]
     (K logical: DoubleRow puts k = 2p + j on PE row p, seed 000)."""
-    is_int = get_format(ins.moving.dtype).is_int
+    # exact int64 lanes only into an int48 region (seed 004's cell); anything else, integer
+    # operands included, sums in fp32 down the column (seed 000: fp32 PSUM whatever the input)
+    is_int = get_format(ins.dst.dtype).is_int
     dtype = np.int64 if is_int else np.float32
     rows, fold = ins.moving.partitions, ins.perf_mode.k_fold
     cols, n = w.shape[1], x.shape[1]
@@ -126,7 +133,7 @@ def make_flight(index: int, ins: MatMul, start: int, period: int, w: np.ndarray,
     f = Flight(index, ins.dst, ins.flags, is_int, fold, start, period, ins.moving.partition,
                ins.dst.partition, rows, cols, n, inj, wf,
                np.empty((period * (n - 1) + cols, cols), dtype), np.empty(0, dtype))
-    f.planned = start + period * (n - 1) + rows + cols - 1
+    f.planned = start + wavefront_cycles(n, rows, cols, period)
     return f
 
 

@@ -8,16 +8,19 @@ m drains into PSUM partition m. One instruction alone takes N + K + M - 2 cycles
 
 Lifecycle (one entry point): build ``SystolicSimulator(arch, rows, cols, dram_bytes,
 record)``, place operands through ``.memory`` (a :class:`systolic.memory.Memory`), then
-``run(program)`` returns a :class:`SystolicRun` with per-instruction (start, end) cycles,
-busy PEs per cycle and, with ``record=True``, every cycle's registers (:class:`Frames`).
+``run(program)`` returns a :class:`SystolicRun` (a :class:`~systolic.sim._base.Run`) with
+the memory, per-instruction (start, end) cycles, busy PEs per cycle and, with
+``record=True``, every cycle's registers (:class:`Frames`).
 
 How it works: a first pass issues every instruction by the shared rules of
 :mod:`systolic.sim.cost` (start cycles). A second pass executes the Program in order:
-DmaLoad / LoadStationary / ReadOut reuse the functional simulator (the living definition)
-on the same :class:`Memory`; each MatMul is handed to the array, which is stepped one cycle
-at a time (numpy over all PEs; the loop is over clock cycles only). Moving values carry an
-instruction tag; a PE switches to the next instruction's weights when that instruction's
-first value reaches it, so back-to-back MatMuls with different weights overlap. Results
+DmaLoad / LoadStationary / ReadOut go through the functional simulator's handlers (the
+living definition, :func:`systolic.sim.functional.execute`) on the same
+:class:`~systolic.sim._base.MachineState`; each MatMul is handed to the array, which is
+stepped one cycle at a time (numpy over all PEs; the loop is over clock cycles only).
+Moving values carry an instruction tag; a PE switches to the next instruction's weights
+when that instruction's first value reaches it, so back-to-back MatMuls with different
+weights overlap. Results
 are added into PSUM in program order (fp32 with one rounding per add, or INT48 wrap), so
 PSUM after a program is bit-identical to ``FunctionalSimulator(order="systolic")``. (A NaN
 result is NaN in both, but its sign bit may differ: which operand's NaN numpy propagates
@@ -27,29 +30,32 @@ depends on its loop shapes, e.g. SIMD body versus scalar tail.)
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import cast
 
 import numpy as np
 
 from ..arch import Arch, get_arch
 from ..dtypes import get_format
 from ..errors import SystolicError
+from ..geometry import Rect
 from ..isa import (
     AccessPattern,
     CalcFlags,
     DmaLoad,
-    LdWeightMx,
+    Group,
     LoadStationary,
     MatMul,
-    MatmultMx,
     Program,
     ReadOut,
     Space,
     col_group,
     row_group,
 )
+from ..memory import Memory
 from ..verify import Checker, Tile
 from . import cost
-from .functional import FunctionalSimulator
+from ._base import Executor, MachineState, Run, dram_span, read_dram, write_dram
+from .functional import execute
 from .pe_array import Flight, Frames, Lane, make_flight
 
 __all__ = ["Frames", "SystolicRun", "SystolicSimulator", "issue", "step_matmul"]
@@ -58,25 +64,27 @@ __all__ = ["Frames", "SystolicRun", "SystolicSimulator", "issue", "step_matmul"]
 RECORD_LIMIT = 1 << 23
 
 
+_EMPTY = np.empty(0, np.int64)
+
+
 @dataclass
-class SystolicRun:
+class SystolicRun(Run):
     """What one :meth:`SystolicSimulator.run` did, in TensorE cycles from 0.
 
     ``starts``/``ends`` are per instruction index (``end`` exclusive; -1 for DmaLoad, which
     the rules treat as free). ``cycles`` is the end of the last MatMul; ``readout_tail`` the
     read-out time left after it. ``busy_per_cycle[t]`` counts PEs that did work in cycle t;
     ``macs`` counts multiply-accumulates (a DoubleRow PE does two per busy cycle);
-    ``utilization`` = busy PE-cycles / (rows x cols x cycles).
+    ``utilization`` = busy PE-cycles / (rows x cols x cycles). ``out`` is the result of
+    :func:`step_matmul` (None from a plain run: read ``memory``).
     """
 
-    rows: int
-    cols: int
-    cycles: int
-    starts: np.ndarray
-    ends: np.ndarray
-    busy_per_cycle: np.ndarray
-    macs: int
-    utilization: float
+    cycles: int = 0  # always known here
+    rows: int = 0
+    cols: int = 0
+    busy_per_cycle: np.ndarray = field(default_factory=lambda: _EMPTY)
+    macs: int = 0
+    utilization: float = 0.0
     readout_tail: int = 0
     frames: Frames | None = None
     out: np.ndarray | None = field(default=None, repr=False)
@@ -95,27 +103,29 @@ def issue(program: Program, arch: Arch) -> tuple[np.ndarray, np.ndarray]:
     load_free = 0  # the load queue
     load_end: int | None = None  # a load since the last MatMul
     ro_free = 0  # the read-out engine's queue
-    group_end: dict[tuple[int, int, int, int], int] = {}  # region -> its group's last end
-    reads: list[tuple[tuple[int, int, int, int], int]] = []  # (region, end) of ReadOuts
+    group_end: dict[Rect, int] = {}  # region -> its group's last end
+    reads: list[tuple[Rect, int]] = []  # (region, end) of ReadOuts
     for i, ins in enumerate(program):
-        if isinstance(ins, LoadStationary | LdWeightMx):
+        if isinstance(ins, Group.LOAD):
+            load = cast(cost.Load, ins)  # Group tuples do not narrow for mypy
             s = max(load_free, mm_last_start or 0)
-            starts[i], ends[i] = s, s + cost.load_cycles(ins, arch)
+            starts[i], ends[i] = s, s + cost.load_cycles(load, arch)
             load_free = load_end = int(ends[i])
-        elif isinstance(ins, MatMul | MatmultMx):
+        elif isinstance(ins, Group.COMPUTE):
+            comp = cast(cost.Compute, ins)
             s = max(mm_next, load_end or 0)
-            if CalcFlags.START in ins.flags:
-                reg = cost.region(ins.dst)
-                s = max([s, *(e for r, e in reads if cost.regions_overlap(r, reg))])
-            starts[i], ends[i] = s, s + cost.matmul_duration(ins, arch)
+            if CalcFlags.START in comp.flags:
+                reg = cost.region_rect(comp.dst)
+                s = max([s, *(e for r, e in reads if r.overlaps(reg))])
+            starts[i], ends[i] = s, s + cost.matmul_duration(comp, arch)
             mm_last_start, load_end = s, None
-            mm_next = s + cost.matmul_interval(ins, arch)
-            dreg = cost.region(ins.dst)
-            if CalcFlags.START in ins.flags or ends[i] > group_end.get(dreg, -1):
+            mm_next = s + cost.matmul_interval(comp, arch)
+            dreg = cost.region_rect(comp.dst)
+            if CalcFlags.START in comp.flags or ends[i] > group_end.get(dreg, -1):
                 group_end[dreg] = int(ends[i])
         elif isinstance(ins, ReadOut):
-            reg = cost.region(ins.src)
-            done = [e for r, e in group_end.items() if cost.regions_overlap(r, reg)]
+            reg = cost.region_rect(ins.src)
+            done = [e for r, e in group_end.items() if r.overlaps(reg)]
             s = max(ro_free, *done) if done else ro_free
             starts[i], ends[i] = s, s + cost.readout_cycles(ins, arch)
             ro_free = int(ends[i])
@@ -123,13 +133,7 @@ def issue(program: Program, arch: Arch) -> tuple[np.ndarray, np.ndarray]:
     return starts, ends
 
 
-def _dram_span(ap: AccessPattern) -> tuple[int, int]:
-    lo, hi = ap.free_bytes_span
-    ext = ap.partition_step * (ap.partitions - 1)
-    return lo + min(0, ext), hi + max(0, ext)
-
-
-class SystolicSimulator:
+class SystolicSimulator(Executor):
     """Runs Programs on an R x C array stepped one clock at a time (see the module doc).
 
     ``rows``/``cols`` default to the Arch's (128 x 128); any size works (a 3 x 3 toy array).
@@ -148,17 +152,17 @@ class SystolicSimulator:
         # column (seed 003), so a non-square toy array gets max(rows, cols) partitions.
         self.arch = replace(base, rows=max(self.rows, self.cols), cols=self.cols)
         self.record = record
-        self._fsim = FunctionalSimulator(self.arch, order="systolic", dram_bytes=dram_bytes)
-        self.memory = self._fsim.memory
+        self.memory = Memory(self.arch, dram_bytes)
+        self.state = MachineState(self.arch, self.memory, order="systolic")
         self._tiles: list[Tile] = []  # latched tiles, for verification across runs
 
     # -- state outside a program ----------------------------------------------------------
     def write_dram(self, offset: int, values: np.ndarray, dtype: str) -> None:
         """Encode ``values`` to ``dtype`` at byte ``offset`` of device memory."""
-        self._fsim.write_dram(offset, values, dtype)
+        write_dram(self.memory, offset, values, dtype)
 
     def read_dram(self, offset: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
-        return self._fsim.read_dram(offset, shape, dtype)
+        return read_dram(self.memory, offset, shape, dtype)
 
     def preload(self, load: LoadStationary) -> None:
         """Latch weights before the next run without charging cycles, as if a previous
@@ -167,7 +171,7 @@ class SystolicSimulator:
         checker.step(0, load)
         self._check_rows(0, load.src.partition + load.src.partitions)
         self._tiles = checker.tiles
-        self._fsim.execute(load)
+        execute(self.state, load)
 
     def _check_rows(self, i: int, end: int) -> None:
         if end > self.rows:
@@ -175,12 +179,16 @@ class SystolicSimulator:
                                 f"the array has {self.rows} rows; build it with more rows")
 
     # -- execution ------------------------------------------------------------------------
-    def run(self, program: Program) -> SystolicRun:
+    name = "systolic"
+
+    def run(self, program: Program, *, check: bool = True) -> SystolicRun:
         """Verify and execute ``program``; raises :class:`SystolicError` for a Program this
-        simulator does not model (the MX pair, two MatMuls on one PE in one cycle)."""
+        simulator does not model (the MX pair, two MatMuls on one PE in one cycle). The
+        checks are part of the model (they track latched tiles across runs), so ``check``
+        is accepted for the interface and always on."""
         checker = Checker(self.arch, self.memory.dram.size, tiles=list(self._tiles))
         for i, ins in enumerate(program):
-            if isinstance(ins, LdWeightMx | MatmultMx):
+            if isinstance(ins, Group.MX):
                 raise SystolicError(f"instruction {i}: the register-level simulator does not "
                                     f"model the MX pair (LdWeightMx/MatmultMx); run MX "
                                     f"programs on FunctionalSimulator")
@@ -206,6 +214,7 @@ class SystolicSimulator:
         busy = exe.busy
         pe_cycles = int(busy.sum())
         return SystolicRun(
+            executor=self.name, instructions=len(program), memory=self.memory,
             rows=self.rows, cols=self.cols, cycles=total, starts=starts, ends=ends,
             busy_per_cycle=busy, macs=exe.macs,
             utilization=pe_cycles / (self.rows * self.cols * total) if total else 0.0,
@@ -230,7 +239,7 @@ class _Execution:
         self.head = 0
 
     def execute(self) -> None:
-        fsim = self.sim._fsim
+        state = self.sim.state
         for i, ins in enumerate(self.program):
             if isinstance(ins, MatMul):
                 self._issue(i, ins)
@@ -240,7 +249,7 @@ class _Execution:
             else:
                 if isinstance(ins, DmaLoad):
                     self._await_dram(ins.src)
-                fsim.execute(ins)
+                execute(state, ins)
         self._advance(len(self.busy))
         self._commit()
 
@@ -255,7 +264,8 @@ class _Execution:
                 f"cycle {self.t} when device memory it depends on (through ReadOut and "
                 f"DmaLoad) is ready; run such chained programs on FunctionalSimulator")
         mv, dst = ins.moving, ins.dst
-        w = self.sim._fsim.tiles[(mv.partition, mv.partitions, dst.partition, dst.partitions)]
+        w = self.sim.state.tile(Rect(mv.partition, mv.partitions, dst.partition,
+                                     dst.partitions)).values
         x = self.sim.memory.read(mv).reshape(w.shape[0], mv.dims[-1][1])
         if get_format(mv.dtype).is_int:
             x, w = x - ins.zp_moving, w - ins.zp_stationary
@@ -277,11 +287,11 @@ class _Execution:
 
     def _await_dram(self, src: AccessPattern) -> None:
         """Step the array until no pending ReadOut writes device memory that ``src`` reads."""
-        lo, hi = _dram_span(src)
+        lo, hi = dram_span(src)
         for k in range(len(self.queue) - 1, self.head - 1, -1):
             ro = self.queue[k]
             if isinstance(ro, ReadOut):
-                rlo, rhi = _dram_span(ro.dst)
+                rlo, rhi = dram_span(ro.dst)
                 if rlo < hi and lo < rhi:
                     while self.head <= k and self.t < len(self.busy):
                         self._advance(self.t + 1)
@@ -315,13 +325,13 @@ class _Execution:
 
     def _commit(self) -> None:
         """Apply PSUM effects in program order as far as finished MatMuls allow."""
-        fsim = self.sim._fsim
+        state = self.sim.state
         while self.head < len(self.queue):
             item = self.queue[self.head]
             if isinstance(item, ReadOut):
-                fsim.execute(item)
+                execute(state, item)
             elif item.end >= 0:
-                fsim.accumulate(item.dst, item.flags, item.res)
+                state.accumulate(item.dst, item.flags, item.res)
                 item.res = np.empty(0)
             else:
                 return
@@ -349,7 +359,7 @@ def step_matmul(stationary: np.ndarray, moving: np.ndarray, rows: int | None = N
         raise SystolicError(f"a [{k}, {m}] stationary tile needs a {k} x {m} array; the "
                             f"array is {sim.rows} x {sim.cols}")
     isz = get_format(dtype).container_bytes
-    acc = "int48" if get_format(dtype).is_int else "fp32"
+    acc = "fp32"  # seed 000: fp32 PSUM whatever the input (int48 is a Program option)
     s_ap = AccessPattern(Space.SBUF, 0, k, 0, ((1, m),), dtype)
     x_ap = AccessPattern(Space.SBUF, 0, k, -(-m * isz // 64) * 64, ((1, n),), dtype)
     out = AccessPattern(Space.PSUM, 0, m, 0, ((1, n),), acc)
@@ -359,5 +369,4 @@ def step_matmul(stationary: np.ndarray, moving: np.ndarray, rows: int | None = N
     sim.preload(LoadStationary(s_ap, 0, rg, cg))
     run = sim.run(Program([MatMul(x_ap, out, CalcFlags.START | CalcFlags.STOP, dtype, 0,
                                   rg, cg)]))
-    run.out = sim.memory.read(out).copy()
-    return run
+    return replace(run, out=sim.memory.read(out).copy())

@@ -1,0 +1,181 @@
+"""One executor interface and one result type, shared by every executor of a Program.
+
+Amaranth keeps the engines behind its simulator in ``sim/_base.py``: one small abstract
+surface, many implementations. Here the executors are the functional simulator (values,
+:mod:`systolic.sim.functional`), the register-level simulator (values and every PE per cycle,
+:mod:`systolic.sim.systolic`) and the timing model (cycles only, :mod:`systolic.sim.timed`).
+Each is an :class:`Executor`: build it with an Arch, call ``run(program)``, get a :class:`Run`
+carrying what that executor knows (memory state, cycles, per-instruction starts and ends, the
+timing model's schedule); fields an executor does not know stay ``None``.
+
+:class:`MachineState` is the explicit state the value executors share: the memories and the
+weight tiles latched in the array. Instruction handlers are functions of ``(state,
+instruction)`` (``systolic.sim.functional.HANDLERS``), so an executor or a handler written
+elsewhere never reaches into another object's attributes.
+
+This module imports nothing of the executors (it is the layer below them).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+import numpy as np
+
+from ..arch import Arch
+from ..dtypes import encode, get_format
+from ..errors import SystolicError
+from ..geometry import Rect
+from ..isa import AccessPattern, CalcFlags, Program
+from ..memory import Memory
+
+if TYPE_CHECKING:
+    from .timing import Schedule
+
+__all__ = ["Executor", "Latched", "MachineState", "Order", "Run", "apply_psum", "dram_span",
+           "read_dram", "wrap48", "write_dram"]
+
+Order = Literal["fast", "systolic"]
+_MASK48 = (1 << 48) - 1
+_SIGN48 = 1 << 47
+# Memory.view checks bounds and builds a strided view (~12 us); a run asks for the same few
+# PSUM and SBUF patterns thousands of times, so views are kept, up to this many.
+_VIEW_CACHE = 4096
+
+
+def wrap48(x: np.ndarray) -> np.ndarray:
+    """Two's complement wrap of int64 values to 48 bits (seed 004's INT48 accumulator)."""
+    x = np.asarray(x, dtype=np.int64)
+    return ((x + _SIGN48) & _MASK48) - _SIGN48
+
+
+@dataclass
+class Run:
+    """What one :meth:`Executor.run` did. Fields the executor does not know are ``None``.
+
+    ``memory``: the machine's memories after the run (value executors). ``cycles``: the
+    Tensor Engine's busy span in cycles from 0, ``starts``/``ends``: per instruction index
+    (end exclusive, -1 where the model charges nothing) (timed executors). ``schedule``: the
+    timing model's full :class:`~systolic.sim.timing.Schedule` (timing executor).
+    ``detail``: anything else an executor returns whole (for example a whole-core timing's
+    own result), for executors whose result is not a ``Schedule``.
+    """
+
+    executor: str = ""
+    instructions: int = 0
+    memory: Memory | None = None
+    cycles: int | None = None
+    starts: np.ndarray | None = None
+    ends: np.ndarray | None = None
+    schedule: Schedule | None = None
+    detail: object | None = None
+
+
+class Executor(abc.ABC):
+    """Runs Programs on one Arch. ``run`` verifies first unless ``check=False`` (leave it on
+    unless the Program was just verified, as the compiler's output is)."""
+
+    name: str = ""
+    arch: Arch
+
+    @abc.abstractmethod
+    def run(self, program: Program, *, check: bool = True) -> Run:
+        """Execute ``program`` and return what this executor knows of it."""
+
+
+@dataclass(eq=False, slots=True)
+class Latched:
+    """One weight tile latched in the array: ``values`` decoded [K, M] (float32, int64 for
+    integers); ``wt`` the same transposed and C-contiguous [M, K] (one BLAS call without a
+    strided operand, ~10x faster here); ``mx`` the MX decomposition when an LdWeightMx
+    latched it (:class:`systolic.sim.functional_mx.MxOperand`), else None."""
+
+    values: np.ndarray
+    wt: np.ndarray
+    mx: object | None = None
+
+
+class MachineState:
+    """The memories and the latched weight tiles: all the state instruction handlers touch.
+
+    ``order`` is the accumulation order MatMul handlers use (the functional simulator's
+    module docstring defines both).
+    """
+
+    def __init__(self, arch: Arch, memory: Memory, order: Order = "fast") -> None:
+        self.arch = arch
+        self.memory = memory
+        self.order: Order = order
+        # latched tiles by the PEs they occupy: rows = array rows, cols = array columns
+        self.tiles: dict[Rect, Latched] = {}
+        self._views: dict[AccessPattern, np.ndarray] = {}
+
+    def view(self, ap: AccessPattern) -> np.ndarray:
+        """``memory.view(ap)``, kept (a view of a buffer that never moves stays valid)."""
+        v = self._views.get(ap)
+        if v is None:
+            if len(self._views) >= _VIEW_CACHE:
+                self._views.clear()
+            v = self._views[ap] = self.memory.view(ap)
+        return v
+
+    def latch(self, rect: Rect, values: np.ndarray, mx: object | None = None) -> Latched:
+        """Latch decoded weights [K, M] over ``rect``, evicting every tile it overlaps (a
+        later load over the same PEs replaces what they held)."""
+        for key in [k for k in self.tiles if k.overlaps(rect)]:
+            del self.tiles[key]
+        tile = self.tiles[rect] = Latched(values, np.ascontiguousarray(values.T), mx)
+        return tile
+
+    def tile(self, rect: Rect) -> Latched:
+        """The tile latched exactly over ``rect``; a compute instruction needs one."""
+        got = self.tiles.get(rect)
+        if got is None:
+            raise SystolicError(f"no weight tile is latched at array rows {rect.row}.."
+                                f"{rect.row_end - 1}, columns {rect.col}..{rect.col_end - 1}; "
+                                f"run verify() on the Program")
+        return got
+
+    def accumulate(self, dst: AccessPattern, flags: CalcFlags, res: np.ndarray) -> None:
+        """START writes ``res`` into the PSUM region; anything else adds it (one fp32 rounding
+        per add, or the INT48 two's complement wrap for an int48 region)."""
+        apply_psum(self.view(dst), flags, res)
+
+
+def apply_psum(view: np.ndarray, flags: CalcFlags, res: np.ndarray) -> None:
+    """The PSUM update of one compute instruction on the region's ``view``."""
+    res = res.reshape(view.shape)
+    if view.dtype == np.int64:
+        view[...] = wrap48(res if CalcFlags.START in flags else view + res)
+    elif CalcFlags.START in flags:
+        view[...] = res
+    else:
+        # IEEE specials propagate as fp32 hardware's do (inf + -inf = NaN): not a warning
+        with np.errstate(invalid="ignore", over="ignore"):
+            view += res
+
+
+def write_dram(memory: Memory, offset: int, values: np.ndarray, dtype: str) -> None:
+    """Encode ``values`` to ``dtype`` and store them contiguously at byte ``offset``."""
+    raw = np.ascontiguousarray(encode(values, dtype)).reshape(-1).view(np.uint8)
+    if offset < 0 or offset + raw.size > memory.dram.size:
+        raise SystolicError(f"{raw.size} bytes at {offset:#x} do not fit device memory "
+                            f"of {memory.dram.size} bytes")
+    memory.dram[offset:offset + raw.size] = raw
+
+
+def read_dram(memory: Memory, offset: int, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """A view of ``shape`` ``dtype`` values stored contiguously at byte ``offset``."""
+    f = get_format(dtype)
+    count = int(np.prod(shape))
+    raw = memory.dram[offset:offset + count * f.container_bytes]
+    return raw.view(f.storage).reshape(shape)
+
+
+def dram_span(ap: AccessPattern) -> tuple[int, int]:
+    """The device-memory bytes [lo, hi) a DRAM pattern touches (rows at partition_step)."""
+    lo, hi = ap.free_bytes_span
+    ext = ap.partition_step * (ap.partitions - 1)
+    return lo + min(0, ext), hi + max(0, ext)

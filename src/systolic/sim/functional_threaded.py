@@ -1,0 +1,208 @@
+"""The functional simulator's fast path: the same per-instruction products, on threads.
+
+:func:`run_threaded` gives the bits of :func:`systolic.sim.functional.run_reference` (tests
+check it bit for bit) and is faster in three ways:
+
+* **Threads own PSUM.** Each MatMul's product and its PSUM add run on the worker that owns
+  the destination's PSUM bank (bank mod workers; worker 0 is the calling thread). A worker
+  applies its updates in program order, and regions in different banks are disjoint, so
+  every region sees its adds in program order: the reference's bits. BLAS is held to one
+  thread (its bits depend on the thread count); the workers use the cores instead. A
+  ReadOut of one bank into device memory runs on that bank's worker, after its MatMuls; a
+  DmaLoad that reads, or a ReadOut that writes, device memory a pending ReadOut writes
+  waits for it. Any other
+  instruction (the MX pair, engine instructions, a DMA touching PSUM) waits for every
+  worker and runs alone, so a handler added to the table needs no threading code. An
+  exception on a worker is raised in the caller at the next wait.
+* **Decoded moving tiles are kept** for the run (a resident moving tile is read by every
+  M tile of a product) and dropped when a DmaLoad writes over any byte of them; the check
+  looks only at the cached tiles in the 1 KiB blocks the DmaLoad touches.
+* **Views are kept** (:meth:`MachineState.view`), so no per-instruction bounds check.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import cast
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from ..dtypes import decode
+from ..isa import (
+    AccessPattern,
+    CalcFlags,
+    DmaLoad,
+    Instruction,
+    LoadStationary,
+    MatMul,
+    Program,
+    ReadOut,
+    Space,
+)
+from ._base import MachineState, Order, apply_psum, dram_span
+from .products import moving_values, product, stationary_operand, tile_rect
+
+__all__ = ["default_workers", "run_threaded"]
+
+_BLOCK = 1024  # bytes of a partition per decode-cache bucket
+
+
+def default_workers() -> int:
+    """The calling thread plus one thread per core (at most 8), or the calling thread alone
+    on one core. The calling thread also decodes and dispatches, so on 2 cores three
+    computing threads keep both cores busy where two leave gaps."""
+    cores = os.cpu_count() or 1
+    return 1 if cores < 2 else min(cores, 8) + 1
+
+
+def _task(view: np.ndarray, flags: CalcFlags, wt: np.ndarray, x: np.ndarray, order: Order,
+          exact: bool) -> None:
+    apply_psum(view, flags, product(wt, x, order, exact))
+
+
+class _DecodeCache:
+    """Decoded SBUF tiles of one run, indexed by the 1 KiB blocks of bytes they cover."""
+
+    def __init__(self, state: MachineState) -> None:
+        self.state = state
+        self.tiles: dict[AccessPattern, tuple[np.ndarray, int, int, int, int]] = {}
+        self.blocks: dict[int, set[AccessPattern]] = {}
+
+    def read(self, ap: AccessPattern) -> np.ndarray:
+        hit = self.tiles.get(ap)
+        if hit is None:
+            lo, hi = ap.free_bytes_span
+            hit = self.tiles[ap] = (decode(self.state.view(ap), ap.dtype), ap.partition,
+                                    ap.partition + ap.partitions, lo, hi)
+            for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
+                self.blocks.setdefault(b, set()).add(ap)
+        return hit[0]
+
+    def forget(self, dst: AccessPattern) -> None:
+        """Drop every cached tile sharing a byte with ``dst`` (an SBUF pattern)."""
+        if not self.tiles:
+            return
+        lo, hi = dst.free_bytes_span
+        p0, p1 = dst.partition, dst.partition + dst.partitions
+        for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
+            for ap in list(self.blocks.get(b, ())):
+                _, q0, q1, a, z = self.tiles[ap]
+                if q0 < p1 and p0 < q1 and a < hi and lo < z:
+                    del self.tiles[ap]
+                    for c in range(a // _BLOCK, (z - 1) // _BLOCK + 1):
+                        self.blocks[c].discard(ap)
+
+    def clear(self) -> None:
+        self.tiles.clear()
+        self.blocks.clear()
+
+
+def _banks(ap: AccessPattern, bank_bytes: int) -> range:
+    lo, hi = ap.free_bytes_span
+    return range(lo // bank_bytes, (hi - 1) // bank_bytes + 1)
+
+
+def run_threaded(state: MachineState, program: Program, workers: int,
+                 execute: Callable[[MachineState, Instruction], None],
+                 progress: Callable[[int], None] | None = None) -> None:
+    """Run ``program`` on ``state`` with ``workers`` threads (see the module docstring);
+    ``execute`` runs any instruction but a MatMul (the handler table's dispatch)."""
+    instrs = program.instructions
+    bank_bytes = state.arch.psum_bank_bytes
+    order = state.order
+    cache = _DecodeCache(state)
+    pools = [ThreadPoolExecutor(max_workers=1) for _ in range(workers - 1)]
+    last: list[Future[None] | None] = [None] * workers
+    # ReadOuts run on their bank's worker: device-memory bytes they will write, until done
+    writes: list[tuple[int, int, Future[None]]] = []
+    # per PSUM destination: its view, its owner, whether it is an exact int48 region
+    dsts: dict[AccessPattern, tuple[np.ndarray, int, bool]] = {}
+
+    errors: list[BaseException] = []  # raised on a worker; re-raised here at the next wait
+
+    def guarded(fn: Callable[..., None], *args: object) -> None:
+        if errors:
+            return  # the run has failed: do nothing more
+        try:
+            fn(*args)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def submit(owner: int, fn: Callable[..., None], *args: object) -> Future[None] | None:
+        if owner == 0:  # worker 0 is this thread
+            fn(*args)
+            return None
+        fut = last[owner] = pools[owner - 1].submit(guarded, fn, *args)
+        return fut
+
+    def wait(owners: range | list[int]) -> None:
+        for w in owners:
+            fut = last[w]
+            if fut is not None:
+                last[w] = None
+                fut.result()
+        if errors:
+            raise errors[0]
+
+    def await_dram(ap: AccessPattern) -> None:
+        """Wait for the pending ReadOuts that write bytes of device memory ``ap`` touches."""
+        writes[:] = [(a, z, f) for a, z, f in writes if not f.done()]
+        lo, hi = dram_span(ap)
+        for a, z, f in writes:
+            if a < hi and lo < z:
+                f.result()
+        if errors:
+            raise errors[0]
+
+    every = list(range(workers))
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            done = 0
+            for i, ins in enumerate(instrs):
+                kind = type(ins)
+                if kind is MatMul:
+                    mm = cast(MatMul, ins)
+                    tile = state.tile(tile_rect(mm))
+                    x = moving_values(cache.read(mm.moving), mm)
+                    got = dsts.get(mm.dst)
+                    if got is None:
+                        view = state.view(mm.dst)
+                        got = dsts[mm.dst] = (view, _banks(mm.dst, bank_bytes)[0] % workers,
+                                              view.dtype == np.int64)
+                    submit(got[1], _task, got[0], mm.flags, stationary_operand(tile.wt, mm), x,
+                           order, got[2])
+                elif kind is LoadStationary:
+                    execute(state, ins)
+                elif kind is DmaLoad and Space.PSUM not in (
+                        (dma := cast(DmaLoad, ins)).src.space, dma.dst.space):
+                    if dma.src.space is Space.DRAM and writes:
+                        await_dram(dma.src)
+                    execute(state, dma)
+                    if dma.dst.space is Space.SBUF:
+                        cache.forget(dma.dst)
+                elif kind is ReadOut and len(banks := _banks(
+                        (ro := cast(ReadOut, ins)).src, bank_bytes)) == 1 \
+                        and ro.dst.space is Space.DRAM:
+                    # after the bank's MatMuls on the same worker: program order for them;
+                    # an earlier ReadOut on another worker into the same bytes lands first
+                    if writes:
+                        await_dram(ro.dst)
+                    fut = submit(banks[0] % workers, execute, state, ro)
+                    if fut is not None:
+                        writes.append((*dram_span(ro.dst), fut))
+                else:  # anything else may read or write any memory: run it alone
+                    wait(every)
+                    execute(state, ins)
+                    cache.clear()
+                if progress is not None and i + 1 - done >= 256:
+                    progress(i + 1 - done)
+                    done = i + 1
+            wait(every)
+        if progress is not None and len(instrs) > done:
+            progress(len(instrs) - done)
+    finally:
+        for pool in pools:
+            pool.shutdown(wait=True, cancel_futures=True)
