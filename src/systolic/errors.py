@@ -52,3 +52,14 @@ class BundleError(SystolicError):
 
 class WorkloadError(SystolicError):
     """A malformed workload file."""
+
+
+class KernelError(SystolicError):
+    """An NKI kernel that breaks a rule of the hardware or of NKI, reported at the kernel's
+    own source line: ``FILE:LINE: what is wrong and what to do``."""
+
+    def __init__(self, path: str, line: int, message: str) -> None:
+        self.path = path
+        self.line = line
+        self.message = message
+        super().__init__(f"{path}:{line}: {message}")

@@ -18,7 +18,9 @@ from .isa import (
     VALID_MX_ACC_BYTES,
     AccessPattern,
     CalcFlags,
+    DmaCopy,
     DmaLoad,
+    Group,
     Instruction,
     LdWeightMx,
     LoadStationary,
@@ -178,6 +180,10 @@ class Checker:
                 self._dma(i, ins)
             elif isinstance(ins, ReadOut):
                 self._readout(i, ins)
+            elif isinstance(ins, Group.ELEMENTWISE + (DmaCopy,)):
+                from .verify_engines import check_engine
+
+                check_engine(self, i, ins)
             else:
                 self._fail(i, f"unknown instruction {type(ins).__name__}")
         except VerifyError:

@@ -46,7 +46,9 @@ from ..errors import SystolicError
 from ..isa import (
     AccessPattern,
     CalcFlags,
+    DmaCopy,
     DmaLoad,
+    Group,
     Instruction,
     LdWeightMx,
     LoadStationary,
@@ -222,6 +224,12 @@ class FunctionalSimulator:
             from .functional_mx import matmul_mx
 
             matmul_mx(self, ins)
+        elif isinstance(ins, Group.ELEMENTWISE + (DmaCopy,)):
+            from .functional_engines import destination, execute_engine
+
+            self._drain(0)  # engines read PSUM: pending MatMul results land first
+            execute_engine(self.memory, ins)
+            self._forget(destination(ins))
         else:  # pragma: no cover - verify rejects unknown instructions
             raise SystolicError(f"unknown instruction {type(ins).__name__}")
 

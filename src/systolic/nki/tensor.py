@@ -1,0 +1,350 @@
+"""Tensor handles: ``nl.ndarray`` tensors, views of them, and the older API's index
+expressions.
+
+A :class:`Tensor` is an allocation request (shape, dtype, buffer, the line that made it);
+its address is decided after recording (:mod:`systolic.nki.alloc`). A :class:`View` is a
+strided window of a tensor: an element offset and one ``(stride, count)`` axis per
+remaining dimension, one of which may be the partition axis. Indexing with ints, slices
+and affine index expressions (``k * TILE_K + i.p``) gives views; views become the ISA's
+:class:`~systolic.isa.AccessPattern` once the tensor has an address.
+
+On chip (SBUF, PSUM) the partition dimension is the first one, or the one marked with
+``nl.par_dim``; the other dimensions are laid out row-major in each partition's bytes. In
+HBM every dimension is row-major.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from math import prod
+from typing import Any
+
+from .record import Op, current, fail, here
+from .types import Buffer, DType, ParDim
+
+__all__ = ["Axis", "Expr", "Grid", "Pending", "Tensor", "View", "as_view", "same_shape"]
+
+_IDS = itertools.count()
+
+
+@dataclass(frozen=True, slots=True)
+class Axis:
+    stride: int  # elements (partition axis: 1 partition)
+    count: int
+    part: bool = False
+
+
+class Expr:
+    """An affine index ``const + coef * i`` over one iteration axis of an ``nl.mgrid`` /
+    ``nl.arange``; ``pos`` is the axis's place in the result (0 = partition, 1 = free)."""
+
+    __slots__ = ("coef", "const", "pos", "size")
+
+    def __init__(self, pos: int, size: int, const: int = 0, coef: int = 1) -> None:
+        self.pos, self.size, self.const, self.coef = pos, size, const, coef
+
+    def __add__(self, other: object) -> Expr:
+        if isinstance(other, int):
+            return Expr(self.pos, self.size, self.const + other, self.coef)
+        raise fail("an index expression adds only integers (k * TILE + i.p); two iteration "
+                   "axes in one index are not supported")
+
+    __radd__ = __add__
+
+    def __sub__(self, other: int) -> Expr:
+        return self + (-other)
+
+    def __mul__(self, other: object) -> Expr:
+        if isinstance(other, int):
+            return Expr(self.pos, self.size, self.const * other, self.coef * other)
+        raise fail("an index expression multiplies only by integers")
+
+    __rmul__ = __mul__
+
+    def __getitem__(self, key: object) -> Expr:
+        """``nl.arange(n)[:, None]`` is the partition axis, ``[None, :]`` the free one."""
+        if isinstance(key, tuple) and len(key) == 2:
+            return Expr(0 if key[1] is None else 1, self.size, self.const, self.coef)
+        return self
+
+    @property
+    def p(self) -> Expr:  # pragma: no cover - grids give p/x, kept for symmetry
+        return self
+
+
+class Grid:
+    """``nl.mgrid[0:P, 0:F]``: ``.p`` and ``.x`` (also unpackable as ``i_p, i_f``)."""
+
+    def __init__(self, spans: tuple[slice, ...]) -> None:
+        self.axes = [Expr(i, (s.stop - (s.start or 0)) // (s.step or 1), s.start or 0,
+                          s.step or 1) for i, s in enumerate(spans)]
+
+    @property
+    def p(self) -> Expr:
+        return self.axes[0]
+
+    @property
+    def x(self) -> Expr:
+        return self.axes[1]
+
+    @property
+    def y(self) -> Expr:
+        return self.axes[2]
+
+    def __iter__(self) -> Any:
+        return iter(self.axes)
+
+
+class Tensor:
+    """An ``nl.ndarray``: shape, dtype, buffer, and where the kernel made it."""
+
+    def __init__(self, shape: tuple[Any, ...], dtype: DType, buffer: Buffer,
+                 where: tuple[str, int], name: str = "", is_input: bool = False) -> None:
+        pdim = 0
+        dims: list[int] = []
+        for i, s in enumerate(shape):
+            if isinstance(s, ParDim):
+                pdim = i
+                s = s.size
+            if not isinstance(s, int) or s < 1:
+                raise fail(f"tensor dimension {s!r} must be a positive integer", where)
+            dims.append(int(s))
+        self.id = next(_IDS)
+        self.shape = tuple(dims)
+        self.dtype = dtype
+        self.buffer = buffer
+        self.where = where
+        self.name = name
+        self.is_input = is_input
+        self.pdim: int | None = pdim if buffer.on_chip else None
+        strides, acc = [0] * len(dims), 1
+        for i in range(len(dims) - 1, -1, -1):
+            if i == self.pdim:
+                continue
+            strides[i] = acc
+            acc *= dims[i]
+        self.strides = tuple(strides)
+        self.free_elems = acc  # elements per partition on chip; all elements in HBM
+        self.full = View(self, 0, 0, tuple(
+            Axis(1 if i == self.pdim else strides[i], d, i == self.pdim)
+            for i, d in enumerate(dims)))
+
+    @property
+    def partitions(self) -> int:
+        return self.shape[self.pdim] if self.pdim is not None else 1
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name or self.id}, {list(self.shape)}, {self.dtype}, {self.buffer})"
+
+    # indexing and in-place ops act on the whole-tensor view
+    def __getitem__(self, key: object) -> View:
+        return self.full[key]
+
+    def __setitem__(self, key: object, value: object) -> None:
+        self.full[key] = value
+
+    def __iadd__(self, other: object) -> Tensor:
+        self.full.__iadd__(other)
+        return self
+
+    def view(self) -> View:
+        return self.full
+
+
+class View:
+    """A strided window of a tensor: element ``offset``, first partition ``p0``, axes."""
+
+    __slots__ = ("axes", "offset", "p0", "tensor")
+
+    def __init__(self, tensor: Tensor, offset: int, p0: int, axes: tuple[Axis, ...]) -> None:
+        self.tensor, self.offset, self.p0, self.axes = tensor, offset, p0, axes
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(a.count for a in self.axes)
+
+    @property
+    def dtype(self) -> DType:
+        return self.tensor.dtype
+
+    @property
+    def buffer(self) -> Buffer:
+        return self.tensor.buffer
+
+    @property
+    def partitions(self) -> int:
+        for a in self.axes:
+            if a.part:
+                return a.count
+        return 1
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+    def same_place(self, other: View) -> bool:
+        return (self.tensor is other.tensor and self.offset == other.offset
+                and self.p0 == other.p0 and self.axes == other.axes)
+
+    def __repr__(self) -> str:
+        return f"View({self.tensor!r}, shape={list(self.shape)})"
+
+    def __getitem__(self, key: object) -> View:
+        keys = list(key) if isinstance(key, tuple) else [key]
+        if any(k is Ellipsis for k in keys):
+            i = keys.index(Ellipsis)
+            fill = len(self.axes) - (len(keys) - 1)
+            keys[i:i + 1] = [slice(None)] * fill
+        if len(keys) > len(self.axes):
+            raise fail(f"{len(keys)} indices for a tensor of {len(self.axes)} dimensions "
+                       f"(shape {list(self.shape)})")
+        keys += [slice(None)] * (len(self.axes) - len(keys))
+        offset, p0 = self.offset, self.p0
+        out: list[tuple[float, Axis]] = []
+        for d, (k, ax) in enumerate(zip(keys, self.axes, strict=True)):
+            if isinstance(k, bool) or not isinstance(k, int | slice | Expr):
+                try:
+                    k = int(k)  # numpy integers, affine_range indices
+                except (TypeError, ValueError):
+                    raise fail(f"index {k!r} is not an int, a slice or an index "
+                               f"expression") from None
+            if isinstance(k, int):
+                if k < 0:
+                    k += ax.count
+                if not 0 <= k < ax.count:
+                    raise fail(f"index {k} is out of range for dimension {d} of size "
+                               f"{ax.count}")
+                if ax.part:
+                    p0 += k
+                else:
+                    offset += k * ax.stride
+                continue
+            if isinstance(k, slice):
+                start, stop, step = k.indices(ax.count)
+                if (k.stop is not None and k.stop > ax.count) or step < 1:
+                    raise fail(f"slice {k.start}:{k.stop} is out of range for dimension {d} "
+                               f"of size {ax.count}")
+                n, order = len(range(start, stop, step)), float(d)
+            else:
+                start, step, n, order = k.const, k.coef, k.size, k.pos - 0.5
+                last = start + step * (n - 1)
+                if start < 0 or last >= ax.count or step < 1:
+                    raise fail(f"index expression covers {start}..{last}, outside dimension "
+                               f"{d} of size {ax.count}")
+            if n < 1:
+                raise fail(f"empty slice of dimension {d}")
+            if ax.part:
+                if step != 1:
+                    raise fail("the partition dimension is sliced with step 1 only")
+                p0 += start
+                out.append((order, Axis(1, n, True)))
+            else:
+                offset += start * ax.stride
+                out.append((order, Axis(ax.stride * step, n)))
+        out.sort(key=lambda t: t[0])
+        return View(self.tensor, offset, p0, tuple(a for _, a in out))
+
+    def __setitem__(self, key: object, value: object) -> None:
+        target = self[key]
+        if isinstance(value, View) and value.same_place(target):
+            return  # the write-back of ``x[...] += y``: already recorded by __iadd__
+        if isinstance(value, Tensor) and value.full.same_place(target):
+            return
+        assign(target, value)
+
+    def __iadd__(self, other: object) -> View:
+        if isinstance(other, Pending) and other.kind == "mm" and other.result is None:
+            other.write_into(self, accumulate=True)
+            return self
+        b = as_view(other)
+        from .isa import record_tensor_tensor
+
+        record_tensor_tensor(self, self, b, "add", None, here())
+        return self
+
+
+def same_shape(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Shapes agree up to dimensions of size 1 (NKI drops them freely)."""
+    return tuple(s for s in a if s != 1) == tuple(s for s in b if s != 1)
+
+
+class Pending:
+    """A lazy result of the older API (``nl.load``, ``nl.matmul``, ``nl.copy`` ...): written
+    straight into its destination when assigned, or into a fresh tile when used."""
+
+    __slots__ = ("args", "kind", "result", "where")
+
+    def __init__(self, kind: str, where: tuple[str, int], **args: Any) -> None:
+        self.kind, self.where, self.args = kind, where, args
+        self.result: Tensor | None = None
+        current().pending.append(self)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.materialize().shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.materialize().dtype
+
+    def __getitem__(self, key: object) -> View:
+        return self.materialize()[key]
+
+    def __iadd__(self, other: object) -> Tensor:
+        t = self.materialize()
+        t += other
+        return t
+
+    def materialize(self) -> Tensor:
+        if self.result is not None:
+            return self.result
+        from . import isa
+
+        self.result = isa.materialize(self)
+        return self.result
+
+    def write_into(self, dst: View, accumulate: bool | None = None) -> None:
+        from . import isa
+
+        self.result = dst.tensor  # consumed (set first: recording flushes pending results)
+        isa.write_pending(self, dst, accumulate)
+
+
+def as_view(x: object) -> View:
+    """A View of a tensor, a view, or a lazy result (materialised into a fresh tile)."""
+    if isinstance(x, View):
+        return x
+    if isinstance(x, Tensor):
+        return x.full
+    if isinstance(x, Pending):
+        if x.result is not None and x.kind != "mm":
+            return x.result.full
+        return x.materialize().full
+    raise fail(f"expected a tensor or a tile, got {type(x).__name__}")
+
+
+def assign(target: View, value: object) -> None:
+    """``target[...] = value``: a lazy result is written in place; a tile is copied (DMA
+    when either side is in HBM, else a Vector engine copy); a number is a memset."""
+    from . import isa
+
+    if isinstance(value, Pending) and value.result is None:
+        value.write_into(target, accumulate=False)
+        return
+    if isinstance(value, int | float):
+        isa.record_memset(target, float(value), None, here())
+        return
+    src = as_view(value)
+    if not target.buffer.on_chip or not src.buffer.on_chip:
+        isa.record_dma(target, src, here())
+    else:
+        isa.record_copy(target, src, None, here())
+
+
+def record(op: Op) -> None:
+    current().add(op)

@@ -1,0 +1,129 @@
+"""Verify rules of the engine instructions: DmaCopy, TensorCopy, TensorTensor, Memset,
+Activation (what an NKI kernel does besides nc_matmul).
+
+Called by :class:`systolic.verify.Checker` for these instruction kinds. The rules (NKI docs,
+nki.isa.*): operands are in bounds; a DMA moves bytes and does not cast, between DRAM and
+SBUF or within SBUF (PSUM through DMA is not modelled); elementwise operations read and
+write SBUF or PSUM only, on shapes of equal partitions and elements; GpSimd cannot access
+PSUM; the Scalar engine runs Activation. A read of PSUM needs the accumulation groups it
+overlaps to be finished (STOP), and marks them read out, so a START may reuse the region.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .isa import (
+    AccessPattern,
+    Activation,
+    DmaCopy,
+    Engine,
+    Instruction,
+    Memset,
+    Space,
+    TensorCopy,
+    TensorTensor,
+)
+
+if TYPE_CHECKING:
+    from .verify import Checker
+
+__all__ = ["check_engine"]
+
+_ON_CHIP = (Space.SBUF, Space.PSUM)
+_ELEMENTWISE_ENGINES = (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD)
+
+
+def _region(ap: AccessPattern) -> tuple[int, int, int, int]:
+    lo, hi = ap.free_bytes_span
+    return (ap.partition, ap.partition + ap.partitions, lo, hi)
+
+
+def _overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
+    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+
+
+def _bounds(c: Checker, i: int, ap: AccessPattern, role: str, spaces: tuple[Space, ...]
+            ) -> None:
+    from .errors import ShapeError
+    from .memory import check_bounds
+
+    if ap.space not in spaces:
+        names = " or ".join(s.value for s in spaces)
+        c._fail(i, f"{role} must be in {names}, not {ap.space.value}")
+    try:
+        check_bounds(ap, c.arch, c.dram_bytes)
+    except ShapeError as exc:
+        c._fail(i, f"{role}: {exc}")
+
+
+def _same(c: Checker, i: int, a: AccessPattern, b: AccessPattern, what: str) -> None:
+    if a.partitions * a.free_elems != b.partitions * b.free_elems:
+        c._fail(i, f"{what} moves {a.partitions * a.free_elems} elements into "
+                   f"{b.partitions * b.free_elems}")
+    on_chip = a.space in _ON_CHIP and b.space in _ON_CHIP
+    if on_chip and a.partitions != b.partitions:
+        c._fail(i, f"{what} keeps the partition dimension: {a.partitions} vs {b.partitions}")
+
+
+def _read_psum(c: Checker, i: int, ap: AccessPattern) -> None:
+    if ap.space is not Space.PSUM:
+        return
+    reg = _region(ap)
+    for other, (state, start) in list(c.regions.items()):
+        if _overlap(other, reg):
+            if state == "open":
+                c._fail(i, f"reads PSUM of an accumulation group opened at instruction "
+                           f"{start} that never saw STOP; flag its last MatMul STOP first")
+            del c.regions[other]  # read out: the region may START again
+
+
+def _write_psum(c: Checker, i: int, ap: AccessPattern) -> None:
+    if ap.space is not Space.PSUM:
+        return
+    reg = _region(ap)
+    for other, (state, start) in list(c.regions.items()):
+        if _overlap(other, reg):
+            if state == "open":
+                c._fail(i, f"writes PSUM inside an accumulation group opened at instruction "
+                           f"{start}; finish the group (STOP) first")
+            del c.regions[other]  # overwritten
+
+
+def check_engine(c: Checker, i: int, ins: Instruction) -> None:
+    """Check one engine instruction against the rules above (raises VerifyError)."""
+    if isinstance(ins, DmaCopy):
+        _bounds(c, i, ins.src, "DmaCopy src", (Space.DRAM, Space.SBUF))
+        _bounds(c, i, ins.dst, "DmaCopy dst", (Space.DRAM, Space.SBUF))
+        if ins.src.dtype != ins.dst.dtype:
+            c._fail(i, f"DmaCopy moves bytes and does not cast: {ins.src.dtype} -> "
+                       f"{ins.dst.dtype}")
+        if ins.queue < 0:
+            c._fail(i, f"DmaCopy queue {ins.queue} must be >= 0")
+        _same(c, i, ins.src, ins.dst, "DmaCopy")
+        return
+    eng = ins.engine  # type: ignore[union-attr]
+    if eng not in _ELEMENTWISE_ENGINES:
+        c._fail(i, f"{type(ins).__name__} runs on Vector, Scalar or GpSimd, not {eng.value}")
+    if isinstance(ins, Activation) and eng is not Engine.SCALAR:
+        c._fail(i, "Activation runs on the Scalar engine")
+    srcs: tuple[AccessPattern, ...]
+    if isinstance(ins, TensorCopy | Activation):
+        srcs = (ins.src,)
+    elif isinstance(ins, TensorTensor):
+        srcs = (ins.a, ins.b)
+    elif isinstance(ins, Memset):
+        srcs = ()
+    else:  # pragma: no cover - the dispatcher sends only the kinds above
+        c._fail(i, f"unknown engine instruction {type(ins).__name__}")
+        return
+    name = type(ins).__name__
+    for role, ap in (*((f"{name} src", s) for s in srcs), (f"{name} dst", ins.dst)):
+        _bounds(c, i, ap, role, _ON_CHIP)
+        if eng is Engine.GPSIMD and ap.space is Space.PSUM:
+            c._fail(i, f"{name} on GpSimd touches PSUM, which GpSimd cannot access (NKI "
+                       f"docs); run it on Vector or Scalar")
+    for s in srcs:
+        _same(c, i, s, ins.dst, name)
+        _read_psum(c, i, s)
+    _write_psum(c, i, ins.dst)
