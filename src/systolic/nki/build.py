@@ -186,12 +186,14 @@ def _merge(dims: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _ap(v: View, base: int, where: tuple[str, int]) -> AccessPattern:
+def _ap(v: View, base: int, where: tuple[str, int], reorder: bool = False) -> AccessPattern:
     t = v.tensor
     isz, fmt = t.dtype.itemsize, t.dtype.fmt
     axes = list(v.axes)
     if t.buffer.on_chip:
         parts = 1
+        if reorder and any(a.part for a in axes):  # a memset: element order is irrelevant
+            axes.sort(key=lambda a: not a.part)
         if axes and axes[0].part:
             parts = axes.pop(0).count
         elif any(a.part for a in axes):
@@ -276,7 +278,7 @@ def build(rec: Recorder, result: Any, outputs: list[Tensor]) -> Recorded:
 def _emit(op: Op, i: int, st: Any, addr: dict[int, int], starts: set[int],
           stops: set[int]) -> None:
     w = op.where
-    dst = _ap(op.dst, addr[op.dst.tensor.id], w)
+    dst = _ap(op.dst, addr[op.dst.tensor.id], w, reorder=not op.srcs)
     srcs = [_ap(s, addr[s.tensor.id], w) for s in op.srcs]
     out = st.out
     k, a = op.kind, op.attrs
