@@ -186,7 +186,8 @@ def _merge(dims: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def _ap(v: View, base: int, where: tuple[str, int], reorder: bool = False) -> AccessPattern:
+def _ap(v: View, base: int, where: tuple[str, int], reorder: bool = False,
+        merge: bool = True) -> AccessPattern:
     t = v.tensor
     isz, fmt = t.dtype.itemsize, t.dtype.fmt
     axes = list(v.axes)
@@ -199,7 +200,8 @@ def _ap(v: View, base: int, where: tuple[str, int], reorder: bool = False) -> Ac
         elif any(a.part for a in axes):
             raise KernelError(*where, (f"the partition dimension of {t.name or 'this tile'} "
                                        f"must come first in the index"))
-        dims = _merge([(a.stride, a.count) for a in axes]) or [(1, 1)]
+        flat = [(a.stride, a.count) for a in axes]
+        dims = (_merge(flat) if merge else flat) or [(1, 1)]  # matmul operands keep [2, F]
         if len(dims) > 3:
             raise KernelError(*where, f"this access has {len(dims)} free dimensions after "
                                       f"merging; the hardware takes at most 3")
@@ -279,7 +281,7 @@ def _emit(op: Op, i: int, st: Any, addr: dict[int, int], starts: set[int],
           stops: set[int]) -> None:
     w = op.where
     dst = _ap(op.dst, addr[op.dst.tensor.id], w, reorder=not op.srcs)
-    srcs = [_ap(s, addr[s.tensor.id], w) for s in op.srcs]
+    srcs = [_ap(s, addr[s.tensor.id], w, merge=op.kind != "mm") for s in op.srcs]
     out = st.out
     k, a = op.kind, op.attrs
     if k == "mm":
