@@ -131,8 +131,10 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int]]:
                 same.last = i
                 continue
             if same is not None:
-                groups.remove(same)
-                close(same)
+                raise KernelError(*op.where, (
+                    f"accumulate=False overwrites the PSUM accumulation begun at line "
+                    f"{same.where[1]} before anything read it; copy that result out first, "
+                    f"or use accumulate=None to add"))
             if acc is True and not any(_contains(z, r) for z in zeroed.get(t, [])):
                 before = any(_overlap(w, r) for w in written.get(t, []))
                 why = ("whose accumulation already finished (it was read), which this model's "
