@@ -107,13 +107,15 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int]]:
     stops: set[int] = set()
     open_: dict[int, list[_Group]] = {}  # PSUM tensor id -> open groups
     closed: list[_Group] = []
+    closed_by: dict[int, list[_Group]] = {}  # PSUM tensor id -> its finished groups
     zeroed: dict[int, list[tuple[int, int, int, int]]] = {}
     written: dict[int, list[tuple[int, int, int, int]]] = {}  # by a finished group / engine
 
-    def close(g: _Group) -> None:
+    def close(g: _Group, t: int) -> None:
         starts.add(g.first)
         stops.add(g.last)
         closed.append(g)
+        closed_by.setdefault(t, []).append(g)
 
     for i, op in enumerate(ops):
         if op.kind == "mm":
@@ -152,10 +154,10 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int]]:
             t, r = v.tensor.id, _rect(v)
             for g in [g for g in open_.get(t, []) if _overlap(g.rect, r)]:
                 open_[t].remove(g)
-                close(g)
+                close(g, t)
                 g.read = not is_dst
                 written.setdefault(t, []).append(g.rect)
-            for g in closed:
+            for g in closed_by.get(t, ()):
                 if not is_dst and _overlap(g.rect, r):
                     g.read = True
             if is_dst:
@@ -164,9 +166,9 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int]]:
                     zs.append(r)
                 zeroed[t] = zs
                 written.setdefault(t, []).append(r)
-    for groups in open_.values():
+    for t, groups in open_.items():
         for g in groups:
-            close(g)
+            close(g, t)
     for g in closed:
         if not g.read:  # a finished group nobody read would block its bank's next START
             raise KernelError(*ops[g.last].where, (

@@ -45,9 +45,19 @@ class DType:
 
     @property
     def itemsize(self) -> int:
+        return _itemsize(self.fmt)
+
+
+_SIZES: dict[str, int] = {}
+
+
+def _itemsize(fmt: str) -> int:
+    size = _SIZES.get(fmt)
+    if size is None:
         from ..dtypes import get_format
 
-        return get_format(self.fmt).container_bytes
+        size = _SIZES[fmt] = get_format(fmt).container_bytes
+    return size
 
 
 def _d(nki: str, fmt: str, np_dtype: object) -> DType:
