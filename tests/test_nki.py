@@ -9,12 +9,11 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import fp32_bound
 
 import systolic.nki as snki
 from systolic.errors import KernelError
 from systolic.isa import LoadStationary, MatMul, Program
-
-from helpers import fp32_bound
 
 EX = Path(__file__).resolve().parents[1] / "examples" / "kernels"
 U = {"bfloat16": 2.0**-8, "float32": 2.0**-24}

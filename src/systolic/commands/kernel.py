@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     if args.program:
         try:
             print(rec.program.text())
-        except Exception:  # noqa: BLE001 - asm may not know the engine instructions yet
+        except Exception:
             for ins in rec.program:
                 print(repr(ins))
     if args.json:

@@ -78,9 +78,9 @@ def _real_package(name: str) -> bool:
 def install(arch: str = "trn2") -> None:
     """Route ``nki`` / ``neuronxcc.nki`` imports to this front end for the rest of the
     process, with ``arch`` as the default machine of kernels that name no target."""
-    from . import run
+    from .record import set_default_arch
 
-    run.set_default_arch(arch)
+    set_default_arch(arch)
     if _FINDER in sys.meta_path:
         return
     real = [n for n in ("nki", "neuronxcc") if _real_package(n)]

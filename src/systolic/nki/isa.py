@@ -15,7 +15,7 @@ from typing import Any
 from ..dtypes import get_format
 from ..isa import ActivationFunc, AluOp, Engine, PerfMode
 from ..memory import psum_bank  # noqa: F401  (documents the bank rule checked below)
-from .record import Op, current, fail, here
+from .record import HOOKS, Op, current, fail, here
 from .tensor import Pending, Tensor, View, as_view, same_shape
 from .types import BUFFERS, to_dtype
 
@@ -25,7 +25,7 @@ __all__ = ["activation", "dma_copy", "engine", "matmul_perf_mode", "memset", "nc
 _FP32 = frozenset({"fp32", "tf32", "fp32r"})
 
 
-class engine:  # noqa: N801 - NKI's spelling
+class engine:
     """``nisa.engine``: which engine runs an instruction (``unknown`` lets us choose)."""
 
     tensor = Engine.TENSOR
@@ -40,7 +40,7 @@ vector_engine, scalar_engine, gpsimd_engine = Engine.VECTOR, Engine.SCALAR, Engi
 tensor_engine = Engine.TENSOR
 
 
-class matmul_perf_mode:  # noqa: N801 - NKI's spelling
+class matmul_perf_mode:
     none = "none"
     double_row = "double_row"
 
@@ -401,7 +401,7 @@ def memset(*args: Any, **kw: Any) -> Tensor | None:
     where = here()
     kw.pop("name", None)
     eng = kw.pop("engine", None)
-    if args and isinstance(args[0], tuple | list) or "shape" in kw:
+    if (args and isinstance(args[0], tuple | list)) or "shape" in kw:
         shape = args[0] if args else kw.pop("shape")
         value = args[1] if len(args) > 1 else kw.pop("value")
         dtype = args[2] if len(args) > 2 else kw.pop("dtype")
@@ -459,3 +459,8 @@ def nc_matmul_mx(*args: Any, **kw: Any) -> None:
 def quantize_mx(*args: Any, **kw: Any) -> None:
     _mx_gate("quantize_mx")
     raise fail("quantize_mx is not modelled by this front end yet")
+
+
+HOOKS.update(tensor_tensor=record_tensor_tensor, materialize=materialize,
+             write_pending=write_pending, memset=record_memset, dma=record_dma,
+             copy=record_copy)

@@ -77,6 +77,18 @@ class Recorder:
 
 
 _STACK: list[Recorder] = []
+# The recording functions of systolic.nki.isa, registered there at import, so that tensor
+# handles (systolic.nki.tensor) can record ``+=`` and assignments without importing it.
+HOOKS: dict[str, Any] = {}
+DEFAULT_ARCH: dict[str, Any] = {"arch": "trn2"}
+
+
+def set_default_arch(arch: Any) -> None:
+    """The machine of kernels that name no ``platform_target`` (``install(arch)``)."""
+    from ..arch import get_arch
+
+    get_arch(arch)  # unknown names fail here
+    DEFAULT_ARCH["arch"] = arch
 
 
 def current() -> Recorder:

@@ -33,12 +33,8 @@ from .types import BUFFERS, TensorSpec, to_dtype
 __all__ = ["Kernel", "load_kernel", "parse_arg", "record", "record_kernel",
            "set_default_arch", "values"]
 
-_DEFAULT = {"arch": "trn2"}
-
-
-def set_default_arch(arch: str | Arch) -> None:
-    get_arch(arch)  # unknown names fail here
-    _DEFAULT["arch"] = arch  # type: ignore[assignment]
+_DEFAULT = _record.DEFAULT_ARCH
+set_default_arch = _record.set_default_arch
 
 
 class Kernel:

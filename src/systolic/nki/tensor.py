@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any
 
-from .record import Op, current, fail, here
+from .record import HOOKS, Op, current, fail, here
 from .types import Buffer, DType, ParDim
 
 __all__ = ["Axis", "Expr", "Grid", "Pending", "Tensor", "View", "as_view", "same_shape"]
@@ -262,9 +262,7 @@ class View:
             other.write_into(self, accumulate=True)
             return self
         b = as_view(other)
-        from .isa import record_tensor_tensor
-
-        record_tensor_tensor(self, self, b, "add", None, here())
+        HOOKS["tensor_tensor"](self, self, b, "add", None, here())
         return self
 
 
@@ -303,16 +301,12 @@ class Pending:
     def materialize(self) -> Tensor:
         if self.result is not None:
             return self.result
-        from . import isa
-
-        self.result = isa.materialize(self)
+        self.result = HOOKS["materialize"](self)
         return self.result
 
     def write_into(self, dst: View, accumulate: bool | None = None) -> None:
-        from . import isa
-
         self.result = dst.tensor  # consumed (set first: recording flushes pending results)
-        isa.write_pending(self, dst, accumulate)
+        HOOKS["write_pending"](self, dst, accumulate)
 
 
 def as_view(x: object) -> View:
@@ -331,19 +325,17 @@ def as_view(x: object) -> View:
 def assign(target: View, value: object) -> None:
     """``target[...] = value``: a lazy result is written in place; a tile is copied (DMA
     when either side is in HBM, else a Vector engine copy); a number is a memset."""
-    from . import isa
-
     if isinstance(value, Pending) and value.result is None:
         value.write_into(target, accumulate=False)
         return
     if isinstance(value, int | float):
-        isa.record_memset(target, float(value), None, here())
+        HOOKS["memset"](target, float(value), None, here())
         return
     src = as_view(value)
     if not target.buffer.on_chip or not src.buffer.on_chip:
-        isa.record_dma(target, src, here())
+        HOOKS["dma"](target, src, here())
     else:
-        isa.record_copy(target, src, None, here())
+        HOOKS["copy"](target, src, None, here())
 
 
 def record(op: Op) -> None:
