@@ -325,7 +325,7 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
     kw.pop("name", None)
     kw.pop("mask", None)
     if len(args) == 3 or "dst" in kw:
-        names = ("dst", "stationary", "moving")
+        names: tuple[str, ...] = ("dst", "stationary", "moving")
         vals = dict(zip(names, args, strict=False))
         vals.update({k: kw.pop(k) for k in names if k in kw})
         record_matmul(as_view(vals["dst"]), as_view(vals["stationary"]),
@@ -379,7 +379,7 @@ def tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
     kw.pop("mask", None)
     eng = kw.pop("engine", None)
     if len(args) == 4 or "dst" in kw:
-        names = ("dst", "data1", "data2", "op")
+        names: tuple[str, ...] = ("dst", "data1", "data2", "op")
         vals = dict(zip(names, args, strict=False))
         vals.update({k: kw.pop(k) for k in names if k in kw})
         kw.pop("dtype", None)
@@ -427,7 +427,7 @@ def activation(*args: Any, **kw: Any) -> Pending | None:
         raise fail("activation bias is not modelled; add it with nisa.tensor_tensor", where)
     scale = kw.pop("scale", 1.0)
     if (args and isinstance(args[0], Tensor | View)) or "dst" in kw:
-        names = ("dst", "op", "data")
+        names: tuple[str, ...] = ("dst", "op", "data")
         vals = dict(zip(names, args, strict=False))
         vals.update({k: kw.pop(k) for k in names if k in kw})
         kw.pop("dtype", None)

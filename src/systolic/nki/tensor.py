@@ -209,7 +209,7 @@ class View:
         for d, (k, ax) in enumerate(zip(keys, self.axes, strict=True)):
             if isinstance(k, bool) or not isinstance(k, int | slice | Expr):
                 try:
-                    k = int(k)  # numpy integers, affine_range indices
+                    k = int(k)  # type: ignore[call-overload]  # numpy integers
                 except (TypeError, ValueError):
                     raise fail(f"index {k!r} is not an int, a slice or an index "
                                f"expression") from None
