@@ -34,7 +34,7 @@ from ..isa import (
 )
 from ..verify import verify
 from .alloc import OnChip
-from .lower import emit_nc_matmul, new_state
+from .lower import emit_nc_matmul, emit_nc_matmul_mx, new_state
 from .record import Op, Recorder
 from .tensor import Tensor, View
 
@@ -118,7 +118,7 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int]]:
         closed_by.setdefault(t, []).append(g)
 
     for i, op in enumerate(ops):
-        if op.kind == "mm":
+        if op.kind in ("mm", "mmx"):
             t, r = op.dst.tensor.id, _rect(op.dst)
             groups = open_.setdefault(t, [])
             same = next((g for g in groups if g.rect == r), None)
@@ -193,7 +193,7 @@ def _merge(dims: list[tuple[int, int]]) -> list[tuple[int, int]]:
 def _ap(v: View, base: int, where: tuple[str, int], reorder: bool = False,
         merge: bool = True) -> AccessPattern:
     t = v.tensor
-    isz, fmt = t.dtype.itemsize, t.dtype.fmt
+    isz, fmt = v.dtype.itemsize, v.dtype.fmt
     axes = list(v.axes)
     if t.buffer.on_chip:
         parts = 1
@@ -220,6 +220,15 @@ def _ap(v: View, base: int, where: tuple[str, int], reorder: bool = False,
                                   f"merging; the hardware takes at most 3")
     return AccessPattern(Space.DRAM, 0, head.count, base + v.offset * isz, tuple(dims), fmt,
                          partition_step=head.stride * isz)
+
+
+def _mx_scale(scale: AccessPattern, data: AccessPattern) -> AccessPattern:
+    """The E8M0 scale pattern of an MX operand: block g of the data's partitions keeps its
+    scale at row 32*(g//4) + g%4 of the scale tile (NKI docs; FACTS "Hardware")."""
+    from ..mx_isa import scale_span
+
+    return AccessPattern(Space.SBUF, scale.partition, scale_span(data.partitions),
+                         scale.offset, scale.dims, "e8m0")
 
 
 def build(rec: Recorder, result: Any, outputs: list[Tensor]) -> Recorded:
@@ -291,6 +300,11 @@ def _emit(op: Op, i: int, st: Any, addr: dict[int, int], starts: set[int],
     if k == "mm":
         emit_nc_matmul(st, srcs[0], srcs[1], dst, first=i in starts, last=i in stops,
                        perf=a["perf"], column=a["col"])
+        return
+    if k == "mmx":
+        emit_nc_matmul_mx(st, srcs[0], srcs[1], _mx_scale(srcs[2], srcs[0]),
+                          _mx_scale(srcs[3], srcs[1]), dst, first=i in starts,
+                          last=i in stops, bank=dst.offset // st.gen.arch.psum_bank_bytes)
         return
     if k == "dma":
         out.append(DmaCopy(srcs[0], dst))

@@ -450,10 +450,61 @@ def _mx_gate(what: str) -> None:
                    f"run with arch trn3", here())
 
 
-def nc_matmul_mx(*args: Any, **kw: Any) -> None:
+def nc_matmul_mx(dst: Any = None, stationary: Any = None, moving: Any = None,
+                 stationary_scale: Any = None, moving_scale: Any = None,
+                 tile_position: Any = None, tile_size: Any = None, accumulate: Any = None,
+                 name: str = "") -> None:
+    """gen4 MX matmul: dst[M, N] (+)= dequantized stationary[P, M] x4 . moving[P, N] x4,
+    K = 4P, one E8M0 scale per 8 partitions x 4 elements, kept in the block's quadrant
+    (NKI docs, nki.isa.nc_matmul_mx; seed 000's LdWeightMx + MatmultMx)."""
+    where = here()
     _mx_gate("nc_matmul_mx")
-    raise fail("nc_matmul_mx is not modelled by this front end yet (the MX pair runs "
-               "through systolic.matmul with an mxfp dtype)")
+    arch = current().arch
+    if tile_position or tile_size:
+        raise fail("nc_matmul_mx row tiling is not modelled; use whole 128-row tiles", where)
+    d, s, m = as_view(dst), as_view(stationary), as_view(moving)
+    ss, ms = as_view(stationary_scale), as_view(moving_scale)
+    for v, role in ((s, "stationary"), (m, "moving")):
+        if v.buffer.name != "sbuf" or get_format(v.dtype.fmt).kind != "mx" or (
+                v.dtype.fmt not in arch.mx_formats):
+            raise fail(f"nc_matmul_mx {role} must be an SBUF tile of an _x4 MX dtype "
+                       f"(nl.float8_e4m3fn_x4, float8_e5m2_x4, float4_e2m1fn_x4); got "
+                       f"{v.dtype} in {v.buffer.name}", where)
+        if len(v.axes) != 2 or not v.axes[0].part:
+            raise fail(f"nc_matmul_mx {role} is [P, F] with the partition dimension first; "
+                       f"got {list(v.shape)}", where)
+        if v.partitions % 32 or v.p0 % 32:
+            raise fail(f"nc_matmul_mx {role} spans partitions {v.p0}..{v.p0 + v.partitions - 1}"
+                       f"; MX tiles start at a quadrant and cover whole quadrants of 32", where)
+    for v, role in ((ss, "stationary_scale"), (ms, "moving_scale")):
+        if v.buffer.name != "sbuf" or v.dtype.itemsize != 1:
+            raise fail(f"nc_matmul_mx {role} must be a one-byte (uint8 / float8_e8m0fnu) SBUF "
+                       f"tile; got {v.dtype} in {v.buffer.name}", where)
+    if s.partitions != m.partitions:
+        raise fail(f"stationary and moving contract over {s.partitions} and {m.partitions} "
+                   f"partitions", where)
+    mm, n = s.shape[-1], m.shape[-1]
+    if mm > arch.cols or n > arch.psum_bank_bytes // 4:
+        raise fail(f"nc_matmul_mx tile [{mm}, {n}] exceeds [128, 512]", where)
+    if d.buffer.name != "psum" or d.dtype.fmt not in ("fp32", "bf16"):
+        raise fail(f"nc_matmul_mx dst must be a float32 or bfloat16 PSUM tile; got {d.dtype} "
+                   f"in {d.buffer.name}", where)
+    if d.partitions != mm or d.shape[-1] != n or d.p0 != 0:
+        raise fail(f"nc_matmul_mx dst has shape {list(d.shape)}; the product is [{mm}, {n}] "
+                   f"from partition 0", where)
+    srcs = (s, m, ss, ms)
+    if d.dtype.fmt == "fp32":
+        _add("mmx", d, srcs, where, accumulate=accumulate)
+        return
+    if accumulate:
+        raise fail("accumulating nc_matmul_mx into a bfloat16 PSUM tile is not modelled; "
+                   "accumulate in a float32 PSUM tile", where)
+    # bf16 PSUM: the fp32 accumulation lands in a staging bank, then rounds into dst (the
+    # model's PSUM holds fp32 matmul results only)
+    tmp = Tensor((mm, n), to_dtype("float32"), BUFFERS["psum"], where, "mx_fp32")
+    current().tensors.append(tmp)
+    _add("mmx", tmp.full, srcs, where, accumulate=None)
+    record_copy(d, tmp.full, None, where)
 
 
 def quantize_mx(*args: Any, **kw: Any) -> None:

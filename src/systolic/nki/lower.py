@@ -17,9 +17,20 @@ from dataclasses import dataclass, field
 from ..arch import Arch
 from ..compiler.codegen import Codegen, _rect_overlap, codegen_for
 from ..compiler.tiling import MatmulSpec, tile
-from ..isa import AccessPattern, Instruction, LoadStationary, MatMul, PerfMode, col_group, row_group
+from ..compiler.mx_lower import MxCodegen
+from ..isa import (
+    AccessPattern,
+    Instruction,
+    LdWeightMx,
+    LoadStationary,
+    MatMul,
+    MatmultMx,
+    PerfMode,
+    col_group,
+    row_group,
+)
 
-__all__ = ["MatmulState", "emit_nc_matmul", "new_state"]
+__all__ = ["MatmulState", "emit_nc_matmul", "emit_nc_matmul_mx", "new_state"]
 
 
 @dataclass
@@ -90,3 +101,16 @@ def emit_nc_matmul(st: MatmulState, stationary: AccessPattern, moving: AccessPat
         return
     _load(st, stationary, column, m, perf, "full")
     matmul(first, last, 0)
+
+
+def emit_nc_matmul_mx(st: MatmulState, stationary: AccessPattern, moving: AccessPattern,
+                      stationary_scale: AccessPattern, moving_scale: AccessPattern,
+                      dst: AccessPattern, *, first: bool, last: bool, bank: int) -> None:
+    """One nc_matmul_mx: always the pair LdWeightMx + MatmultMx (seed 000: the MX path has
+    no weight cache), with the compiler's MX accumulate byte (START first, ACCUMULATE after,
+    STOP last)."""
+    rg = row_group(stationary.partition, stationary.partitions)
+    st.out.append(LdWeightMx(stationary, stationary_scale, 0, rg, stationary.dtype))
+    st.out.append(MatmultMx(moving, moving_scale, dst, MxCodegen.acc_byte(first, last),
+                            moving.dtype, stationary.dtype, rg, bank))
+    st.cache.clear()  # the MX load replaced whatever dense tile the PEs held

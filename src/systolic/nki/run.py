@@ -136,8 +136,15 @@ def execute(rec: Recorded, arrays: Sequence[np.ndarray], *, order: str = "fast")
     mem = sim.memory
     for buf in (mem.sbuf, mem.psum, mem.dram):
         buf.fill(0xFF)  # unwritten memory reads as NaN (NKI's simulator does the same)
+    from ..dtypes import FORMATS
+
     for t, a in zip(rec.inputs, arrays, strict=True):
-        sim.write_dram(rec.addresses[t.id], np.asarray(a), t.dtype.fmt)
+        at = rec.addresses[t.id]
+        if t.dtype.fmt in FORMATS:
+            sim.write_dram(at, np.asarray(a), t.dtype.fmt)
+        else:  # raw words (uint32 MX containers): bytes as they are
+            raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+            mem.dram[at:at + raw.size] = raw
     sim.run(rec.program, check=False)  # verified when it was built
     outs = {t.id: sim.read_dram(rec.addresses[t.id], t.shape, t.dtype.fmt).copy()
             for t in rec.outputs}

@@ -155,14 +155,74 @@ class Tensor:
     def view(self) -> View:
         return self.full
 
+    def ap(self, pattern: Any, offset: int = 0, dtype: Any = None, **kw: Any) -> View:
+        """NKI's raw access pattern: ``[[step, count], ...]`` outermost first, in elements
+        from ``offset``; on chip the first pair is the partition axis (step = the tile's
+        elements per partition). ``dtype`` reinterprets the bytes (same element size)."""
+        return _ap_view(self, pattern, offset, dtype)
+
+    def reshape(self, shape: Any) -> View:
+        return _reshape(self.full, tuple(shape))
+
+
+def _ap_view(t: Tensor, pattern: Any, offset: int, dtype: Any) -> View:
+    from .types import to_dtype
+
+    pairs = [(int(a), int(b)) for a, b in pattern]
+    if not pairs:
+        raise fail("an access pattern needs at least one [step, count] pair")
+    dt = None
+    if dtype is not None:
+        dt = to_dtype(dtype)
+        if dt.itemsize != t.dtype.itemsize:
+            raise fail(f"ap(dtype={dt}) reinterprets {t.dtype} bytes: the element sizes "
+                       f"({dt.itemsize} and {t.dtype.itemsize}) must match")
+    if t.buffer.on_chip:
+        (pstep, pcount), rest = pairs[0], pairs[1:]
+        if pstep != t.free_elems and pcount > 1:
+            raise fail(f"the first [step, count] of an on-chip pattern is the partition axis: "
+                       f"step {t.free_elems} (elements per partition), not {pstep}")
+        p0, off = divmod(int(offset), t.free_elems)
+        if p0 + pcount > t.partitions:
+            raise fail(f"the pattern reaches partition {p0 + pcount - 1} of a "
+                       f"{t.partitions}-partition tile")
+        return View(t, off, p0, (Axis(1, pcount, True), *(Axis(s, n) for s, n in rest)), dt)
+    return View(t, int(offset), 0, tuple(Axis(s, n) for s, n in pairs), dt)
+
+
+def _reshape(v: View, shape: tuple[int, ...]) -> View:
+    """A contiguous view read in a new shape (on chip the partition axis stays first)."""
+    axes = v.axes
+    part = [a for a in axes if a.part]
+    free = [a for a in axes if not a.part]
+    if part and axes[0] is not part[0]:
+        raise fail("reshape needs the partition dimension first")
+    n = prod(a.count for a in free)
+    acc = 1
+    for a in reversed(free):  # the free axes must be one contiguous row-major run
+        if a.count > 1 and a.stride != acc:
+            raise fail("reshape of a strided view is not modelled; copy it to a tile first")
+        acc *= a.count
+    new_free = shape[1:] if part else shape
+    if part and shape[0] != part[0].count or prod(new_free) != n:
+        raise fail(f"cannot reshape {list(v.shape)} to {list(shape)}")
+    strides, acc = [], 1
+    for d in reversed(new_free):
+        strides.append(acc)
+        acc *= d
+    new = tuple(Axis(s, d) for s, d in zip(reversed(strides), new_free, strict=True))
+    return View(v.tensor, v.offset, v.p0, (*part, *new), v.dt)
+
 
 class View:
     """A strided window of a tensor: element ``offset``, first partition ``p0``, axes."""
 
-    __slots__ = ("axes", "offset", "p0", "tensor")
+    __slots__ = ("axes", "dt", "offset", "p0", "tensor")
 
-    def __init__(self, tensor: Tensor, offset: int, p0: int, axes: tuple[Axis, ...]) -> None:
+    def __init__(self, tensor: Tensor, offset: int, p0: int, axes: tuple[Axis, ...],
+                 dt: DType | None = None) -> None:
         self.tensor, self.offset, self.p0, self.axes = tensor, offset, p0, axes
+        self.dt = dt  # a reinterpreted dtype of the same size (``.ap(dtype=...)``)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -170,11 +230,17 @@ class View:
 
     @property
     def dtype(self) -> DType:
-        return self.tensor.dtype
+        return self.dt if self.dt is not None else self.tensor.dtype
 
     @property
     def buffer(self) -> Buffer:
         return self.tensor.buffer
+
+    def ap(self, pattern: Any, offset: int = 0, dtype: Any = None, **kw: Any) -> View:
+        return _ap_view(self.tensor, pattern, offset, dtype)
+
+    def reshape(self, shape: Any) -> View:
+        return _reshape(self, tuple(shape))
 
     @property
     def partitions(self) -> int:
@@ -247,7 +313,7 @@ class View:
                 offset += start * ax.stride
                 out.append((order, Axis(ax.stride * step, n)))
         out.sort(key=lambda t: t[0])
-        return View(self.tensor, offset, p0, tuple(a for _, a in out))
+        return View(self.tensor, offset, p0, tuple(a for _, a in out), self.dt)
 
     def __setitem__(self, key: object, value: object) -> None:
         target = self[key]

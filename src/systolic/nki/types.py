@@ -48,7 +48,9 @@ class DType:
         return _itemsize(self.fmt)
 
 
-_SIZES: dict[str, int] = {}
+# Element sizes of dtypes the project has no format for: raw words an NKI kernel only
+# reinterprets (``.ap(dtype=nl.float8_e4m3fn_x4)`` over a uint32 array, as the MX tutorial).
+_SIZES: dict[str, int] = {"uint32": 4, "int32": 4, "uint16": 2}
 
 
 def _itemsize(fmt: str) -> int:
@@ -82,6 +84,8 @@ DTYPES: dict[str, DType] = {d.nki: d for d in (
     _d("int8", "int8", np.int8),
     _d("int16", "int16", np.int16),
     _d("int32", "int32", np.int32),
+    _d("uint32", "uint32", np.uint32),
+    _d("uint16", "uint16", np.uint16),
 )}
 _BY_FMT = {d.fmt: d for d in DTYPES.values()}
 _BY_NP = {d.np_dtype: d for d in DTYPES.values() if d.np_dtype is not None}
