@@ -229,3 +229,35 @@ def test_cli_error_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixt
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1
     assert "fp8_double_row.py:" in err and "double_row" in err
+
+
+def _mx_operand(rng: np.random.Generator, p: int, f: int) -> tuple[np.ndarray, ...]:
+    """Random fp8_e4m3fn codes packed four to a uint32, E8M0 scales; and the float64 values
+    [P, F, 4] they stand for (independent of systolic.mx)."""
+    vals = rng.standard_normal((p, f, 4)).astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
+    words = np.ascontiguousarray(vals).view(np.uint8).reshape(p, f, 4).view(np.uint32)[..., 0]
+    scale = rng.integers(120, 134, size=(p // 8, f), dtype=np.uint8)
+    real = vals.astype(np.float64) * np.exp2(scale.astype(np.float64) - 127)[
+        np.arange(p) // 8][:, :, None]
+    return words, scale, real
+
+
+def test_mx_matmul_trn3() -> None:
+    rng = np.random.default_rng(5)
+    aw, asc, ar = _mx_operand(rng, 256, 256)
+    bw, bsc, br = _mx_operand(rng, 256, 1024)
+    rec = snki.record(_kernel("mx_matmul"), [aw, asc, bw, bsc])
+    names = rec.program.counts()
+    assert names["LdWeightMx"] == names["MatmultMx"] == 2 * 2 * 2
+    out = snki.execute(rec, [aw, asc, bw, bsc])
+    a2 = ar.transpose(0, 2, 1).reshape(-1, 256)  # (p, q) pairs as K rows
+    b2 = br.transpose(0, 2, 1).reshape(-1, 1024)
+    _check(out, a2, b2)
+
+
+def test_mx_is_gen4_only() -> None:
+    rng = np.random.default_rng(5)
+    aw, asc, _ = _mx_operand(rng, 128, 128)
+    bw, bsc, _ = _mx_operand(rng, 128, 512)
+    with pytest.raises(KernelError, match="needs NeuronCore-v4"):
+        snki.record(_kernel("mx_matmul"), [aw, asc, bw, bsc], arch="trn2")
