@@ -261,3 +261,53 @@ def test_mx_is_gen4_only() -> None:
     bw, bsc, _ = _mx_operand(rng, 128, 512)
     with pytest.raises(KernelError, match="needs NeuronCore-v4"):
         snki.record(_kernel("mx_matmul"), [aw, asc, bw, bsc], arch="trn2")
+
+
+ROWTILE = '''
+@nki.jit
+def k(lhsT, rhs):
+    out = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    a = nl.ndarray((128, 64), dtype=lhsT.dtype, buffer=nl.sbuf)
+    b = nl.ndarray((128, 512), dtype=rhs.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=lhsT)
+    nisa.dma_copy(dst=b, src=rhs)
+    acc = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.psum)
+    for r in nl.static_range(4):  # four 32-row tiles on four quadrants, summed in PSUM
+        nisa.nc_matmul(dst=acc, stationary=a[32 * r:32 * (r + 1), :],
+                       moving=b[32 * r:32 * (r + 1), :], tile_position=(32 * r, 0),
+                       tile_size=(32, 64))
+    res = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+'''
+
+
+def test_row_tiling_places_tiles_on_quadrants(tmp_path: Path) -> None:
+    p = _write(tmp_path, ROWTILE)
+    a, b = _operands(128, 64, 512, ml_dtypes.bfloat16)
+    rec = snki.record(snki.load_kernel(str(p), "k"), [a, b])
+    loads = [i for i in rec.program if isinstance(i, LoadStationary)]
+    assert [(i.src.partition, i.row_group, i.col_group) for i in loads] == [
+        (0, 1, 3), (32, 2, 3), (64, 4, 3), (96, 8, 3)]
+    _check(snki.execute(rec, [a, b]), a, b)
+
+
+def test_gen2_writes_no_accumulate_bit_and_gen3_gate() -> None:
+    import dataclasses
+
+    from systolic.arch import get_arch
+    from systolic.isa import CalcFlags
+
+    a, b = _operands(384, 128, 512, ml_dtypes.bfloat16)
+    kern = _kernel("tiled_matmul")
+    flags = {arch: [i.flags for i in snki.record(kern, [a, b], arch=arch).program
+                    if isinstance(i, MatMul)] for arch in ("trn1", "trn2")}
+    assert flags["trn1"] == [CalcFlags.START, CalcFlags.NONE, CalcFlags.STOP]
+    assert flags["trn2"] == [CalcFlags.START, CalcFlags.ACCUMULATE,
+                             CalcFlags.ACCUMULATE | CalcFlags.STOP]
+    high = dataclasses.replace(get_arch("trn2"), arch_level=41)  # seed 000's gen3 gate
+    gated = [i.flags for i in snki.record(kern, [a, b], arch=high).program
+             if isinstance(i, MatMul)]
+    assert gated == flags["trn1"]
+    _check(snki.execute(snki.record(kern, [a, b], arch="trn1"), [a, b]), a, b)
