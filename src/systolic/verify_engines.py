@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .errors import ShapeError
 from .isa import (
     AccessPattern,
     Activation,
@@ -24,6 +25,7 @@ from .isa import (
     TensorCopy,
     TensorTensor,
 )
+from .memory import check_bounds
 
 if TYPE_CHECKING:
     from .verify import Checker
@@ -45,9 +47,6 @@ def _overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool
 
 def _bounds(c: Checker, i: int, ap: AccessPattern, role: str, spaces: tuple[Space, ...]
             ) -> None:
-    from .errors import ShapeError
-    from .memory import check_bounds
-
     if ap.space not in spaces:
         names = " or ".join(s.value for s in spaces)
         c._fail(i, f"{role} must be in {names}, not {ap.space.value}")

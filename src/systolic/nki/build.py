@@ -62,6 +62,7 @@ class Recorded:
     ops: int
     lines: list[tuple[str, int]] = field(default_factory=list)
     cache_hits: int = 0
+    checked: bool = True
 
     def counts(self) -> dict[str, int]:
         """Instructions per engine (tensor, vector, scalar, gpsimd, dma)."""
@@ -190,8 +191,26 @@ def _merge(dims: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
+_AP_CACHE: dict[tuple[Any, ...], AccessPattern] = {}
+
+
 def _ap(v: View, base: int, where: tuple[str, int], reorder: bool = False,
         merge: bool = True) -> AccessPattern:
+    """The access pattern of a view at its tensor's address (memoised: a loop makes the
+    same SBUF/PSUM patterns over and over, and patterns are immutable)."""
+    dt = v.dt if v.dt is not None else v.tensor.dtype
+    key = (v.tensor.buffer.name, dt.fmt, base + v.offset * dt.itemsize, v.p0, v.axes,
+           reorder, merge)
+    hit = _AP_CACHE.get(key)
+    if hit is None:
+        if len(_AP_CACHE) > 1 << 16:
+            _AP_CACHE.clear()
+        hit = _AP_CACHE[key] = _make_ap(v, base, where, reorder, merge)
+    return hit
+
+
+def _make_ap(v: View, base: int, where: tuple[str, int], reorder: bool,
+             merge: bool) -> AccessPattern:
     t = v.tensor
     isz, fmt = v.dtype.itemsize, v.dtype.fmt
     axes = list(v.axes)
@@ -231,7 +250,9 @@ def _mx_scale(scale: AccessPattern, data: AccessPattern) -> AccessPattern:
                          scale.offset, scale.dims, "e8m0")
 
 
-def build(rec: Recorder, result: Any, outputs: list[Tensor]) -> Recorded:
+def build(rec: Recorder, result: Any, outputs: list[Tensor], check: bool = True) -> Recorded:
+    """Passes 1-3; ``check`` verifies the Program (leave it on unless it is verified
+    later, e.g. by an executor that runs :func:`systolic.verify.verify` itself)."""
     arch, ops = rec.arch, rec.ops
     starts, stops = _groups(ops)
     # pass 2: lifetimes of on-chip tensors
@@ -282,12 +303,13 @@ def build(rec: Recorder, result: Any, outputs: list[Tensor]) -> Recorded:
             chip.release(t)
     program = Program(out)
     try:
-        verify(program, arch, dram_bytes)
+        if check:
+            verify(program, arch, dram_bytes)
     except VerifyError as exc:  # a rule the recording checks missed: name the kernel line
         path, line = lines[exc.index]
         raise KernelError(path, line, exc.message) from None
     return Recorded(program, arch, list(rec.inputs), outputs, result, addr, dram_bytes,
-                    len(ops), lines, st.hits)
+                    len(ops), lines, st.hits, check)
 
 
 def _emit(op: Op, i: int, st: Any, addr: dict[int, int], starts: set[int],

@@ -80,8 +80,9 @@ def _kernel_line(tb: Any) -> tuple[str, int]:
 
 
 def record(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = None, *,
-           arch: str | Arch | None = None) -> Recorded:
-    """Record ``kernel(*args, **kwargs)``: arrays and tensor specs become HBM tensors."""
+           arch: str | Arch | None = None, check: bool = True) -> Recorded:
+    """Record ``kernel(*args, **kwargs)``: arrays and tensor specs become HBM tensors.
+    ``check=False`` skips verifying the built Program (``Recorded.checked`` says which)."""
     func, karch = _unwrap(kernel)
     rec = Recorder(_arch(karch, arch))
     targs: list[Any] = []
@@ -114,7 +115,7 @@ def record(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = Non
                                         "tensor and return that")
     gc.disable()
     try:
-        return build(rec, result, outputs)
+        return build(rec, result, outputs, check)
     finally:
         if collecting:
             gc.enable()
@@ -145,7 +146,7 @@ def execute(rec: Recorded, arrays: Sequence[np.ndarray], *, order: str = "fast")
         else:  # raw words (uint32 MX containers): bytes as they are
             raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
             mem.dram[at:at + raw.size] = raw
-    sim.run(rec.program, check=False)  # verified when it was built
+    sim.run(rec.program, check=not rec.checked)  # verified once, when built or here
     outs = {t.id: sim.read_dram(rec.addresses[t.id], t.shape, t.dtype.fmt).copy()
             for t in rec.outputs}
     res = rec.result

@@ -16,9 +16,8 @@ HBM every dimension is row-major.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from math import prod
-from typing import Any
+from typing import Any, NamedTuple
 
 from .record import HOOKS, Op, current, fail, here
 from .types import Buffer, DType, ParDim
@@ -28,9 +27,11 @@ __all__ = ["Axis", "Expr", "Grid", "Pending", "Tensor", "View", "as_view", "same
 _IDS = itertools.count()
 
 
-@dataclass(frozen=True, slots=True)
-class Axis:
-    stride: int  # elements (partition axis: 1 partition)
+class Axis(NamedTuple):
+    """One axis of a view: ``stride`` elements (the partition axis: 1 partition), ``count``
+    positions; a NamedTuple because a kernel makes hundreds of thousands of them."""
+
+    stride: int
     count: int
     part: bool = False
 
@@ -94,6 +95,9 @@ class Grid:
 
     def __iter__(self) -> Any:
         return iter(self.axes)
+
+
+_ALL = slice(None)
 
 
 class Tensor:
@@ -217,16 +221,13 @@ def _reshape(v: View, shape: tuple[int, ...]) -> View:
 class View:
     """A strided window of a tensor: element ``offset``, first partition ``p0``, axes."""
 
-    __slots__ = ("axes", "dt", "offset", "p0", "tensor")
+    __slots__ = ("axes", "dt", "offset", "p0", "shape", "tensor")
 
     def __init__(self, tensor: Tensor, offset: int, p0: int, axes: tuple[Axis, ...],
                  dt: DType | None = None) -> None:
         self.tensor, self.offset, self.p0, self.axes = tensor, offset, p0, axes
         self.dt = dt  # a reinterpreted dtype of the same size (``.ap(dtype=...)``)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return tuple(a.count for a in self.axes)
+        self.shape: tuple[int, ...] = tuple([a[1] for a in axes])
 
     @property
     def dtype(self) -> DType:
@@ -255,65 +256,72 @@ class View:
 
     def same_place(self, other: View) -> bool:
         return (self.tensor is other.tensor and self.offset == other.offset
-                and self.p0 == other.p0 and self.axes == other.axes)
+                and self.p0 == other.p0 and self.axes == other.axes and self.dt == other.dt)
 
     def __repr__(self) -> str:
         return f"View({self.tensor!r}, shape={list(self.shape)})"
 
     def __getitem__(self, key: object) -> View:
-        keys = list(key) if isinstance(key, tuple) else [key]
-        if any(k is Ellipsis for k in keys):
+        axes = self.axes
+        keys = list(key) if type(key) is tuple else [key]
+        if Ellipsis in keys:
             i = keys.index(Ellipsis)
-            fill = len(self.axes) - (len(keys) - 1)
-            keys[i:i + 1] = [slice(None)] * fill
-        if len(keys) > len(self.axes):
-            raise fail(f"{len(keys)} indices for a tensor of {len(self.axes)} dimensions "
+            keys[i:i + 1] = [slice(None)] * (len(axes) - (len(keys) - 1))
+        if len(keys) > len(axes):
+            raise fail(f"{len(keys)} indices for a tensor of {len(axes)} dimensions "
                        f"(shape {list(self.shape)})")
-        keys += [slice(None)] * (len(self.axes) - len(keys))
         offset, p0 = self.offset, self.p0
         out: list[tuple[float, Axis]] = []
-        for d, (k, ax) in enumerate(zip(keys, self.axes, strict=True)):
-            if isinstance(k, bool) or not isinstance(k, int | slice | Expr):
-                try:
-                    k = int(k)  # type: ignore[call-overload]  # numpy integers
-                except (TypeError, ValueError):
-                    raise fail(f"index {k!r} is not an int, a slice or an index "
-                               f"expression") from None
-            if isinstance(k, int):
-                if k < 0:
-                    k += ax.count
-                if not 0 <= k < ax.count:
-                    raise fail(f"index {k} is out of range for dimension {d} of size "
-                               f"{ax.count}")
-                if ax.part:
-                    p0 += k
-                else:
-                    offset += k * ax.stride
-                continue
-            if isinstance(k, slice):
-                start, stop, step = k.indices(ax.count)
-                if (k.stop is not None and k.stop > ax.count) or step < 1:
-                    raise fail(f"slice {k.start}:{k.stop} is out of range for dimension {d} "
-                               f"of size {ax.count}")
+        exprs = False
+        for d in range(len(axes)):
+            stride, count, part = axes[d]
+            k = keys[d] if d < len(keys) else _ALL
+            tk = type(k)
+            if tk is slice:
+                start, stop, step = k.indices(count)  # type: ignore[union-attr]
+                if (k.stop is not None and k.stop > count) or step < 1:  # type: ignore
+                    raise fail(f"slice {k.start}:{k.stop} is out of range for dimension "  # type: ignore
+                               f"{d} of size {count}")
                 n, order = len(range(start, stop, step)), float(d)
-            else:
-                start, step, n, order = k.const, k.coef, k.size, k.pos - 0.5
+            elif tk is Expr:
+                exprs = True
+                start, step, n, order = k.const, k.coef, k.size, k.pos - 0.5  # type: ignore
                 last = start + step * (n - 1)
-                if start < 0 or last >= ax.count or step < 1:
+                if start < 0 or last >= count or step < 1:
                     raise fail(f"index expression covers {start}..{last}, outside dimension "
-                               f"{d} of size {ax.count}")
+                               f"{d} of size {count}")
+            else:
+                if tk is not int:
+                    if isinstance(k, bool):
+                        raise fail(f"index {k!r} is not an int, a slice or an index "
+                                   f"expression")
+                    try:
+                        k = int(k)  # type: ignore[call-overload]  # numpy integers
+                    except (TypeError, ValueError):
+                        raise fail(f"index {k!r} is not an int, a slice or an index "
+                                   f"expression") from None
+                if k < 0:  # type: ignore[operator]
+                    k += count  # type: ignore[operator]
+                if not 0 <= k < count:  # type: ignore[operator]
+                    raise fail(f"index {k} is out of range for dimension {d} of size {count}")
+                if part:
+                    p0 += k  # type: ignore[operator]
+                else:
+                    offset += k * stride  # type: ignore[operator]
+                continue
             if n < 1:
                 raise fail(f"empty slice of dimension {d}")
-            if ax.part:
+            if part:
                 if step != 1:
                     raise fail("the partition dimension is sliced with step 1 only")
                 p0 += start
                 out.append((order, Axis(1, n, True)))
             else:
-                offset += start * ax.stride
-                out.append((order, Axis(ax.stride * step, n)))
-        out.sort(key=lambda t: t[0])
-        return View(self.tensor, offset, p0, tuple(a for _, a in out), self.dt)
+                offset += start * stride
+                out.append((order, Axis(stride * step, n)))
+        if exprs:
+            out.sort(key=lambda t: t[0])
+        return View(self.tensor, offset, p0, tuple([a for _, a in out]), self.dt)
 
     def __setitem__(self, key: object, value: object) -> None:
         target = self[key]

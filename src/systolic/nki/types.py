@@ -26,6 +26,7 @@ class DType:
     nki: str
     fmt: str
     np_dtype: np.dtype | None
+    itemsize: int = 0  # bytes per element (container bytes for the _x4 MX types)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, DType):
@@ -43,10 +44,6 @@ class DType:
     def __repr__(self) -> str:
         return f"nl.{self.nki}"
 
-    @property
-    def itemsize(self) -> int:
-        return _itemsize(self.fmt)
-
 
 # Element sizes of dtypes the project has no format for: raw words an NKI kernel only
 # reinterprets (``.ap(dtype=nl.float8_e4m3fn_x4)`` over a uint32 array, as the MX tutorial).
@@ -63,7 +60,8 @@ def _itemsize(fmt: str) -> int:
 
 
 def _d(nki: str, fmt: str, np_dtype: object) -> DType:
-    return DType(nki, fmt, None if np_dtype is None else np.dtype(np_dtype))  # type: ignore
+    return DType(nki, fmt, None if np_dtype is None else np.dtype(np_dtype),  # type: ignore
+                 _itemsize(fmt))
 
 
 # NKI docs, "Supported data types"; the _x4 types are the MX containers of four elements
