@@ -34,6 +34,7 @@ from .isa import (
     row_group,
 )
 from .memory import check_bounds, psum_bank
+from .verify_engines import check_engine
 
 __all__ = ["Checker", "Tile", "accumulator_format", "mx_k_per_partition", "verify"]
 
@@ -180,9 +181,7 @@ class Checker:
                 self._dma(i, ins)
             elif isinstance(ins, ReadOut):
                 self._readout(i, ins)
-            elif isinstance(ins, Group.ELEMENTWISE + (DmaCopy,)):
-                from .verify_engines import check_engine
-
+            elif isinstance(ins, (*Group.ELEMENTWISE, DmaCopy)):
                 check_engine(self, i, ins)
             else:
                 self._fail(i, f"unknown instruction {type(ins).__name__}")

@@ -79,9 +79,9 @@ def _rect(v: View) -> tuple[int, int, int, int]:
     p0, np_ = v.p0, 1
     for a in v.axes:
         if a.part:
-            np_ = a.count
+            np_ = a.num
         else:
-            hi += a.stride * (a.count - 1)
+            hi += a.stride * (a.num - 1)
     return (p0, p0 + np_, lo, hi + 1)
 
 
@@ -219,11 +219,11 @@ def _make_ap(v: View, base: int, where: tuple[str, int], reorder: bool,
         if reorder and any(a.part for a in axes):  # a memset: element order is irrelevant
             axes.sort(key=lambda a: not a.part)
         if axes and axes[0].part:
-            parts = axes.pop(0).count
+            parts = axes.pop(0).num
         elif any(a.part for a in axes):
             raise KernelError(*where, (f"the partition dimension of {t.name or 'this tile'} "
                                        f"must come first in the index"))
-        flat = [(a.stride, a.count) for a in axes]
+        flat = [(a.stride, a.num) for a in axes]
         dims = (_merge(flat) if merge else flat) or [(1, 1)]  # matmul operands keep [2, F]
         if len(dims) > 3:
             raise KernelError(*where, f"this access has {len(dims)} free dimensions after "
@@ -233,11 +233,11 @@ def _make_ap(v: View, base: int, where: tuple[str, int], reorder: bool,
     if not axes:
         return AccessPattern(Space.DRAM, 0, 1, base + v.offset * isz, ((1, 1),), fmt)
     head = axes.pop(0)
-    dims = _merge([(a.stride, a.count) for a in axes]) or [(1, 1)]
+    dims = _merge([(a.stride, a.num) for a in axes]) or [(1, 1)]
     if len(dims) > 3:
         raise KernelError(*where, f"this HBM access has {len(dims)} free dimensions after "
                                   f"merging; the hardware takes at most 3")
-    return AccessPattern(Space.DRAM, 0, head.count, base + v.offset * isz, tuple(dims), fmt,
+    return AccessPattern(Space.DRAM, 0, head.num, base + v.offset * isz, tuple(dims), fmt,
                          partition_step=head.stride * isz)
 
 

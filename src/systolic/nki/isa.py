@@ -211,7 +211,7 @@ def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
                    f"{mov.dtype}", where)
     want = 2 + (fold == 2)
     for v, role in ((stat, "stationary"), (mov, "moving")):
-        if len(v.axes) != want or not v.axes[0].part or (fold == 2 and v.axes[1].count != 2):
+        if len(v.axes) != want or not v.axes[0].part or (fold == 2 and v.axes[1].num != 2):
             shape = "[K, 2, F] (two contraction rows per partition)" if fold == 2 else "[K, F]"
             raise fail(f"nc_matmul {role} has shape {list(v.shape)}; it must be {shape} with "
                        f"the partition dimension first", where)
@@ -233,7 +233,7 @@ def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
         raise fail(f"nc_matmul dst has shape {list(dst.shape)}; stationary.T @ moving is "
                    f"[{m}, {n}]", where)
     lo = dst.offset * 4
-    hi = lo + ((dst.axes[1].count - 1) * dst.axes[1].stride + 1) * 4
+    hi = lo + ((dst.axes[1].num - 1) * dst.axes[1].stride + 1) * 4
     if lo // arch.psum_bank_bytes != (hi - 1) // arch.psum_bank_bytes:
         raise fail(f"nc_matmul dst spans two PSUM banks (bytes {lo}..{hi} of the tile); an "
                    f"accumulation stays within one {arch.psum_bank_bytes}-byte bank", where)

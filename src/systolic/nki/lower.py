@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from ..arch import Arch
 from ..compiler.codegen import Codegen, _rect_overlap, codegen_for
-from ..compiler.tiling import MatmulSpec, tile
 from ..compiler.mx_lower import MxCodegen
+from ..compiler.tiling import MatmulSpec, tile
 from ..isa import (
     AccessPattern,
     Instruction,

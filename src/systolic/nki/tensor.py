@@ -28,11 +28,11 @@ _IDS = itertools.count()
 
 
 class Axis(NamedTuple):
-    """One axis of a view: ``stride`` elements (the partition axis: 1 partition), ``count``
+    """One axis of a view: ``stride`` elements (the partition axis: 1 partition), ``num``
     positions; a NamedTuple because a kernel makes hundreds of thousands of them."""
 
     stride: int
-    count: int
+    num: int
     part: bool = False
 
 
@@ -201,14 +201,14 @@ def _reshape(v: View, shape: tuple[int, ...]) -> View:
     free = [a for a in axes if not a.part]
     if part and axes[0] is not part[0]:
         raise fail("reshape needs the partition dimension first")
-    n = prod(a.count for a in free)
+    n = prod(a.num for a in free)
     acc = 1
     for a in reversed(free):  # the free axes must be one contiguous row-major run
-        if a.count > 1 and a.stride != acc:
+        if a.num > 1 and a.stride != acc:
             raise fail("reshape of a strided view is not modelled; copy it to a tile first")
-        acc *= a.count
+        acc *= a.num
     new_free = shape[1:] if part else shape
-    if part and shape[0] != part[0].count or prod(new_free) != n:
+    if (part and shape[0] != part[0].num) or prod(new_free) != n:
         raise fail(f"cannot reshape {list(v.shape)} to {list(shape)}")
     strides, acc = [], 1
     for d in reversed(new_free):
@@ -247,7 +247,7 @@ class View:
     def partitions(self) -> int:
         for a in self.axes:
             if a.part:
-                return a.count
+                return a.num
         return 1
 
     @property
@@ -296,7 +296,7 @@ class View:
                         raise fail(f"index {k!r} is not an int, a slice or an index "
                                    f"expression")
                     try:
-                        k = int(k)  # type: ignore[call-overload]  # numpy integers
+                        k = int(k)  # type: ignore[call-overload,arg-type]  # numpy integers
                     except (TypeError, ValueError):
                         raise fail(f"index {k!r} is not an int, a slice or an index "
                                    f"expression") from None

@@ -59,6 +59,7 @@ from ..isa import (
 )
 from ..memory import Memory
 from ..verify import verify
+from .functional_engines import destination, execute_engine
 
 __all__ = ["FunctionalSimulator", "Order", "systolic_sum", "wrap48"]
 
@@ -224,9 +225,7 @@ class FunctionalSimulator:
             from .functional_mx import matmul_mx
 
             matmul_mx(self, ins)
-        elif isinstance(ins, Group.ELEMENTWISE + (DmaCopy,)):
-            from .functional_engines import destination, execute_engine
-
+        elif isinstance(ins, (*Group.ELEMENTWISE, DmaCopy)):
             self._drain(0)  # engines read PSUM: pending MatMul results land first
             execute_engine(self.memory, ins)
             self._forget(destination(ins))
