@@ -311,3 +311,35 @@ def test_gen2_writes_no_accumulate_bit_and_gen3_gate() -> None:
              if isinstance(i, MatMul)]
     assert gated == flags["trn1"]
     _check(snki.execute(snki.record(kern, [a, b], arch="trn1"), [a, b]), a, b)
+
+
+def test_legacy_sbuf_accumulation_is_a_vector_add(tmp_path: Path) -> None:
+    p = tmp_path / "k.py"
+    p.write_text('''
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+
+
+@nki.jit
+def k(lhsT, rhs):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    total = nl.zeros((nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.sbuf)
+    i = nl.mgrid[0:128, 0:512]
+    for kk in nl.affine_range(3):  # three K blocks summed in SBUF, as the tutorial does
+        part = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+        part[...] += nisa.nc_matmul(nl.load(lhsT[kk * 128 + nl.arange(128)[:, None],
+                                                 nl.arange(128)[None, :]]),
+                                    nl.load(rhs[kk * 128 + i.p, i.x]))
+        total[i.p, i.x] += part[i.p, i.x]
+    nl.store(out, value=nl.add(total, total))
+    return out
+''')
+    a, b = _operands(384, 128, 512, np.float32, seed=7)
+    a = a.astype(ml_dtypes.bfloat16)
+    b = b.astype(ml_dtypes.bfloat16)
+    rec = snki.record(snki.load_kernel(str(p), "k"), [a, b])
+    counts = rec.program.counts()
+    assert counts["TensorTensor"] == 3 + 1 and counts["MatMul"] == 3
+    out = snki.execute(rec, [a, b])
+    _check(out / 2, a, b)
