@@ -189,10 +189,12 @@ def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
             raise fail(f"nc_matmul {role} is in {v.buffer.name}; it must be in "
                        f"{buf.upper()}", where)
     sf, mf = stat.dtype.fmt, mov.dtype.fmt
+    floats = [f for f in arch.formats if get_format(f).kind == "float" and f != "fp32r"]
     for f in (sf, mf):
-        if not arch.supports_format(f) or get_format(f).kind == "mx":
-            raise fail(f"nc_matmul takes {f} operands not on {arch.name}; use one of "
-                       f"{', '.join(arch.formats)}", where)
+        if f not in floats:
+            raise fail(f"nc_matmul does not take {f} operands on {arch.name} (NKI docs: "
+                       f"float8, bfloat16, float16, tfloat32, float32); use one of "
+                       f"{', '.join(floats)}", where)
     if (sf in _FP32) != (mf in _FP32):
         raise fail(f"fp32 operands pair only with fp32: stationary {stat.dtype}, moving "
                    f"{mov.dtype}; cast both with nisa.tensor_copy", where)
