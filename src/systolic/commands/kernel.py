@@ -60,13 +60,22 @@ def _split(text: str, what: str) -> tuple[str, str]:
 
 def random_inputs(specs: list[Any], seed: int) -> list[np.ndarray]:
     """Seeded standard-normal inputs rounded to each argument's dtype."""
-    from ..dtypes import decode, encode
+    from ..dtypes import FORMATS, decode, encode
 
     rng = np.random.default_rng(seed)
     out = []
     for s in specs:
         fmt = s.dtype.fmt
-        x = rng.standard_normal(s.shape).astype(np.float32)
+        if fmt not in FORMATS:  # raw words (MX x4 containers): finite fp8 bytes 0x00..0x7E
+            raw = rng.integers(0, 0x7F, size=(*s.shape, s.dtype.itemsize), dtype=np.uint8)
+            out.append(raw.view(s.dtype.np_dtype).reshape(s.shape))
+            continue
+        if fmt == "uint8":  # read as E8M0 scales by MX kernels: 2^-7 .. 2^7
+            x = rng.integers(120, 135, size=s.shape).astype(np.float32)
+        elif FORMATS[fmt].is_int:
+            x = rng.integers(-8, 8, size=s.shape).astype(np.float32)
+        else:
+            x = rng.standard_normal(s.shape).astype(np.float32)
         raw = encode(x, fmt)
         out.append(raw if s.dtype.np_dtype is None else decode(raw, fmt).astype(s.dtype.np_dtype))
     return out
