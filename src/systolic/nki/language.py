@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..isa import ActivationFunc, AluOp
-from . import isa as _isa
+from . import ops as _isa
+from .index import Expr, Grid
 from .record import current, fail, here
-from .tensor import Expr, Grid, Pending, Tensor, View, as_view
+from .tensor import Pending, Tensor, View, as_view
 from .types import BUFFERS, DTYPES, ParDim, TileSize, to_dtype
 
 __all__ = ["affine_range", "arange", "copy", "load", "matmul", "mgrid", "ndarray", "par_dim",
