@@ -343,3 +343,39 @@ def k(lhsT, rhs):
     assert counts["TensorTensor"] == 3 + 1 and counts["MatMul"] == 3
     out = snki.execute(rec, [a, b])
     _check(out / 2, a, b)
+
+
+QMX = '''
+@nki.jit(platform_target="trn3")
+def k(x):
+    P, F = x.shape
+    t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    q = nl.ndarray((P, F // 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+    s = nl.ndarray((P, F // 4), dtype=nl.uint8, buffer=nl.sbuf)
+    nisa.memset(dst=s, value=0)
+    nisa.quantize_mx(dst=q, src=t, dst_scale=s)
+    q_out = nl.ndarray((P, F // 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.shared_hbm)
+    s_out = nl.ndarray((P, F // 4), dtype=nl.uint8, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=q_out, src=q)
+    nisa.dma_copy(dst=s_out, src=s)
+    return q_out, s_out
+'''
+
+
+def test_quantize_mx_matches_the_ocp_rule(tmp_path: Path) -> None:
+    p = _write(tmp_path, QMX)
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((128, 256)) * np.exp2(rng.integers(-6, 6, (128, 1)))
+         ).astype(np.float32).astype(ml_dtypes.bfloat16)
+    q, s = snki.values(snki.load_kernel(str(p), "k"), [x])
+    # independent reference: E8M0 code = max fp32 biased exponent of the 8 x 4 group - 8
+    x32 = x.astype(np.float32)
+    g = x32.reshape(16, 8, 64, 4)
+    code = ((g.view(np.uint32) >> 23) & 0xFF).max(axis=(1, 3)).astype(np.int64) - 8
+    rows = [32 * (b // 4) + b % 4 for b in range(16)]
+    assert np.array_equal(s[rows].astype(np.int64), code)
+    scale = np.exp2(code - 127.0)[np.arange(128) // 8][:, :, None]
+    want = np.clip(x32.reshape(128, 64, 4) / scale, -448, 448).astype(ml_dtypes.float8_e4m3fn)
+    got = q.view(np.uint8).reshape(128, 64, 4).view(ml_dtypes.float8_e4m3fn)
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8))

@@ -21,6 +21,7 @@ from .isa import (
     Engine,
     Instruction,
     Memset,
+    QuantizeMx,
     Space,
     TensorCopy,
     TensorTensor,
@@ -101,6 +102,9 @@ def check_engine(c: Checker, i: int, ins: Instruction) -> None:
             c._fail(i, f"DmaCopy queue {ins.queue} must be >= 0")
         _same(c, i, ins.src, ins.dst, "DmaCopy")
         return
+    if isinstance(ins, QuantizeMx):
+        _quantize_mx(c, i, ins)
+        return
     eng = ins.engine  # type: ignore[union-attr]
     if eng not in _ELEMENTWISE_ENGINES:
         c._fail(i, f"{type(ins).__name__} runs on Vector, Scalar or GpSimd, not {eng.value}")
@@ -126,3 +130,33 @@ def check_engine(c: Checker, i: int, ins: Instruction) -> None:
         _same(c, i, s, ins.dst, name)
         _read_psum(c, i, s)
     _write_psum(c, i, ins.dst)
+
+
+def _quantize_mx(c: Checker, i: int, ins: QuantizeMx) -> None:
+    """nki.isa.quantize_mx: gen4, Vector engine, SBUF only; src bf16/fp16 [P, F] with P a
+    multiple of 32 up to 128 and F a multiple of 4; dst an fp8 MX format [P, F/4]; scale
+    e8m0 spanning the rows of the blocks' scales (block g at 32*(g//4) + g%4)."""
+    from .dtypes import get_format
+    from .mx_isa import scale_span
+
+    if ins.engine is not Engine.VECTOR:
+        c._fail(i, "QuantizeMx runs on the Vector engine (NKI docs)")
+    for role, ap in (("src", ins.src), ("dst", ins.dst), ("scale", ins.scale)):
+        _bounds(c, i, ap, f"QuantizeMx {role}", (Space.SBUF,))
+    if ins.dst.dtype not in c.arch.mx_formats or ins.dst.dtype == "mxfp4":
+        c._fail(i, f"QuantizeMx writes an fp8 MX format of gen4 (mxfp8_e4m3, mxfp8_e5m2), "
+                   f"not {ins.dst.dtype} on {c.arch.name}")
+    if ins.src.dtype not in ("bf16", "fp16"):
+        c._fail(i, f"QuantizeMx reads bf16 or fp16, not {ins.src.dtype}")
+    p, f = ins.src.partitions, ins.src.free_elems
+    if p % 32 or p > c.arch.rows or f % 4:
+        c._fail(i, f"QuantizeMx src [{p}, {f}] needs partitions a multiple of 32 (at most "
+                   f"{c.arch.rows}) and a free size a multiple of 4")
+    if ins.dst.partitions != p or ins.dst.free_elems * 4 != f:
+        c._fail(i, f"QuantizeMx dst must be [{p}, {f // 4}] x4 containers, not "
+                   f"[{ins.dst.partitions}, {ins.dst.free_elems}]")
+    if get_format(ins.scale.dtype).kind != "scale":
+        c._fail(i, f"QuantizeMx scales are e8m0, not {ins.scale.dtype}")
+    if ins.scale.partitions != scale_span(p) or ins.scale.free_elems != f // 4:
+        c._fail(i, f"QuantizeMx scale must span {scale_span(p)} partitions x {f // 4}, not "
+                   f"{ins.scale.partitions} x {ins.scale.free_elems}")

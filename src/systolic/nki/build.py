@@ -28,6 +28,7 @@ from ..isa import (
     Instruction,
     Memset,
     Program,
+    QuantizeMx,
     Space,
     TensorCopy,
     TensorTensor,
@@ -338,5 +339,9 @@ def _emit(op: Op, i: int, st: Any, addr: dict[int, int], starts: set[int],
         out.append(Memset(dst, a["value"], a["engine"]))
     elif k == "act":
         out.append(Activation(srcs[0], dst, a["func"], a["scale"], a["engine"]))
+    elif k == "qmx":
+        scale = _mx_scale(srcs[1], dst)
+        out.append(QuantizeMx(srcs[0], dst, scale))
+        st.invalidate(scale)
     if dst.space is Space.SBUF:
         st.invalidate(dst)

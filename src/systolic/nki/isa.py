@@ -250,6 +250,30 @@ def nc_matmul_mx(dst: Any = None, stationary: Any = None, moving: Any = None,
     record_copy(d, tmp.full, None, where)
 
 
-def quantize_mx(*args: Any, **kw: Any) -> None:
+def quantize_mx(dst: Any = None, src: Any = None, dst_scale: Any = None,
+                name: str = "") -> None:
+    """gen4: quantize bf16/fp16 ``src`` [P, F] into ``dst`` [P, F/4] (float8_e4m3fn_x4 or
+    float8_e5m2_x4) and ``dst_scale`` (uint8 / float8_e8m0fnu; scales of block g at row
+    32*(g//4) + g%4), on the Vector engine (NKI docs, nki.isa.quantize_mx)."""
+    where = here()
     _mx_gate("quantize_mx")
-    raise fail("quantize_mx is not modelled by this front end yet")
+    d, s_, sc = as_view(dst), as_view(src), as_view(dst_scale)
+    for v, role in ((d, "dst"), (s_, "src"), (sc, "dst_scale")):
+        if v.buffer.name != "sbuf":
+            raise fail(f"quantize_mx {role} must be in SBUF, not {v.buffer.name}", where)
+    if s_.dtype.fmt not in ("bf16", "fp16"):
+        raise fail(f"quantize_mx src must be bfloat16 or float16, not {s_.dtype}", where)
+    if d.dtype.fmt not in ("mxfp8_e4m3", "mxfp8_e5m2"):
+        raise fail(f"quantize_mx dst must be float8_e4m3fn_x4 or float8_e5m2_x4, not "
+                   f"{d.dtype}", where)
+    if sc.dtype.itemsize != 1:
+        raise fail(f"quantize_mx dst_scale must be uint8 or float8_e8m0fnu, not {sc.dtype}",
+                   where)
+    p, f = s_.partitions, s_.size // max(1, s_.partitions)
+    if p % 32 or p > 128 or f % 4 or s_.p0 % 32:
+        raise fail(f"quantize_mx src [{p}, {f}] needs whole quadrants of 32 partitions (at "
+                   f"most 128) and a free size that is a multiple of 4", where)
+    if d.partitions != p or d.size != p * f // 4:
+        raise fail(f"quantize_mx dst has shape {list(d.shape)}; it must be [{p}, {f // 4}]",
+                   where)
+    _add("qmx", d, (s_, sc), where)

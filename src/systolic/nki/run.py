@@ -147,12 +147,23 @@ def execute(rec: Recorded, arrays: Sequence[np.ndarray], *, order: str = "fast")
             raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
             mem.dram[at:at + raw.size] = raw
     sim.run(rec.program, check=not rec.checked)  # verified once, when built or here
-    outs = {t.id: sim.read_dram(rec.addresses[t.id], t.shape, t.dtype.fmt).copy()
-            for t in rec.outputs}
+    outs = {t.id: _read_output(sim, rec.addresses[t.id], t) for t in rec.outputs}
     res = rec.result
     if isinstance(res, tuple | list):
         return type(res)(outs[r.id] if isinstance(r, Tensor) else r for r in res)
     return outs[res.id] if isinstance(res, Tensor) else res
+
+
+def _read_output(sim: Any, at: int, t: Tensor) -> np.ndarray:
+    from ..dtypes import FORMATS
+
+    f = FORMATS.get(t.dtype.fmt)
+    if f is not None and f.kind != "mx":
+        return np.asarray(sim.read_dram(at, t.shape, t.dtype.fmt)).copy()
+    # MX x4 containers and raw words come back as unsigned words of their size
+    n = int(np.prod(t.shape)) * t.dtype.itemsize
+    raw = sim.memory.dram[at:at + n].copy()
+    return raw.view(f"<u{t.dtype.itemsize}").reshape(t.shape)
 
 
 _ARG = re.compile(r"^\s*([A-Za-z0-9_]+)\s*\[\s*([0-9,\s]+)\]\s*$")

@@ -9,6 +9,12 @@ pattern with numpy. Semantics (NKI docs, nki.isa.*):
 * ``TensorTensor`` computes op(a, b) in fp32 and rounds the result to dst's format.
 * ``Memset`` writes ``value`` rounded to dst's format.
 * ``Activation`` with copy/identity writes scale * x (fp32) rounded to dst's format.
+* ``QuantizeMx`` (NKI docs, nki.isa.quantize_mx; OCP MX v1.0 section 6.3): per group of 8
+  partitions x 4 consecutive elements, the E8M0 scale code is the largest fp32 biased
+  exponent of the group minus the element format's emax (clamped to 0..254); the elements
+  are x / 2^(code - 127), saturated to the format's largest finite value, rounded to nearest
+  even, four to an x4 container. The NKI docs of some releases describe a scale twice as
+  large (unsure which the hardware uses); the public MX tutorial's reference uses this one.
 
 Memory that nothing wrote reads as whatever bytes it holds: the NKI front end starts a run
 with every byte 0xFF, a NaN in every float format, so a missing initialisation shows.
@@ -18,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import ml_dtypes
 import numpy as np
 
 from ..isa import (
@@ -27,6 +34,7 @@ from ..isa import (
     DmaCopy,
     Instruction,
     Memset,
+    QuantizeMx,
     TensorCopy,
     TensorTensor,
 )
@@ -74,12 +82,34 @@ def activation(mem: Memory, ins: Activation) -> None:
         mem.write(ins.dst, x * np.float32(ins.scale))
 
 
+def quantize_mx(mem: Memory, ins: QuantizeMx) -> None:
+    from ..dtypes import get_format
+    from ..mx_isa import scale_rows
+
+    fmt = get_format(ins.dst.dtype)
+    elem = get_format(fmt.element or "")
+    parts, free = ins.src.partitions, ins.src.free_elems
+    x = mem.read(ins.src).reshape(parts, free).astype(np.float32)
+    groups = x.reshape(parts // 8, 8, free // 4, 4)
+    bexp = (groups.view(np.uint32) >> 23) & 0xFF  # fp32 biased exponents
+    code = np.clip(bexp.max(axis=(1, 3)).astype(np.int64) - int(elem.emax or 0), 0, 254)
+    factor = np.exp2(code.astype(np.float64) - 127)[:, None, :, None]
+    biggest = float(ml_dtypes.finfo(elem.storage).max)
+    q = np.clip(groups.astype(np.float64) / factor, -biggest, biggest).astype(np.float32)
+    codes = q.astype(elem.storage).reshape(parts, free)
+    mem.view(ins.dst)[...] = codes.view(np.uint8).reshape(parts, free // 4, 4).view(
+        mem.view(ins.dst).dtype).reshape(mem.view(ins.dst).shape)
+    sc = mem.view(ins.scale).view(np.uint8).reshape(ins.scale.partitions, free // 4)
+    sc[scale_rows(parts // 8)] = code.astype(np.uint8)
+
+
 HANDLERS: dict[type, Callable[[Memory, Instruction], None]] = {
     DmaCopy: dma_copy,  # type: ignore[dict-item]
     TensorCopy: tensor_copy,  # type: ignore[dict-item]
     TensorTensor: tensor_tensor,  # type: ignore[dict-item]
     Memset: memset,  # type: ignore[dict-item]
     Activation: activation,  # type: ignore[dict-item]
+    QuantizeMx: quantize_mx,  # type: ignore[dict-item]
 }
 
 
