@@ -28,6 +28,9 @@ JSON_COMMANDS = [
     pytest.param(["rtl", "verilog", "--rows", "2", "--cols", "2"], id="rtl-verilog"),
     pytest.param(["rtl", "sim", "--rows", "2", "--cols", "3", "--cycles", "12"], id="rtl-sim"),
     pytest.param(["sweep", SWEEP, "--out", "TMP/s.sqlite", "--workers", "1"], id="sweep"),
+    pytest.param(["kernel", str(Path(__file__).parent.parent / "examples" / "kernels" /
+                                "basic_matmul.py") + ":basic_matmul",
+                  "--arg", "lhsT=bf16[128,128]", "--arg", "rhs=bf16[128,512]"], id="kernel"),
 ]
 
 

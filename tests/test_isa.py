@@ -73,7 +73,7 @@ def test_tile_position_must_be_a_multiple_of_its_group(pos: int, size: int, ok: 
 
 def test_opcodes_are_the_instruction_union() -> None:
     assert typing.get_args(Instruction) == OPCODES
-    assert len(set(OPCODES)) == len(OPCODES) == 11
+    assert len(set(OPCODES)) == len(OPCODES) == 12
 
 
 def test_flag_and_perf_values_are_the_seeds() -> None:
@@ -229,7 +229,7 @@ def test_parse_errors_name_the_line(text: str, match: str) -> None:
 
 # modules of the package each ISA layer may import (lower layers only; issue 14)
 LAYERS = {
-    "isa_fields": {"dtypes", "errors"},
+    "isa_fields": {"dtypes", "errors", "geometry"},
     "instructions": {"isa_fields"},
     "asm": {"errors", "instructions", "isa_fields"},
     "isa": {"asm", "instructions", "isa_fields"},

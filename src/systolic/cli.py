@@ -13,7 +13,7 @@ from . import __version__
 from .errors import SystolicError
 
 # Subcommand modules, in the order --help lists them.
-COMMANDS = ("matmul", "step", "run", "roofline", "rtl", "sweep")
+COMMANDS = ("matmul", "step", "run", "roofline", "kernel", "sweep", "rtl")
 
 DESCRIPTION = """\
 Model a weight-stationary systolic matmul engine (Trainium PE / Tensor Engine class):

@@ -57,3 +57,14 @@ class WorkloadError(SystolicError):
 class SweepError(SystolicError):
     """A malformed sweep file, a results store that cannot be used, or a point that cannot
     run (recorded in the store as a failed point)."""
+
+
+class KernelError(SystolicError):
+    """An NKI kernel that breaks a rule of the hardware or of NKI, reported at the kernel's
+    own source line: ``FILE:LINE: what is wrong and what to do``."""
+
+    def __init__(self, path: str, line: int, message: str) -> None:
+        self.path = path
+        self.line = line
+        self.message = message
+        super().__init__(f"{path}:{line}: {message}")

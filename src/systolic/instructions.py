@@ -41,6 +41,7 @@ __all__ = [
     "MatMul",
     "MatmultMx",
     "Memset",
+    "QuantizeMx",
     "ReadOut",
     "TensorCopy",
     "TensorTensor",
@@ -246,6 +247,19 @@ class Activation:
     engine: Engine = Engine.SCALAR
 
 
+@dataclass(frozen=True, slots=True)
+class QuantizeMx:
+    """``nisa.quantize_mx`` (gen4, Vector engine): quantize ``src`` [P, F] (bf16/fp16) to
+    MX containers ``dst`` [P, F/4] (four consecutive elements per x4 container) and one
+    E8M0 scale per 8 partitions x 4 elements, written in ``scale`` at row 32*(g//4) + g%4
+    for block g (the layout nc_matmul_mx reads). Values: systolic.sim.functional_engines."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    scale: AccessPattern
+    engine: Engine = Engine.VECTOR
+
+
 # The engine of the PE's own instructions (class attributes: not fields, not in the text).
 LoadStationary.engine = Engine.TENSOR  # type: ignore[attr-defined]
 MatMul.engine = Engine.TENSOR  # type: ignore[attr-defined]
@@ -257,7 +271,7 @@ DmaLoad.engine = Engine.DMA  # type: ignore[attr-defined]
 ReadOut.engine = Engine.VECTOR  # type: ignore[attr-defined]
 
 Instruction = (LoadStationary | MatMul | LdWeightMx | MatmultMx | DmaLoad | ReadOut | DmaCopy
-               | TensorCopy | TensorTensor | Memset | Activation)
+               | TensorCopy | TensorTensor | Memset | Activation | QuantizeMx)
 # Every instruction class, in the union's order (opcode order of counts() and the text form).
 OPCODES: tuple[type, ...] = typing.get_args(Instruction)
 
@@ -273,6 +287,6 @@ class Group:
     MX: tuple[type, ...] = (LdWeightMx, MatmultMx)  # gen4 MX pair
     DENSE: tuple[type, ...] = (LoadStationary, MatMul)
     DMA: tuple[type, ...] = (DmaLoad, DmaCopy)  # transfers on the DMA queues
-    ELEMENTWISE: tuple[type, ...] = (TensorCopy, TensorTensor, Memset, Activation)
+    ELEMENTWISE: tuple[type, ...] = (TensorCopy, TensorTensor, Memset, Activation, QuantizeMx)
     READOUT: tuple[type, ...] = (ReadOut,)
 

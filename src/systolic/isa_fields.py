@@ -4,7 +4,7 @@ engines, operators, memory spaces and access patterns.
 Every field of an instruction (:mod:`systolic.instructions`) has one of these types, an
 ``int``, a ``float`` or a format name (``str``); the text form (:mod:`systolic.asm`)
 formats and parses each by its type. This module sits at the bottom of the layering: it
-imports only the format table and the errors.
+imports only the format table, the errors and the geometry.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from math import prod
 
 from .dtypes import get_format
 from .errors import ShapeError
+from .geometry import Rect
 
 __all__ = [
     "FULL_COL_GROUP_FORMATS",
@@ -261,6 +262,13 @@ class AccessPattern:
                 lo += ext
         isz = self.itemsize
         return self.offset + lo * isz, self.offset + (hi + 1) * isz
+
+    @property
+    def rect(self) -> Rect:
+        """Partitions x the bytes touched in each (half-open), for overlap questions: on
+        SBUF/PSUM the rows are partitions; a DRAM pattern's rows are its row range."""
+        lo, hi = self.free_bytes_span
+        return Rect.spans(self.partition, self.partition + self.partitions, lo, hi)
 
     def start_address(self) -> int:
         """The bundle start address: the partition folds in (SBUF part<<18, PSUM part<<15).

@@ -12,7 +12,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from .arch import Arch
-from .dtypes import decode, encode, get_format
+from .dtypes import OverflowPolicy, decode, encode, get_format
 from .errors import ShapeError
 from .isa import AccessPattern, Space
 
@@ -101,9 +101,12 @@ class Memory:
         """Decoded values (float32, or int64 for integer formats), shape ap.shape."""
         return decode(self.view(ap), ap.dtype)
 
-    def write(self, ap: AccessPattern, values: np.ndarray) -> None:
-        """Encode ``values`` (shape ap.shape, or broadcastable) into ``ap``."""
-        self.view(ap)[...] = encode(values, ap.dtype)
+    def write(self, ap: AccessPattern, values: np.ndarray, *,
+              overflow: OverflowPolicy = "error") -> None:
+        """Encode ``values`` (shape ap.shape, or broadcastable) into ``ap``; ``overflow`` is
+        the policy for values beyond the format's range (:func:`systolic.dtypes.encode`):
+        the default refuses them (inputs), an engine's own cast passes ``"format"``."""
+        self.view(ap)[...] = encode(values, ap.dtype, overflow=overflow)
 
     def copy(self, src: AccessPattern, dst: AccessPattern) -> None:
         """Element-for-element copy; formats must match (a DMA converts nothing)."""

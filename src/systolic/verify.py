@@ -21,8 +21,10 @@ from .isa import (
     FULL_COL_GROUP_FORMATS,
     AccessPattern,
     CalcFlags,
+    DmaCopy,
     DmaLoad,
     Fp32Pass,
+    Group,
     Instruction,
     LdWeightMx,
     LoadStationary,
@@ -38,6 +40,7 @@ from .isa import (
     tile_position_problem,
 )
 from .memory import check_bounds, psum_bank
+from .verify_engines import check_engine
 from .verify_mx import check_ld_weight_mx, check_matmult_mx
 
 __all__ = ["Checker", "Tile", "verify"]
@@ -67,12 +70,6 @@ class Tile:
 
     def overlaps(self, other: Tile) -> bool:
         return self.rect.overlaps(other.rect)
-
-
-def _region(ap: AccessPattern) -> Rect:
-    """A PSUM region: partitions x the bytes it touches in each."""
-    lo, hi = ap.free_bytes_span
-    return Rect.spans(ap.partition, ap.partition + ap.partitions, lo, hi)
 
 
 @dataclass
@@ -135,7 +132,7 @@ class Checker:
         self.regions[reg] = ("open", i)
 
     def _accumulate(self, i: int, dst: AccessPattern, flags: CalcFlags) -> None:
-        reg = _region(dst)
+        reg = dst.rect
         try:
             psum_bank(dst, self.arch)
         except ShapeError as exc:
@@ -181,6 +178,8 @@ class Checker:
                 self._dma(i, ins)
             elif isinstance(ins, ReadOut):
                 self._readout(i, ins)
+            elif isinstance(ins, (*Group.ELEMENTWISE, DmaCopy)):
+                check_engine(self, i, ins)
             else:
                 self._fail(i, f"unknown instruction {type(ins).__name__}")
         except VerifyError:
@@ -313,7 +312,7 @@ class Checker:
         if prod(ins.src.shape) != prod(ins.dst.shape):
             self._fail(i, f"ReadOut copies {prod(ins.src.shape)} elements into "
                           f"{prod(ins.dst.shape)}")
-        reg = _region(ins.src)
+        reg = ins.src.rect
         state = self.regions.get(reg)
         if state is None or state[0] != "done":
             why = "is still open (no STOP yet)" if state else "holds no finished group"

@@ -52,7 +52,7 @@ from .tiling import KTile, Span, TilePlan
 
 __all__ = ["ALIGN", "CachedTile", "DenseState", "Layout", "SlotCache", "WeightTileState",
            "align", "calc_flags", "emit", "emit_nc_matmul", "plan_layout", "read_out",
-           "sbuf_region", "writes_accumulate_bit"]
+           "writes_accumulate_bit"]
 
 ALIGN = 64  # byte alignment of every DRAM region and SBUF slot
 
@@ -100,16 +100,10 @@ class SlotCache:
 # -- the weight-tile cache and one matmul -------------------------------------------------
 
 
-def sbuf_region(ap: AccessPattern) -> Rect:
-    """Partitions x bytes an SBUF pattern touches (for "no intervening writer")."""
-    lo, hi = ap.free_bytes_span
-    return Rect(ap.partition, ap.partitions, lo, hi - lo)
-
-
 @dataclass(frozen=True, slots=True)
 class CachedTile:
     """A tile latched on the PEs ``rect`` (rows x columns) from SBUF ``stationary``, which
-    occupies ``region`` (partitions x bytes, :func:`sbuf_region`)."""
+    occupies ``region`` (partitions x bytes, ``AccessPattern.rect``)."""
 
     group: tuple[int, int]
     stationary: AccessPattern
@@ -146,7 +140,7 @@ class WeightTileState:
         """After a write into SBUF ``region``: a cached tile read from there is stale."""
         if not self.tiles or region.space is not Space.SBUF:
             return self
-        r = sbuf_region(region)
+        r = region.rect
         kept = tuple(t for t in self.tiles if not t.region.overlaps(r))
         return self if len(kept) == len(self.tiles) else WeightTileState(kept)
 
@@ -233,7 +227,7 @@ def emit_nc_matmul(state: WeightTileState, arch: Arch, *, stationary: AccessPatt
                 perf_mode=perf_mode, zp_moving=zp_moving, zp_stationary=zp_stationary)
     if state.is_latched((rg, cg), stationary, perf_mode, rect):
         return [mm], state  # WeightTileState hit: the weights are warm, the MatMul alone
-    tile = CachedTile((rg, cg), stationary, perf_mode, rect, sbuf_region(stationary))
+    tile = CachedTile((rg, cg), stationary, perf_mode, rect, stationary.rect)
     return [LoadStationary(stationary, col, rg, cg, perf_mode), mm], state.loaded(rect, tile)
 
 

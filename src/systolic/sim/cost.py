@@ -47,7 +47,6 @@ __all__ = [
     "moving_n",
     "readout_cycles",
     "region",
-    "region_rect",
     "regions_overlap",
     "useful_macs",
 ]
@@ -115,15 +114,9 @@ def readout_cycles(ins: ReadOut, arch: Arch) -> int:
     return arch.readout_fixed_cycles + ceil(n / arch.readout_elems_per_cycle)
 
 
-def region_rect(ap: AccessPattern) -> Rect:
-    """The PSUM (or SBUF) region of a pattern: partitions x bytes of one partition."""
-    lo, hi = ap.free_bytes_span
-    return Rect.spans(ap.partition, ap.partition + ap.partitions, lo, hi)
-
-
 def region(ap: AccessPattern) -> tuple[int, int, int, int]:
     """(first partition, end partition, first byte, end byte) of a pattern: the tuple form
-    of :func:`region_rect` the timing model keys its dicts by."""
+    of ``AccessPattern.rect`` the timing model keys its dicts by."""
     lo, hi = ap.free_bytes_span
     return (ap.partition, ap.partition + ap.partitions, lo, hi)
 

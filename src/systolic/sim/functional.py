@@ -70,6 +70,7 @@ from ..isa import (
 from ..memory import Memory
 from ..verify import verify
 from ._base import Executor, MachineState, Order, Run, read_dram, wrap48, write_dram
+from .functional_engines import HANDLERS as ENGINE_HANDLERS
 from .functional_mx import load_mx, matmul_mx
 from .functional_threaded import default_workers, run_threaded
 from .products import (
@@ -150,6 +151,7 @@ HANDLERS: dict[type, Handler] = {
     LdWeightMx: load_mx,
     MatmultMx: matmul_mx,
 }
+HANDLERS.update(ENGINE_HANDLERS)  # DmaCopy, TensorCopy, TensorTensor, Memset, Activation, ...
 
 
 def register(kind: type, handler: Handler) -> None:

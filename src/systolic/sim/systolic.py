@@ -115,16 +115,16 @@ def issue(program: Program, arch: Arch) -> tuple[np.ndarray, np.ndarray]:
             comp = cast(cost.Compute, ins)
             s = max(mm_next, load_end or 0)
             if CalcFlags.START in comp.flags:
-                reg = cost.region_rect(comp.dst)
+                reg = comp.dst.rect
                 s = max([s, *(e for r, e in reads if r.overlaps(reg))])
             starts[i], ends[i] = s, s + cost.matmul_duration(comp, arch)
             mm_last_start, load_end = s, None
             mm_next = s + cost.matmul_interval(comp, arch)
-            dreg = cost.region_rect(comp.dst)
+            dreg = comp.dst.rect
             if CalcFlags.START in comp.flags or ends[i] > group_end.get(dreg, -1):
                 group_end[dreg] = int(ends[i])
         elif isinstance(ins, ReadOut):
-            reg = cost.region_rect(ins.src)
+            reg = ins.src.rect
             done = [e for r, e in group_end.items() if r.overlaps(reg)]
             s = max(ro_free, *done) if done else ro_free
             starts[i], ends[i] = s, s + cost.readout_cycles(ins, arch)

@@ -1,0 +1,347 @@
+"""From a recording to ONE Program: accumulation groups, memory placement, instructions.
+
+Three passes over the recorded operations:
+
+1. **Groups** (NKI's ``accumulate``): a matmul with ``accumulate=None`` overwrites the first
+   time it writes a PSUM region and adds after; ``False`` always overwrites; ``True`` adds
+   (onto a region that ``nl.zeros``/``memset(0)`` cleared, the first add is an overwrite of
+   zeros, i.e. START). A group closes at the next operation of another engine that touches
+   its region, or at the end: its first matmul gets START, its last STOP.
+2. **Lifetimes**: each on-chip tensor lives from its first to its last use.
+3. **Emission**: tensors are placed at first use and released after last use
+   (:mod:`systolic.nki.alloc`); each operation becomes instructions, nc_matmul through the
+   codegen adapter (:mod:`systolic.nki.lower`), the rest as DmaCopy / TensorCopy /
+   TensorTensor / Memset / Activation. The Program is verified before it is returned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..arch import Arch
+from ..errors import KernelError, VerifyError
+from ..isa import (
+    AccessPattern,
+    Activation,
+    DmaCopy,
+    Instruction,
+    Memset,
+    Program,
+    QuantizeMx,
+    Space,
+    TensorCopy,
+    TensorTensor,
+)
+from ..verify import verify
+from .alloc import OnChip
+from .lower import emit_nc_matmul, emit_nc_matmul_mx, new_state
+from .record import Op, Recorder
+from .tensor import Tensor, View
+
+__all__ = ["Recorded", "build"]
+
+_HBM_ALIGN = 64
+_SPACE = {"sbuf": Space.SBUF, "psum": Space.PSUM}
+
+
+@dataclass
+class Recorded:
+    """A recorded kernel: the Program, where every tensor lives, and what came back.
+
+    ``addresses``: tensor id -> byte offset (in device memory for HBM tensors, in each
+    partition for SBUF, in the PSUM partition for PSUM). ``ops``: NKI operations recorded.
+    ``lines``: per instruction, the (file, line) of the NKI call it came from."""
+
+    program: Program
+    arch: Arch
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    result: Any
+    addresses: dict[int, int]
+    dram_bytes: int
+    ops: int
+    lines: list[tuple[str, int]] = field(default_factory=list)
+    cache_hits: int = 0
+    checked: bool = True
+
+    def counts(self) -> dict[str, int]:
+        """Instructions per engine (tensor, vector, scalar, gpsimd, dma)."""
+        out: dict[str, int] = {}
+        for ins in self.program:
+            name = ins.engine.value  # type: ignore[union-attr]
+            out[name] = out.get(name, 0) + 1
+        return out
+
+
+def _rect(v: View) -> tuple[int, int, int, int]:
+    """(first partition, end partition, first element, end element) of a view's footprint."""
+    lo = hi = v.offset
+    p0, np_ = v.p0, 1
+    for a in v.axes:
+        if a.part:
+            np_ = a.num
+        else:
+            hi += a.stride * (a.num - 1)
+    return (p0, p0 + np_, lo, hi + 1)
+
+
+def _overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
+    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+
+
+def _contains(outer: tuple[int, int, int, int], inner: tuple[int, int, int, int]) -> bool:
+    return (outer[0] <= inner[0] and inner[1] <= outer[1] and outer[2] <= inner[2]
+            and inner[3] <= outer[3])
+
+
+class _Group:
+    __slots__ = ("first", "last", "read", "rect", "where")
+
+    def __init__(self, i: int, rect: tuple[int, int, int, int], where: tuple[str, int]) -> None:
+        self.first = self.last = i
+        self.rect, self.read, self.where = rect, False, where
+
+
+def _groups(ops: list[Op]) -> tuple[set[int], set[int]]:
+    """Pass 1: the indices of matmuls that START and STOP their group."""
+    starts: set[int] = set()
+    stops: set[int] = set()
+    open_: dict[int, list[_Group]] = {}  # PSUM tensor id -> open groups
+    closed: list[_Group] = []
+    closed_by: dict[int, list[_Group]] = {}  # PSUM tensor id -> its finished groups
+    zeroed: dict[int, list[tuple[int, int, int, int]]] = {}
+    written: dict[int, list[tuple[int, int, int, int]]] = {}  # by a finished group / engine
+
+    def close(g: _Group, t: int) -> None:
+        starts.add(g.first)
+        stops.add(g.last)
+        closed.append(g)
+        closed_by.setdefault(t, []).append(g)
+
+    for i, op in enumerate(ops):
+        if op.kind in ("mm", "mmx"):
+            t, r = op.dst.tensor.id, _rect(op.dst)
+            groups = open_.setdefault(t, [])
+            same = next((g for g in groups if g.rect == r), None)
+            clash = next((g for g in groups if g is not same and _overlap(g.rect, r)), None)
+            if clash is not None:
+                raise KernelError(*op.where, (
+                    f"nc_matmul writes part of a PSUM accumulation still open since line "
+                    f"{clash.where[1]}; accumulate into the same dst slice, or copy the "
+                    f"first result out before"))
+            acc = op.attrs["accumulate"]
+            if same is not None and acc is not False:
+                same.last = i
+                continue
+            if same is not None:
+                raise KernelError(*op.where, (
+                    f"accumulate=False overwrites the PSUM accumulation begun at line "
+                    f"{same.where[1]} before anything read it; copy that result out first, "
+                    f"or use accumulate=None to add"))
+            if acc is True and not any(_contains(z, r) for z in zeroed.get(t, [])):
+                before = any(_overlap(w, r) for w in written.get(t, []))
+                why = ("whose accumulation already finished (it was read), which this model's "
+                       "PSUM cannot extend" if before else "that nothing wrote (its values "
+                       "are undefined)")
+                raise KernelError(*op.where, (
+                    f"accumulate=True onto a PSUM region {why}; use accumulate=None (the "
+                    f"first matmul overwrites) or add partial results on the Vector engine"))
+            zeroed[t] = [z for z in zeroed.get(t, []) if not _overlap(z, r)]
+            groups.append(_Group(i, r, op.where))
+            continue
+        for v, is_dst in ((op.dst, True), *((s, False) for s in op.srcs)):
+            if v.buffer.name != "psum":
+                continue
+            t, r = v.tensor.id, _rect(v)
+            for g in [g for g in open_.get(t, []) if _overlap(g.rect, r)]:
+                open_[t].remove(g)
+                close(g, t)
+                g.read = not is_dst
+                written.setdefault(t, []).append(g.rect)
+            for g in closed_by.get(t, ()):
+                if not is_dst and _overlap(g.rect, r):
+                    g.read = True
+            if is_dst:
+                zs = [z for z in zeroed.get(t, []) if not _overlap(z, r)]
+                if op.kind == "memset" and op.attrs["value"] == 0.0:
+                    zs.append(r)
+                zeroed[t] = zs
+                written.setdefault(t, []).append(r)
+    for t, groups in open_.items():
+        for g in groups:
+            close(g, t)
+    for g in closed:
+        if not g.read:  # a finished group nobody read would block its bank's next START
+            raise KernelError(*ops[g.last].where, (
+                "the result of this nc_matmul is never read out of PSUM; copy it out "
+                "(nisa.tensor_copy) or drop the matmul"))
+    return starts, stops
+
+
+def _merge(dims: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Merge adjacent free dims that are one contiguous run (outer step = inner extent)."""
+    out: list[tuple[int, int]] = []
+    for step, num in dims:
+        if num == 1 and out:
+            continue
+        if out and out[-1][0] == step * num:
+            out[-1] = (step, out[-1][1] * num)
+        else:
+            out.append((step, num))
+    return out
+
+
+_AP_CACHE: dict[tuple[Any, ...], AccessPattern] = {}
+
+
+def _ap(v: View, base: int, where: tuple[str, int], reorder: bool = False,
+        merge: bool = True) -> AccessPattern:
+    """The access pattern of a view at its tensor's address (memoised: a loop makes the
+    same SBUF/PSUM patterns over and over, and patterns are immutable)."""
+    dt = v.dt if v.dt is not None else v.tensor.dtype
+    key = (v.tensor.buffer.name, dt.fmt, base + v.offset * dt.itemsize, v.p0, v.axes,
+           reorder, merge)
+    hit = _AP_CACHE.get(key)
+    if hit is None:
+        if len(_AP_CACHE) > 1 << 16:
+            _AP_CACHE.clear()
+        hit = _AP_CACHE[key] = _make_ap(v, base, where, reorder, merge)
+    return hit
+
+
+def _make_ap(v: View, base: int, where: tuple[str, int], reorder: bool,
+             merge: bool) -> AccessPattern:
+    t = v.tensor
+    isz, fmt = v.dtype.itemsize, v.dtype.fmt
+    axes = list(v.axes)
+    if t.buffer.on_chip:
+        parts = 1
+        if reorder and any(a.part for a in axes):  # a memset: element order is irrelevant
+            axes.sort(key=lambda a: not a.part)
+        if axes and axes[0].part:
+            parts = axes.pop(0).num
+        elif any(a.part for a in axes):
+            raise KernelError(*where, (f"the partition dimension of {t.name or 'this tile'} "
+                                       f"must come first in the index"))
+        flat = [(a.stride, a.num) for a in axes]
+        dims = (_merge(flat) if merge else flat) or [(1, 1)]  # matmul operands keep [2, F]
+        if len(dims) > 3:
+            raise KernelError(*where, f"this access has {len(dims)} free dimensions after "
+                                      f"merging; the hardware takes at most 3")
+        return AccessPattern(_SPACE[t.buffer.name], v.p0, parts, base + v.offset * isz,
+                             tuple(dims), fmt)
+    if not axes:
+        return AccessPattern(Space.DRAM, 0, 1, base + v.offset * isz, ((1, 1),), fmt)
+    head = axes.pop(0)
+    dims = _merge([(a.stride, a.num) for a in axes]) or [(1, 1)]
+    if len(dims) > 3:
+        raise KernelError(*where, f"this HBM access has {len(dims)} free dimensions after "
+                                  f"merging; the hardware takes at most 3")
+    return AccessPattern(Space.DRAM, 0, head.num, base + v.offset * isz, tuple(dims), fmt,
+                         partition_step=head.stride * isz)
+
+
+def _mx_scale(scale: AccessPattern, data: AccessPattern) -> AccessPattern:
+    """The E8M0 scale pattern of an MX operand: block g of the data's partitions keeps its
+    scale at row 32*(g//4) + g%4 of the scale tile (NKI docs; FACTS "Hardware")."""
+    from ..verify_mx import scale_span
+
+    return AccessPattern(Space.SBUF, scale.partition, scale_span(data.partitions),
+                         scale.offset, scale.dims, "e8m0")
+
+
+def build(rec: Recorder, result: Any, outputs: list[Tensor], check: bool = True) -> Recorded:
+    """Passes 1-3; ``check`` verifies the Program (leave it on unless it is verified
+    later, e.g. by an executor that runs :func:`systolic.verify.verify` itself)."""
+    arch, ops = rec.arch, rec.ops
+    starts, stops = _groups(ops)
+    # pass 2: lifetimes of on-chip tensors
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    hbm: list[Tensor] = []
+    seen_hbm: set[int] = set()
+    for t in rec.inputs:
+        hbm.append(t)
+        seen_hbm.add(t.id)
+    for i, op in enumerate(ops):
+        for v in (op.dst, *op.srcs):
+            t = v.tensor
+            if t.buffer.on_chip:
+                first.setdefault(t.id, i)
+                last[t.id] = i
+            elif t.id not in seen_hbm:
+                seen_hbm.add(t.id)
+                hbm.append(t)
+    for t in outputs:
+        if t.id not in seen_hbm:
+            seen_hbm.add(t.id)
+            hbm.append(t)
+    addr: dict[int, int] = {}
+    top = 0
+    for t in hbm:
+        addr[t.id] = top
+        top += -(-t.free_elems * t.dtype.itemsize // _HBM_ALIGN) * _HBM_ALIGN
+    dram_bytes = max(top, _HBM_ALIGN)
+    ends: dict[int, list[Tensor]] = {}
+    for t in rec.tensors:
+        if t.id in last:
+            ends.setdefault(last[t.id], []).append(t)
+    # pass 3: placement and emission
+    chip = OnChip(arch)
+    out: list[Instruction] = []
+    lines: list[tuple[str, int]] = []
+    st = new_state(arch, out)
+    for i, op in enumerate(ops):
+        for v in (op.dst, *op.srcs):
+            t = v.tensor
+            if t.buffer.on_chip and first[t.id] == i and t.id not in addr:
+                addr[t.id] = chip.place(t)
+        n0 = len(out)
+        _emit(op, i, st, addr, starts, stops)
+        lines.extend([op.where] * (len(out) - n0))
+        for t in ends.get(i, ()):
+            chip.release(t)
+    program = Program(out)
+    try:
+        if check:
+            verify(program, arch, dram_bytes)
+    except VerifyError as exc:  # a rule the recording checks missed: name the kernel line
+        path, line = lines[exc.index]
+        raise KernelError(path, line, exc.message) from None
+    return Recorded(program, arch, list(rec.inputs), outputs, result, addr, dram_bytes,
+                    len(ops), lines, st.hits, check)
+
+
+def _emit(op: Op, i: int, st: Any, addr: dict[int, int], starts: set[int],
+          stops: set[int]) -> None:
+    w = op.where
+    dst = _ap(op.dst, addr[op.dst.tensor.id], w, reorder=not op.srcs)
+    srcs = [_ap(s, addr[s.tensor.id], w, merge=op.kind != "mm") for s in op.srcs]
+    out = st.out
+    k, a = op.kind, op.attrs
+    if k == "mm":
+        emit_nc_matmul(st, srcs[0], srcs[1], dst, first=i in starts, last=i in stops,
+                       perf=a["perf"], column=a["col"])
+        return
+    if k == "mmx":
+        emit_nc_matmul_mx(st, srcs[0], srcs[1], _mx_scale(srcs[2], srcs[0]),
+                          _mx_scale(srcs[3], srcs[1]), dst, first=i in starts,
+                          last=i in stops, bank=dst.offset // st.arch.psum_bank_bytes)
+        return
+    if k == "dma":
+        out.append(DmaCopy(srcs[0], dst))
+    elif k == "copy":
+        out.append(TensorCopy(srcs[0], dst, a["engine"]))
+    elif k == "tt":
+        out.append(TensorTensor(srcs[0], srcs[1], dst, a["op"], a["engine"]))
+    elif k == "memset":
+        out.append(Memset(dst, a["value"], a["engine"]))
+    elif k == "act":
+        out.append(Activation(srcs[0], dst, a["func"], a["scale"], a["engine"]))
+    elif k == "qmx":
+        scale = _mx_scale(srcs[1], dst)
+        out.append(QuantizeMx(srcs[0], dst, scale))
+        st.invalidate(scale)
+    if dst.space is Space.SBUF:
+        st.invalidate(dst)

@@ -1,0 +1,104 @@
+"""The import hook: ``import nki`` (and the older ``neuronxcc.nki``) reach this front end.
+
+:func:`install` puts a :class:`NkiFinder` first on ``sys.meta_path``. It answers only for
+the module names in :data:`ALIASES`; each resolves to a fresh module object carrying the
+public names of the matching ``systolic.nki`` module (so ``nki.isa.nc_matmul`` is
+``systolic.nki.isa.nc_matmul``). If a real ``nki`` or ``neuronxcc`` package is installed,
+:func:`install` says so in one warning line before it takes precedence for this process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import types
+import warnings
+from collections.abc import Sequence
+
+__all__ = ["ALIASES", "NkiFinder", "install", "uninstall"]
+
+ALIASES: dict[str, str] = {
+    "nki": "systolic.nki",
+    "nki.isa": "systolic.nki.isa",
+    "nki.language": "systolic.nki.language",
+    "nki.typing": "systolic.nki.typing",
+    "neuronxcc": "systolic.nki.neuronxcc",
+    "neuronxcc.nki": "systolic.nki",
+    "neuronxcc.nki.isa": "systolic.nki.isa",
+    "neuronxcc.nki.language": "systolic.nki.language",
+    "neuronxcc.nki.typing": "systolic.nki.typing",
+}
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        return types.ModuleType(spec.name, f"systolic's NKI front end ({self.target})")
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        src = importlib.import_module(self.target)
+        module.__dict__.update({k: v for k, v in vars(src).items()
+                                if not k.startswith("__") or k == "__all__"})
+        module.__dict__["__systolic_target__"] = self.target
+
+
+class NkiFinder(importlib.abc.MetaPathFinder):
+    """Resolves the names of :data:`ALIASES` to the front end; every other name passes."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: types.ModuleType | None = None
+                  ) -> importlib.machinery.ModuleSpec | None:
+        tgt = ALIASES.get(fullname)
+        if tgt is None:
+            return None
+        is_pkg = any(name.startswith(fullname + ".") for name in ALIASES)
+        return importlib.util.spec_from_loader(fullname, _Loader(tgt), is_package=is_pkg)
+
+
+_FINDER = NkiFinder()
+
+
+def _real_package(name: str) -> bool:
+    for finder in sys.meta_path:
+        if finder is _FINDER or not hasattr(finder, "find_spec"):
+            continue
+        try:
+            if finder.find_spec(name, None) is not None:
+                return True
+        except (ImportError, ValueError):
+            continue
+    return False
+
+
+def install(arch: str = "trn2") -> None:
+    """Route ``nki`` / ``neuronxcc.nki`` imports to this front end for the rest of the
+    process, with ``arch`` as the default machine of kernels that name no target."""
+    from .record import set_default_arch
+
+    set_default_arch(arch)
+    if _FINDER in sys.meta_path:
+        return
+    real = [n for n in ("nki", "neuronxcc") if _real_package(n)]
+    if real:
+        warnings.warn(f"systolic.nki.install: an installed {' and '.join(real)} is shadowed "
+                      f"by systolic's NKI front end for this process", stacklevel=2)
+    for name in ALIASES:  # a real module imported earlier would keep answering
+        mod = sys.modules.get(name)
+        if mod is not None and not hasattr(mod, "__systolic_target__"):
+            del sys.modules[name]
+    sys.meta_path.insert(0, _FINDER)
+
+
+def uninstall() -> None:
+    """Remove the hook and the aliased modules (tests use this to start clean)."""
+    if _FINDER in sys.meta_path:
+        sys.meta_path.remove(_FINDER)
+    for name in ALIASES:
+        mod = sys.modules.get(name)
+        if mod is not None and hasattr(mod, "__systolic_target__"):
+            del sys.modules[name]

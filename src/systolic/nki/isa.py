@@ -1,0 +1,279 @@
+"""``nki.isa`` (``nisa``): one function per NKI instruction, both API generations.
+
+Current API: ``nc_matmul(dst, stationary, moving, accumulate=None, tile_position=(),
+tile_size=(), perf_mode=...)``, ``dma_copy(dst, src)``, ``tensor_copy(dst, src)``,
+``tensor_tensor(dst, data1, data2, op)``, ``memset(dst, value)``, ``activation(dst, op,
+data)``. Older API: the same names returning a new tile (``nc_matmul(stationary, moving)``).
+Every call checks the rules the NKI docs and the hardware state, and records one operation
+at the kernel's line; nothing is computed here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..dtypes import get_format
+from ..isa import Engine
+from .ops import (
+    _add,
+    record_activation,
+    record_copy,
+    record_dma,
+    record_matmul,
+    record_memset,
+    record_tensor_tensor,
+)
+from .record import current, fail, here
+from .tensor import Pending, Tensor, View, as_view
+from .types import BUFFERS, to_dtype
+
+__all__ = ["activation", "dma_copy", "engine", "matmul_perf_mode", "memset", "nc_matmul",
+           "nc_matmul_mx", "quantize_mx", "tensor_copy", "tensor_tensor"]
+
+class engine:
+    """``nisa.engine``: which engine runs an instruction (``unknown`` lets us choose)."""
+
+    tensor = Engine.TENSOR
+    vector = Engine.VECTOR
+    scalar = Engine.SCALAR
+    gpsimd = Engine.GPSIMD
+    unknown = None
+
+
+# the older API's names
+vector_engine, scalar_engine, gpsimd_engine = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
+tensor_engine = Engine.TENSOR
+
+
+class matmul_perf_mode:
+    none = "none"
+    double_row = "double_row"
+
+
+# -- the public functions ------------------------------------------------------------------
+def dma_copy(dst: Any = None, src: Any = None, **kw: Any) -> None:
+    where = here()
+    if dst is None or src is None:
+        raise fail("dma_copy needs dst= and src=", where)
+    record_dma(as_view(dst), as_view(src), where)
+
+
+def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
+    """Current API: ``nc_matmul(dst, stationary, moving, ...)``; older API:
+    ``nc_matmul(stationary, moving)`` returns a PSUM tile (lazy, for ``+=``)."""
+    where = here()
+    for flag in ("is_stationary_onezero", "is_moving_onezero", "is_transpose"):
+        if kw.pop(flag, False):
+            raise fail(f"nc_matmul {flag}=True is not modelled", where)
+    kw.pop("name", None)
+    kw.pop("mask", None)
+    if len(args) == 3 or "dst" in kw:
+        names: tuple[str, ...] = ("dst", "stationary", "moving")
+        vals = dict(zip(names, args, strict=False))
+        vals.update({k: kw.pop(k) for k in names if k in kw})
+        record_matmul(as_view(vals["dst"]), as_view(vals["stationary"]),
+                      as_view(vals["moving"]), kw.pop("accumulate", None),
+                      kw.pop("tile_position", ()), kw.pop("tile_size", ()),
+                      kw.pop("perf_mode", None), where)
+        _no_extra(kw, "nc_matmul", where)
+        return None
+    names = ("stationary", "moving")
+    vals = dict(zip(names, args, strict=False))
+    vals.update({k: kw.pop(k) for k in names if k in kw})
+    if kw.get("tile_position") or kw.get("tile_size"):
+        raise fail("tile_position/tile_size need the current API: nc_matmul(dst, "
+                   "stationary, moving, ...)", where)
+    kw.pop("tile_position", None)
+    kw.pop("tile_size", None)
+    perf = kw.pop("perf_mode", None)
+    _no_extra(kw, "nc_matmul", where)
+    return Pending("mm", where, stationary=vals["stationary"], moving=vals["moving"],
+                   perf_mode=perf)
+
+
+def _no_extra(kw: dict[str, Any], what: str, where: tuple[str, int]) -> None:
+    if kw:
+        raise fail(f"{what}: argument(s) {', '.join(sorted(kw))} not modelled", where)
+
+
+def tensor_copy(*args: Any, **kw: Any) -> Pending | None:
+    """Current API ``tensor_copy(dst, src, engine=, dtype=)``; older ``tensor_copy(src,
+    dtype=, engine=)`` returns a new tile."""
+    where = here()
+    kw.pop("name", None)
+    kw.pop("mask", None)
+    eng = kw.pop("engine", None)
+    if len(args) == 2 or "dst" in kw:
+        vals = dict(zip(("dst", "src"), args, strict=False))
+        vals.update({k: kw.pop(k) for k in ("dst", "src") if k in kw})
+        kw.pop("dtype", None)  # the current API casts to dst's dtype
+        _no_extra(kw, "tensor_copy", where)
+        record_copy(as_view(vals["dst"]), as_view(vals["src"]), eng, where)
+        return None
+    src = args[0] if args else kw.pop("src")
+    dtype = kw.pop("dtype", None)
+    _no_extra(kw, "tensor_copy", where)
+    return Pending("copy", where, src=src, dtype=dtype, engine=eng)
+
+
+def tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
+    where = here()
+    kw.pop("name", None)
+    kw.pop("mask", None)
+    eng = kw.pop("engine", None)
+    if len(args) == 4 or "dst" in kw:
+        names: tuple[str, ...] = ("dst", "data1", "data2", "op")
+        vals = dict(zip(names, args, strict=False))
+        vals.update({k: kw.pop(k) for k in names if k in kw})
+        kw.pop("dtype", None)
+        _no_extra(kw, "tensor_tensor", where)
+        record_tensor_tensor(as_view(vals["dst"]), as_view(vals["data1"]),
+                             as_view(vals["data2"]), vals["op"], eng, where)
+        return None
+    names = ("data1", "data2", "op")
+    vals = dict(zip(names, args, strict=False))
+    vals.update({k: kw.pop(k) for k in names if k in kw})
+    dtype = kw.pop("dtype", None)
+    _no_extra(kw, "tensor_tensor", where)
+    return Pending("tt", where, a=vals["data1"], b=vals["data2"], op=vals["op"],
+                   dtype=dtype, engine=eng)
+
+
+def memset(*args: Any, **kw: Any) -> Tensor | None:
+    """Current API ``memset(dst, value, engine=)``; older ``memset(shape, value, dtype)``."""
+    where = here()
+    kw.pop("name", None)
+    eng = kw.pop("engine", None)
+    if (args and isinstance(args[0], tuple | list)) or "shape" in kw:
+        shape = args[0] if args else kw.pop("shape")
+        value = args[1] if len(args) > 1 else kw.pop("value")
+        dtype = args[2] if len(args) > 2 else kw.pop("dtype")
+        buf = kw.pop("buffer", BUFFERS["sbuf"])
+        t = Tensor(tuple(shape), to_dtype(dtype), buf, where)
+        current().tensors.append(t)
+        record_memset(t.full, value, eng, where)
+        return t
+    dst = args[0] if args else kw.pop("dst")
+    value = args[1] if len(args) > 1 else kw.pop("value")
+    kw.pop("dtype", None)
+    _no_extra(kw, "memset", where)
+    record_memset(as_view(dst), value, eng, where)
+    return None
+
+
+def activation(*args: Any, **kw: Any) -> Pending | None:
+    """Current API ``activation(dst, op, data, bias=None, scale=1.0)``; older
+    ``activation(op, data, ...)`` returns a new tile. Only copy/identity are modelled."""
+    where = here()
+    kw.pop("name", None)
+    if kw.pop("bias", None) is not None:
+        raise fail("activation bias is not modelled; add it with nisa.tensor_tensor", where)
+    scale = kw.pop("scale", 1.0)
+    if (args and isinstance(args[0], Tensor | View)) or "dst" in kw:
+        names: tuple[str, ...] = ("dst", "op", "data")
+        vals = dict(zip(names, args, strict=False))
+        vals.update({k: kw.pop(k) for k in names if k in kw})
+        kw.pop("dtype", None)
+        _no_extra(kw, "activation", where)
+        record_activation(as_view(vals["dst"]), as_view(vals["data"]), vals["op"], scale,
+                          where)
+        return None
+    names = ("op", "data")
+    vals = dict(zip(names, args, strict=False))
+    vals.update({k: kw.pop(k) for k in names if k in kw})
+    dtype = kw.pop("dtype", None)
+    _no_extra(kw, "activation", where)
+    return Pending("act", where, src=vals["data"], op=vals["op"], scale=scale, dtype=dtype)
+
+
+def _mx_gate(what: str) -> None:
+    arch = current().arch
+    if arch.generation < 4:
+        raise fail(f"{what} needs NeuronCore-v4 (trn3); {arch.name} is gen{arch.generation}: "
+                   f"run with arch trn3", here())
+
+
+def nc_matmul_mx(dst: Any = None, stationary: Any = None, moving: Any = None,
+                 stationary_scale: Any = None, moving_scale: Any = None,
+                 tile_position: Any = None, tile_size: Any = None, accumulate: Any = None,
+                 name: str = "") -> None:
+    """gen4 MX matmul: dst[M, N] (+)= dequantized stationary[P, M] x4 . moving[P, N] x4,
+    K = 4P, one E8M0 scale per 8 partitions x 4 elements, kept in the block's quadrant
+    (NKI docs, nki.isa.nc_matmul_mx; seed 000's LdWeightMx + MatmultMx)."""
+    where = here()
+    _mx_gate("nc_matmul_mx")
+    arch = current().arch
+    if tile_position or tile_size:
+        raise fail("nc_matmul_mx row tiling is not modelled; use whole 128-row tiles", where)
+    d, s, m = as_view(dst), as_view(stationary), as_view(moving)
+    ss, ms = as_view(stationary_scale), as_view(moving_scale)
+    for v, role in ((s, "stationary"), (m, "moving")):
+        if v.buffer.name != "sbuf" or get_format(v.dtype.fmt).kind != "mx" or (
+                v.dtype.fmt not in arch.mx_formats):
+            raise fail(f"nc_matmul_mx {role} must be an SBUF tile of an _x4 MX dtype "
+                       f"(nl.float8_e4m3fn_x4, float8_e5m2_x4, float4_e2m1fn_x4); got "
+                       f"{v.dtype} in {v.buffer.name}", where)
+        if len(v.axes) != 2 or not v.axes[0].part:
+            raise fail(f"nc_matmul_mx {role} is [P, F] with the partition dimension first; "
+                       f"got {list(v.shape)}", where)
+        if v.partitions % 32 or v.p0 % 32:
+            raise fail(f"nc_matmul_mx {role} spans partitions {v.p0}..{v.p0 + v.partitions - 1}"
+                       f"; MX tiles start at a quadrant and cover whole quadrants of 32", where)
+    for v, role in ((ss, "stationary_scale"), (ms, "moving_scale")):
+        if v.buffer.name != "sbuf" or v.dtype.itemsize != 1:
+            raise fail(f"nc_matmul_mx {role} must be a one-byte (uint8 / float8_e8m0fnu) SBUF "
+                       f"tile; got {v.dtype} in {v.buffer.name}", where)
+    if s.partitions != m.partitions:
+        raise fail(f"stationary and moving contract over {s.partitions} and {m.partitions} "
+                   f"partitions", where)
+    mm, n = s.shape[-1], m.shape[-1]
+    if mm > arch.cols or n > arch.psum_bank_bytes // 4:
+        raise fail(f"nc_matmul_mx tile [{mm}, {n}] exceeds [128, 512]", where)
+    if d.buffer.name != "psum" or d.dtype.fmt not in ("fp32", "bf16"):
+        raise fail(f"nc_matmul_mx dst must be a float32 or bfloat16 PSUM tile; got {d.dtype} "
+                   f"in {d.buffer.name}", where)
+    if d.partitions != mm or d.shape[-1] != n or d.p0 != 0:
+        raise fail(f"nc_matmul_mx dst has shape {list(d.shape)}; the product is [{mm}, {n}] "
+                   f"from partition 0", where)
+    srcs = (s, m, ss, ms)
+    if d.dtype.fmt == "fp32":
+        _add("mmx", d, srcs, where, accumulate=accumulate)
+        return
+    if accumulate:
+        raise fail("accumulating nc_matmul_mx into a bfloat16 PSUM tile is not modelled; "
+                   "accumulate in a float32 PSUM tile", where)
+    # bf16 PSUM: the fp32 accumulation lands in a staging bank, then rounds into dst (the
+    # model's PSUM holds fp32 matmul results only)
+    tmp = Tensor((mm, n), to_dtype("float32"), BUFFERS["psum"], where, "mx_fp32")
+    current().tensors.append(tmp)
+    _add("mmx", tmp.full, srcs, where, accumulate=None)
+    record_copy(d, tmp.full, None, where)
+
+
+def quantize_mx(dst: Any = None, src: Any = None, dst_scale: Any = None,
+                name: str = "") -> None:
+    """gen4: quantize bf16/fp16 ``src`` [P, F] into ``dst`` [P, F/4] (float8_e4m3fn_x4 or
+    float8_e5m2_x4) and ``dst_scale`` (uint8 / float8_e8m0fnu; scales of block g at row
+    32*(g//4) + g%4), on the Vector engine (NKI docs, nki.isa.quantize_mx)."""
+    where = here()
+    _mx_gate("quantize_mx")
+    d, s_, sc = as_view(dst), as_view(src), as_view(dst_scale)
+    for v, role in ((d, "dst"), (s_, "src"), (sc, "dst_scale")):
+        if v.buffer.name != "sbuf":
+            raise fail(f"quantize_mx {role} must be in SBUF, not {v.buffer.name}", where)
+    if s_.dtype.fmt not in ("bf16", "fp16"):
+        raise fail(f"quantize_mx src must be bfloat16 or float16, not {s_.dtype}", where)
+    if d.dtype.fmt not in ("mxfp8_e4m3", "mxfp8_e5m2"):
+        raise fail(f"quantize_mx dst must be float8_e4m3fn_x4 or float8_e5m2_x4, not "
+                   f"{d.dtype}", where)
+    if sc.dtype.itemsize != 1:
+        raise fail(f"quantize_mx dst_scale must be uint8 or float8_e8m0fnu, not {sc.dtype}",
+                   where)
+    p, f = s_.partitions, s_.size // max(1, s_.partitions)
+    if p % 32 or p > 128 or f % 4 or s_.p0 % 32:
+        raise fail(f"quantize_mx src [{p}, {f}] needs whole quadrants of 32 partitions (at "
+                   f"most 128) and a free size that is a multiple of 4", where)
+    if d.partitions != p or d.size != p * f // 4:
+        raise fail(f"quantize_mx dst has shape {list(d.shape)}; it must be [{p}, {f // 4}]",
+                   where)
+    _add("qmx", d, (s_, sc), where)

@@ -1,0 +1,117 @@
+"""``nki.language`` (``nl``): tensors, dtypes, buffers, loops, and the older API's tile
+operations (``nl.load``, ``nl.store``, ``nl.matmul``, ``nl.copy``, ``nl.zeros`` ...)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..isa import ActivationFunc, AluOp
+from . import ops as _isa
+from .index import Expr, Grid
+from .record import current, fail, here
+from .tensor import Pending, Tensor, View, as_view
+from .types import BUFFERS, DTYPES, ParDim, TileSize, to_dtype
+
+__all__ = ["affine_range", "arange", "copy", "load", "matmul", "mgrid", "ndarray", "par_dim",
+           "sequential_range", "static_range", "store", "tile_size", "zeros"]
+
+globals().update(DTYPES)  # nl.bfloat16, nl.float32, nl.float8_e4m3 ...
+sbuf, psum = BUFFERS["sbuf"], BUFFERS["psum"]
+hbm, shared_hbm, private_hbm = BUFFERS["hbm"], BUFFERS["shared_hbm"], BUFFERS["private_hbm"]
+tile_size = TileSize
+
+
+def par_dim(size: int) -> ParDim:
+    return ParDim(int(size))
+
+
+# Loops are Python loops: the kernel unrolls as it runs (NKI's affine/sequential/static
+# ranges differ only in what NKI's compiler may reorder, which a recording does not need).
+def affine_range(*args: int, **kw: Any) -> range:
+    return range(*args)
+
+
+sequential_range = static_range = affine_range
+
+
+def ndarray(shape: Any, dtype: Any = None, buffer: Any = None, name: str = "",
+            **kw: Any) -> Tensor:
+    where = here()
+    buf = buffer if buffer is not None else sbuf
+    if isinstance(buf, str):
+        buf = BUFFERS[buf]
+    t = Tensor(tuple(shape), to_dtype(dtype if dtype is not None else "float32"), buf, where,
+               name)
+    rec = current()
+    if buf.on_chip and t.partitions > rec.arch.rows:
+        raise fail(f"partition dimension {t.partitions} exceeds {rec.arch.rows} "
+                   f"(nl.tile_size.pmax); put the larger dimension in the free dimensions or "
+                   f"split it over several tiles", where)
+    rec.tensors.append(t)
+    return t
+
+
+def zeros(shape: Any, dtype: Any = None, buffer: Any = None, name: str = "",
+          **kw: Any) -> Tensor:
+    t = ndarray(shape, dtype, buffer, name)
+    _isa.record_memset(t.full, 0.0, None, t.where)
+    return t
+
+
+class _MGrid:
+    def __getitem__(self, key: Any) -> Grid:
+        return Grid(key if isinstance(key, tuple) else (key,))
+
+
+mgrid = _MGrid()
+
+
+def arange(*args: int) -> Expr:
+    r = range(*args)
+    return Expr(1, len(r), r.start, r.step)
+
+
+def load(src: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Pending:
+    where = here()
+    if mask is not None:
+        raise fail("masks are not modelled; slice the tile instead", where)
+    return Pending("load", where, src=src)
+
+
+def store(dst: Any, value: Any, mask: Any = None, **kw: Any) -> None:
+    where = here()
+    if mask is not None:
+        raise fail("masks are not modelled; slice the tile instead", where)
+    target = as_view(dst)
+    _isa.record_dma(target, as_view(value), where)
+
+
+def matmul(x: Any, y: Any, transpose_x: bool = False, **kw: Any) -> Pending:
+    where = here()
+    if not transpose_x:
+        raise fail("nl.matmul(x, y) with x = [M, K] needs a transpose this model does not "
+                   "lower; pass x as [K, M] with transpose_x=True", where)
+    return Pending("mm", where, stationary=x, moving=y)
+
+
+class _Callable(_isa._Op):
+    def __call__(self, *args: Any, **kw: Any) -> Pending:
+        where = here()
+        if self.name in ("copy",):
+            return Pending("copy", where, src=args[0], dtype=kw.get("dtype"))
+        if self.alu is not None and len(args) == 2:
+            return Pending("tt", where, a=args[0], b=args[1], op=self, dtype=kw.get("dtype"))
+        raise fail(f"nl.{self.name} as a function is not modelled here")
+
+
+copy = _Callable("copy", None, ActivationFunc.COPY)
+identity = _Callable("identity", None, ActivationFunc.IDENTITY)
+add = _Callable("add", AluOp.ADD, None)
+subtract = _Callable("subtract", AluOp.SUBTRACT, None)
+multiply = _Callable("multiply", AluOp.MULTIPLY, None)
+maximum = _Callable("maximum", AluOp.MAXIMUM, None)
+minimum = _Callable("minimum", AluOp.MINIMUM, None)
+
+__all__ += [*DTYPES, "add", "hbm", "identity", "maximum", "minimum", "multiply",
+            "private_hbm", "psum", "sbuf", "shared_hbm", "subtract"]
+_ = View  # re-exported type for annotations in kernels

@@ -1,0 +1,81 @@
+"""The one adapter between the NKI front end and the compiler's codegen.
+
+Every ``nisa.nc_matmul`` goes through the compiler's own one-matmul step,
+:func:`systolic.compiler.codegen.emit_nc_matmul` (the dense codegen calls it for every step
+of ``systolic.matmul`` too): the generation's calc-flag bits (:func:`calc_flags`, from the
+generation table), the WeightTileState cache (a LoadStationary only when the tile group
+does not already hold these weights, untouched since), fp32 as seed 000's two passes
+(never cached), fp32r's forced column group, and the tile group from the tile's position.
+``nc_matmul_mx`` is always the LdWeightMx + MatmultMx pair with the MX codegen's accumulate
+byte (:func:`systolic.compiler.codegen_mx.acc_byte`). This module only keeps the state
+between the calls of one kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..arch import Arch
+from ..compiler.codegen import WeightTileState, calc_flags
+from ..compiler.codegen import emit_nc_matmul as codegen_nc_matmul
+from ..compiler.codegen_mx import acc_byte
+from ..isa import (
+    AccessPattern,
+    Instruction,
+    LdWeightMx,
+    LoadStationary,
+    MatmultMx,
+    PerfMode,
+    row_group,
+)
+
+__all__ = ["MatmulState", "emit_nc_matmul", "emit_nc_matmul_mx", "new_state"]
+
+
+@dataclass
+class MatmulState:
+    """What lowering one kernel carries between its matmuls: the arch, the instructions so
+    far, the weight-tile cache (the compiler's immutable :class:`WeightTileState`) and the
+    number of cache hits."""
+
+    arch: Arch
+    out: list[Instruction]
+    cache: WeightTileState = field(default_factory=WeightTileState)
+    hits: int = 0
+
+    def invalidate(self, written: AccessPattern) -> None:
+        """An SBUF write over latched weights' source is an intervening writer (seed 000)."""
+        self.cache = self.cache.written(written)
+
+
+def new_state(arch: Arch, out: list[Instruction]) -> MatmulState:
+    return MatmulState(arch, out)
+
+
+def emit_nc_matmul(st: MatmulState, stationary: AccessPattern, moving: AccessPattern,
+                   dst: AccessPattern, *, first: bool, last: bool, perf: PerfMode,
+                   column: int) -> None:
+    """Append the instructions of one nc_matmul: dst[M, N] (+)= stationary[K, M].T @
+    moving[K, N], START on the group's first matmul and STOP on its last; the tile sits at
+    array row ``stationary.partition`` and column ``column``."""
+    m = stationary.dims[-1][1]
+    insts, st.cache = codegen_nc_matmul(
+        st.cache, st.arch, stationary=stationary, moving=moving, dst=dst,
+        flags=calc_flags(st.arch, first, last), perf_mode=perf,
+        tile_position=(stationary.partition, column), tile_size=(stationary.partitions, m))
+    if stationary.dtype != "fp32" and not any(isinstance(i, LoadStationary) for i in insts):
+        st.hits += 1  # WeightTileState hit: the weights were warm, the MatMul went alone
+    st.out.extend(insts)
+
+
+def emit_nc_matmul_mx(st: MatmulState, stationary: AccessPattern, moving: AccessPattern,
+                      stationary_scale: AccessPattern, moving_scale: AccessPattern,
+                      dst: AccessPattern, *, first: bool, last: bool, bank: int) -> None:
+    """One nc_matmul_mx: always the pair LdWeightMx + MatmultMx (seed 000: the MX path has
+    no weight cache), with the compiler's MX accumulate byte (START first, ACCUMULATE after,
+    STOP last)."""
+    rg = row_group(stationary.partition, stationary.partitions)
+    st.out.append(LdWeightMx(stationary, stationary_scale, 0, rg, stationary.dtype))
+    st.out.append(MatmultMx(moving, moving_scale, dst, acc_byte(first, last),
+                            moving.dtype, stationary.dtype, rg, bank))
+    st.cache = WeightTileState()  # the MX load replaced whatever dense tile the PEs held

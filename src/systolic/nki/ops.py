@@ -1,0 +1,286 @@
+"""The recording core shared by ``nki.isa`` and ``nki.language`` (both API generations):
+one ``record_*`` function per operation kind checks the NKI rules and appends the operation;
+the older API's lazy results are written through :func:`write_pending`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..dtypes import get_format
+from ..isa import ActivationFunc, AluOp, Engine, PerfMode
+from .record import HOOKS, Op, current, fail
+from .tensor import Pending, Tensor, View, as_view, same_shape
+from .types import BUFFERS, to_dtype
+
+__all__ = ["materialize", "new_result", "record_activation", "record_copy", "record_dma",
+           "record_matmul", "record_memset", "record_tensor_tensor", "write_pending"]
+
+_FP32 = frozenset({"fp32", "tf32", "fp32r"})
+
+class _Op:
+    """``nl.add`` and friends: usable as ``op=`` and callable as a function (older API)."""
+
+    def __init__(self, name: str, alu: AluOp | None, act: ActivationFunc | None) -> None:
+        self.name, self.alu, self.act = name, alu, act
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name}"
+
+
+def _alu(op: object) -> AluOp:
+    alu = getattr(op, "alu", None)
+    if alu is None:
+        raise fail(f"op {op!r} is not an elementwise operator this model implements; use "
+                   f"nl.add, nl.subtract, nl.multiply, nl.maximum or nl.minimum")
+    return alu  # type: ignore[no-any-return]
+
+
+def _engine(eng: object, default: Engine) -> Engine:
+    if eng is None:
+        return default
+    if isinstance(eng, Engine):
+        return eng
+    raise fail(f"engine {eng!r} is not one of nisa.engine.vector, scalar, gpsimd")
+
+
+def _on_chip(v: View, role: str, what: str, where: tuple[str, int]) -> None:
+    if not v.buffer.on_chip:
+        raise fail(f"{what} {role} is in {v.buffer.name}; it must be an SBUF or PSUM tile "
+                   f"(move HBM data with nisa.dma_copy first)", where)
+
+
+def _gpsimd(eng: Engine, views: tuple[View, ...], what: str, where: tuple[str, int]) -> None:
+    if eng is Engine.GPSIMD and any(v.buffer.name == "psum" for v in views):
+        raise fail(f"{what} on GpSimd touches PSUM, which GpSimd cannot access (NKI docs); "
+                   f"run it on nisa.engine.vector or scalar", where)
+
+
+def _match(a: View, b: View, what: str, where: tuple[str, int]) -> None:
+    if a.size != b.size or not same_shape(a.shape, b.shape):
+        raise fail(f"{what}: shapes {list(a.shape)} and {list(b.shape)} do not match", where)
+    if a.partitions != b.partitions and a.buffer.on_chip and b.buffer.on_chip:
+        raise fail(f"{what}: {a.partitions} partitions against {b.partitions}; on-chip "
+                   f"copies keep the partition dimension", where)
+
+
+def _add(kind: str, dst: View, srcs: tuple[View, ...], where: tuple[str, int],
+         **attrs: Any) -> None:
+    current().add(Op(kind, dst, srcs, where, attrs))
+
+
+# -- recording, shared by both API generations -------------------------------------------
+def record_dma(dst: View, src: View, where: tuple[str, int]) -> None:
+    if src.dtype != dst.dtype:
+        _casting_dma(dst, src, where)
+        return
+    if src.buffer.name == "psum" or dst.buffer.name == "psum":
+        raise fail("dma_copy to or from PSUM is not modelled; copy PSUM to SBUF with "
+                   "nisa.tensor_copy", where)
+    _match(dst, src, "dma_copy", where)
+    _add("dma", dst, (src,), where)
+
+
+def _casting_dma(dst: View, src: View, where: tuple[str, int]) -> None:
+    """NKI's dma_copy casts when the dtypes differ (NKI docs, nki.isa.dma_copy: "A cast
+    will happen if the src and dst have different dtype"). The model's DmaCopy moves bytes,
+    so the cast is a Vector-engine copy through an SBUF staging tile on the SBUF side."""
+    if src.buffer.on_chip:
+        tmp = Tensor(src.shape, dst.dtype, BUFFERS["sbuf"], where, "dma_cast")
+        current().tensors.append(tmp)
+        record_copy(tmp.full, src, None, where)
+        record_dma(dst, tmp.full, where)
+    elif dst.buffer.on_chip:
+        tmp = Tensor(dst.shape, src.dtype, BUFFERS["sbuf"], where, "dma_cast")
+        current().tensors.append(tmp)
+        record_dma(tmp.full, src, where)
+        record_copy(dst, tmp.full, None, where)
+    else:
+        raise fail(f"dma_copy from HBM to HBM cannot cast {src.dtype} -> {dst.dtype} in this "
+                   f"model; stage it through an SBUF tile", where)
+
+
+def record_copy(dst: View, src: View, eng: object, where: tuple[str, int]) -> None:
+    e = _engine(eng, Engine.VECTOR)
+    _on_chip(src, "src", "tensor_copy", where)
+    _on_chip(dst, "dst", "tensor_copy", where)
+    _gpsimd(e, (dst, src), "tensor_copy", where)
+    _match(dst, src, "tensor_copy", where)
+    _add("copy", dst, (src,), where, engine=e)
+
+
+def record_tensor_tensor(dst: View, a: View, b: View, op: object, eng: object,
+                         where: tuple[str, int]) -> None:
+    alu = AluOp(op) if isinstance(op, str) else _alu(op)
+    e = _engine(eng, Engine.VECTOR)
+    for v, role in ((dst, "dst"), (a, "data1"), (b, "data2")):
+        _on_chip(v, role, "tensor_tensor", where)
+    _gpsimd(e, (dst, a, b), "tensor_tensor", where)
+    _match(dst, a, "tensor_tensor", where)
+    _match(dst, b, "tensor_tensor", where)
+    _add("tt", dst, (a, b), where, engine=e, op=alu)
+
+
+def record_memset(dst: View, value: float, eng: object, where: tuple[str, int]) -> None:
+    e = _engine(eng, Engine.VECTOR)
+    _on_chip(dst, "dst", "memset", where)
+    _gpsimd(e, (dst,), "memset", where)
+    _add("memset", dst, (), where, engine=e, value=float(value))
+
+
+def record_activation(dst: View, src: View, op: object, scale: float,
+                      where: tuple[str, int]) -> None:
+    func = getattr(op, "act", None)
+    if func is None:
+        raise fail(f"activation {op!r} is not modelled; this model implements nl.copy and "
+                   f"nl.identity", where)
+    _on_chip(src, "data", "activation", where)
+    _on_chip(dst, "dst", "activation", where)
+    _match(dst, src, "activation", where)
+    if not isinstance(scale, int | float):
+        raise fail("activation scale must be a number (a tile of scales is not modelled)",
+                   where)
+    _add("act", dst, (src,), where, engine=Engine.SCALAR, func=func, scale=float(scale))
+
+
+def _tile(values: tuple[int, int] | tuple[()] | list[int], default: tuple[int, int],
+          what: str, where: tuple[str, int]) -> tuple[int, int]:
+    if not values:
+        return default
+    if len(values) != 2:
+        raise fail(f"{what} is a pair (row, column)", where)
+    return int(values[0]), int(values[1])
+
+
+def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
+                  tile_position: Any, tile_size: Any, perf_mode: Any,
+                  where: tuple[str, int]) -> None:
+    arch = current().arch
+    for v, role, buf in ((stat, "stationary", "sbuf"), (mov, "moving", "sbuf"),
+                         (dst, "dst", "psum")):
+        if v.buffer.name != buf:
+            raise fail(f"nc_matmul {role} is in {v.buffer.name}; it must be in "
+                       f"{buf.upper()}", where)
+    sf, mf = stat.dtype.fmt, mov.dtype.fmt
+    floats = [f for f in arch.formats if get_format(f).kind == "float" and f != "fp32r"]
+    for f in (sf, mf):
+        if f not in floats:
+            raise fail(f"nc_matmul does not take {f} operands on {arch.name} (NKI docs: "
+                       f"float8, bfloat16, float16, tfloat32, float32); use one of "
+                       f"{', '.join(floats)}", where)
+    if (sf in _FP32) != (mf in _FP32):
+        raise fail(f"fp32 operands pair only with fp32: stationary {stat.dtype}, moving "
+                   f"{mov.dtype}; cast both with nisa.tensor_copy", where)
+    if dst.dtype.fmt != "fp32":
+        raise fail(f"nc_matmul writes fp32 into PSUM; dst is {dst.dtype}: allocate it as "
+                   f"nl.float32", where)
+    perf = PerfMode.parse(getattr(perf_mode, "value", perf_mode) or "none")
+    fold = perf.k_fold
+    if perf is not PerfMode.NONE and not arch.supports_perf_mode(perf.spelling):
+        raise fail(f"perf_mode {perf.spelling} needs NeuronCore-v3 or newer; {arch.name} is "
+                   f"gen{arch.generation}: drop perf_mode", where)
+    if perf not in (PerfMode.NONE, PerfMode.DOUBLE_ROW):
+        raise fail(f"perf_mode {perf.spelling} is not modelled; use none or double_row", where)
+    if fold == 2 and not (sf.startswith("fp8") and mf.startswith("fp8")):
+        raise fail(f"double_row packs two fp8 elements per PE; operands are {stat.dtype} and "
+                   f"{mov.dtype}", where)
+    want = 2 + (fold == 2)
+    for v, role in ((stat, "stationary"), (mov, "moving")):
+        if len(v.axes) != want or not v.axes[0].part or (fold == 2 and v.axes[1].num != 2):
+            shape = "[K, 2, F] (two contraction rows per partition)" if fold == 2 else "[K, F]"
+            raise fail(f"nc_matmul {role} has shape {list(v.shape)}; it must be {shape} with "
+                       f"the partition dimension first", where)
+    k, m, n = stat.partitions, stat.shape[-1], mov.shape[-1]
+    if k > arch.rows:
+        raise fail(f"the partition dimension is {k}; the Tensor Engine has {arch.rows} rows "
+                   f"(nl.tile_size.pmax)", where)
+    if mov.partitions != k:
+        raise fail(f"stationary and moving contract over the partition dimension: {k} vs "
+                   f"{mov.partitions}", where)
+    if m > arch.cols:
+        raise fail(f"stationary free size {m} exceeds {arch.cols} "
+                   f"(nl.tile_size.gemm_stationary_fmax); split M into tiles", where)
+    bank_elems = arch.psum_bank_bytes // 4
+    if n > bank_elems:
+        raise fail(f"moving free size {n} exceeds {bank_elems} (one PSUM bank, "
+                   f"nl.tile_size.gemm_moving_fmax); split N into tiles", where)
+    if dst.partitions != m or len(dst.axes) != 2 or dst.shape[-1] != n:
+        raise fail(f"nc_matmul dst has shape {list(dst.shape)}; stationary.T @ moving is "
+                   f"[{m}, {n}]", where)
+    lo = dst.offset * 4
+    hi = lo + ((dst.axes[1].num - 1) * dst.axes[1].stride + 1) * 4
+    if lo // arch.psum_bank_bytes != (hi - 1) // arch.psum_bank_bytes:
+        raise fail(f"nc_matmul dst spans two PSUM banks (bytes {lo}..{hi} of the tile); an "
+                   f"accumulation stays within one {arch.psum_bank_bytes}-byte bank", where)
+    size = _tile(tile_size, (arch.rows, arch.cols), "tile_size", where)
+    pos = _tile(tile_position, (0, 0), "tile_position", where)
+    allowed = (64, 128) if arch.generation == 2 else (32, 64, 128)
+    for s, p, name, extent, limit in ((size[0], pos[0], "row", k, arch.rows),
+                                      (size[1], pos[1], "column", m, arch.cols)):
+        if s not in allowed:
+            raise fail(f"tile_size {name} {s} is not one of {allowed} on {arch.name}", where)
+        if p % s or p + s > limit:
+            raise fail(f"tile_position {name} {p} must be a multiple of tile_size {s} within "
+                       f"the {limit} {name}s", where)
+        if extent > s:
+            raise fail(f"the tile's {name} extent {extent} exceeds tile_size {s}", where)
+    if fold == 2 and size[1] != arch.cols:
+        raise fail("double_row cannot be combined with column tiling (NKI docs); use "
+                   "tile_size column 128", where)
+    if stat.p0 != pos[0] or mov.p0 != pos[0]:
+        raise fail(f"a tile at row position {pos[0]} reads SBUF partitions {pos[0]}.. (PE row "
+                   f"r reads partition r); stationary starts at {stat.p0}, moving at "
+                   f"{mov.p0}", where)
+    if dst.p0 != pos[1]:
+        raise fail(f"a tile at column position {pos[1]} writes PSUM partitions {pos[1]}.. "
+                   f"(column m drains into partition m); dst starts at {dst.p0}", where)
+    if accumulate not in (None, True, False):
+        raise fail("accumulate is None, True or False", where)
+    _add("mm", dst, (stat, mov), where, accumulate=accumulate, perf=perf, row=pos[0],
+         col=pos[1])
+
+
+# -- lazy results of the older API ---------------------------------------------------------
+def new_result(p: Pending) -> Tensor:
+    """The fresh tile a lazy result lands in when it is used rather than assigned."""
+    a = p.args
+    rec = current()
+    if p.kind == "mm":
+        stat, mov = as_view(a["stationary"]), as_view(a["moving"])
+        shape: tuple[int, ...] = (stat.shape[-1], mov.shape[-1])
+        t = Tensor(shape, to_dtype("float32"), BUFFERS["psum"], p.where)
+    else:
+        src = as_view(a["src"] if "src" in a else a["a"])
+        dtype = to_dtype(a["dtype"]) if a.get("dtype") is not None else src.dtype
+        t = Tensor(src.shape, dtype, BUFFERS["sbuf"], p.where)
+    rec.tensors.append(t)
+    return t
+
+
+def materialize(p: Pending) -> Tensor:
+    t = new_result(p)
+    p.result = t
+    write_pending(p, t.full, False)
+    return t
+
+
+def write_pending(p: Pending, dst: View, accumulate: bool | None) -> None:
+    a, w = p.args, p.where
+    if p.kind == "load":
+        record_dma(dst, as_view(a["src"]), w)
+    elif p.kind == "mm":
+        record_matmul(dst, as_view(a["stationary"]), as_view(a["moving"]), accumulate,
+                      (), (), a.get("perf_mode"), w)
+    elif p.kind == "copy":
+        record_copy(dst, as_view(a["src"]), a.get("engine"), w)
+    elif p.kind == "tt":
+        record_tensor_tensor(dst, as_view(a["a"]), as_view(a["b"]), a["op"], a.get("engine"),
+                             w)
+    elif p.kind == "act":
+        record_activation(dst, as_view(a["src"]), a["op"], a.get("scale", 1.0), w)
+    else:  # pragma: no cover - the kinds above are the only ones made
+        raise fail(f"internal: unknown lazy result {p.kind}", w)
+
+
+HOOKS.update(tensor_tensor=record_tensor_tensor, materialize=materialize,
+             write_pending=write_pending, memset=record_memset, dma=record_dma,
+             copy=record_copy)

@@ -1,0 +1,106 @@
+"""The recording: every NKI call appends one operation carrying the kernel's file and line.
+
+A kernel runs as ordinary Python over tensor handles; the calls of ``nki.isa`` and
+``nki.language`` do not compute anything, they append an :class:`Op` to the current
+:class:`Recorder`. After the kernel returns, :mod:`systolic.nki.build` turns the list into
+one Program. Errors found while recording are raised at once as :class:`KernelError` at the
+calling line of the kernel, so nothing half-built is ever returned.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..arch import Arch
+from ..errors import KernelError
+
+if TYPE_CHECKING:
+    from .tensor import Tensor, View
+
+__all__ = ["Op", "Recorder", "current", "fail", "here"]
+
+_PKG_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def here() -> tuple[str, int]:
+    """(file, line) of the innermost frame outside this package: the kernel's own line."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_PKG_DIR):
+        f = f.f_back  # type: ignore[assignment]
+    if f is None:  # pragma: no cover - called only from kernels
+        return ("<unknown>", 0)
+    return (f.f_code.co_filename, f.f_lineno)
+
+
+def fail(message: str, where: tuple[str, int] | None = None) -> KernelError:
+    path, line = where if where is not None else here()
+    return KernelError(path, line, message)
+
+
+@dataclass(slots=True)
+class Op:
+    """One recorded NKI operation. ``kind`` is dma, copy, tt, memset, act, mm or mmx;
+    ``dst``/``srcs`` are views; ``attrs`` the operation's own fields."""
+
+    kind: str
+    dst: View
+    srcs: tuple[View, ...]
+    where: tuple[str, int]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+
+class Recorder:
+    """The operations of one kernel run, and the tensors they touch, in program order."""
+
+    def __init__(self, arch: Arch) -> None:
+        self.arch = arch
+        self.ops: list[Op] = []
+        self.tensors: list[Tensor] = []
+        self.inputs: list[Tensor] = []
+        self.pending: list[Any] = []  # lazy results of the older API (nl.load, nl.matmul)
+
+    def add(self, op: Op) -> None:
+        if self.pending:
+            self.flush(op)
+        self.ops.append(op)
+
+    def flush(self, op: Op | None = None) -> None:
+        """Materialise lazy results not consumed by ``op``: keeps program order exact."""
+        waiting, self.pending = self.pending, []
+        used = set() if op is None else {id(v) for v in (op.dst, *op.srcs)}
+        for p in waiting:
+            if id(p) not in used and p.result is None:
+                p.materialize()
+
+
+_STACK: list[Recorder] = []
+# The recording functions of systolic.nki.isa, registered there at import, so that tensor
+# handles (systolic.nki.tensor) can record ``+=`` and assignments without importing it.
+HOOKS: dict[str, Any] = {}
+DEFAULT_ARCH: dict[str, Any] = {"arch": "trn2"}
+
+
+def set_default_arch(arch: Any) -> None:
+    """The machine of kernels that name no ``platform_target`` (``install(arch)``)."""
+    from ..arch import get_arch
+
+    get_arch(arch)  # unknown names fail here
+    DEFAULT_ARCH["arch"] = arch
+
+
+def current() -> Recorder:
+    if not _STACK:
+        raise fail("this NKI call runs only inside a kernel: call it through nki.simulate, "
+                   "nki.simulate_kernel, nki.benchmark or systolic.nki.record_kernel")
+    return _STACK[-1]
+
+
+def push(rec: Recorder) -> None:
+    _STACK.append(rec)
+
+
+def pop() -> None:
+    _STACK.pop()

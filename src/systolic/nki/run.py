@@ -1,0 +1,221 @@
+"""Running a kernel: record it for given arguments, build the Program, and (for values)
+execute it on the functional simulator.
+
+* :func:`record` calls the kernel over tensor handles and returns a
+  :class:`~systolic.nki.build.Recorded` (no values computed).
+* :func:`values` places the input arrays in device memory (every other byte starts as
+  0xFF, NaN in float formats), runs the Program bit-accurately, and reads the outputs.
+* :func:`record_kernel` loads ``FILE.py:FUNCTION`` and records it: the entry point for
+  the CLI and for sweeps.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import os
+import re
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..arch import Arch, get_arch
+from ..errors import KernelError, SystolicError
+from . import record as _record
+from .build import Recorded, build
+from .record import Recorder
+from .tensor import Tensor
+from .types import BUFFERS, TensorSpec, to_dtype
+
+__all__ = ["Kernel", "load_kernel", "parse_arg", "record", "record_kernel",
+           "set_default_arch", "values"]
+
+_DEFAULT = _record.DEFAULT_ARCH
+set_default_arch = _record.set_default_arch
+
+
+class Kernel:
+    """``@nki.jit``: the kernel function plus its options; calling it runs it for values."""
+
+    def __init__(self, func: Callable[..., Any], **options: Any) -> None:
+        self.func = func
+        self.options = options
+        self.__name__ = getattr(func, "__name__", "kernel")
+        self.__doc__ = func.__doc__
+        self.__wrapped__ = func
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if _record._STACK:  # a kernel calling a kernel: inline it
+            return self.func(*args, **kwargs)
+        return values(self, args, kwargs)
+
+    @property
+    def arch(self) -> str | None:
+        return self.options.get("platform_target")
+
+
+def _unwrap(kernel: Any) -> tuple[Callable[..., Any], str | None]:
+    if isinstance(kernel, Kernel):
+        return kernel.func, kernel.arch
+    inner = getattr(kernel, "kernel", None)
+    if isinstance(inner, Kernel):
+        return inner.func, inner.arch
+    return kernel, None
+
+
+def _arch(kernel_arch: str | None, arch: str | Arch | None) -> Arch:
+    if arch is not None:
+        return get_arch(arch)
+    return get_arch(kernel_arch or _DEFAULT["arch"])
+
+
+def _kernel_line(tb: Any) -> tuple[str, int]:
+    frames = [f for f in traceback.extract_tb(tb)
+              if not f.filename.startswith(_record._PKG_DIR)]
+    last = frames[-1] if frames else None
+    return (last.filename, last.lineno or 0) if last else ("<kernel>", 0)
+
+
+def record(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = None, *,
+           arch: str | Arch | None = None, check: bool = True) -> Recorded:
+    """Record ``kernel(*args, **kwargs)``: arrays and tensor specs become HBM tensors.
+    ``check=False`` skips verifying the built Program (``Recorded.checked`` says which)."""
+    func, karch = _unwrap(kernel)
+    rec = Recorder(_arch(karch, arch))
+    targs: list[Any] = []
+    for i, a in enumerate(args):
+        if isinstance(a, np.ndarray | TensorSpec):
+            t = Tensor(tuple(int(s) for s in a.shape), to_dtype(a.dtype), BUFFERS["hbm"],
+                       ("<argument>", i), name=f"arg{i}", is_input=True)
+            rec.inputs.append(t)
+            targs.append(t)
+        else:
+            targs.append(a)
+    _record.push(rec)
+    collecting = gc.isenabled()
+    gc.disable()  # ~10 objects per NKI op, none cyclic: collections only cost time here
+    try:
+        result = func(*targs, **(kwargs or {}))
+    except AssertionError as exc:
+        path, line = _kernel_line(exc.__traceback__)
+        raise KernelError(path, line, f"the kernel's assertion failed: {exc}") from None
+    finally:
+        _record.pop()
+        if collecting:
+            gc.enable()
+    outs = result if isinstance(result, tuple | list) else (result,)
+    outputs = [o for o in outs if isinstance(o, Tensor)]
+    for o in outputs:
+        if o.buffer.on_chip:
+            raise KernelError(*o.where, "a kernel returns HBM tensors; this one is in "
+                                        f"{o.buffer.name}: dma_copy it to an nl.shared_hbm "
+                                        "tensor and return that")
+    gc.disable()
+    try:
+        return build(rec, result, outputs, check)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def values(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = None, *,
+           arch: str | Arch | None = None, order: str = "fast") -> Any:
+    """Run ``kernel`` on numpy arrays; returns its output array(s) as NKI would."""
+    rec = record(kernel, args, kwargs, arch=arch)
+    return execute(rec, [a for a in args if isinstance(a, np.ndarray)], order=order)
+
+
+def execute(rec: Recorded, arrays: Sequence[np.ndarray], *, order: str = "fast") -> Any:
+    from ..sim.functional import FunctionalSimulator
+
+    if len(arrays) != len(rec.inputs):
+        raise SystolicError(f"the kernel takes {len(rec.inputs)} arrays, got {len(arrays)}")
+    sim = FunctionalSimulator(rec.arch, order=order, dram_bytes=rec.dram_bytes)  # type: ignore
+    mem = sim.memory
+    for buf in (mem.sbuf, mem.psum, mem.dram):
+        buf.fill(0xFF)  # unwritten memory reads as NaN (NKI's simulator does the same)
+    from ..dtypes import FORMATS
+
+    for t, a in zip(rec.inputs, arrays, strict=True):
+        at = rec.addresses[t.id]
+        if t.dtype.fmt in FORMATS:
+            sim.write_dram(at, np.asarray(a), t.dtype.fmt)
+        else:  # raw words (uint32 MX containers): bytes as they are
+            raw = np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+            mem.dram[at:at + raw.size] = raw
+    sim.run(rec.program, check=not rec.checked)  # verified once, when built or here
+    outs = {t.id: _read_output(sim, rec.addresses[t.id], t) for t in rec.outputs}
+    res = rec.result
+    if isinstance(res, tuple | list):
+        return type(res)(outs[r.id] if isinstance(r, Tensor) else r for r in res)
+    return outs[res.id] if isinstance(res, Tensor) else res
+
+
+def _read_output(sim: Any, at: int, t: Tensor) -> np.ndarray:
+    from ..dtypes import FORMATS
+
+    f = FORMATS.get(t.dtype.fmt)
+    if f is not None and f.kind != "mx":
+        return np.asarray(sim.read_dram(at, t.shape, t.dtype.fmt)).copy()
+    # MX x4 containers and raw words come back as unsigned words of their size
+    n = int(np.prod(t.shape)) * t.dtype.itemsize
+    raw = sim.memory.dram[at:at + n].copy()
+    return raw.view(f"<u{t.dtype.itemsize}").reshape(t.shape)
+
+
+_ARG = re.compile(r"^\s*([A-Za-z0-9_]+)\s*\[\s*([0-9,\s]+)\]\s*$")
+
+
+def parse_arg(text: str) -> TensorSpec:
+    """``DTYPE[D0,D1,...]`` (NKI or project dtype names), e.g. ``bfloat16[128,512]``."""
+    m = _ARG.match(text)
+    if not m:
+        raise SystolicError(f"argument {text!r} is not DTYPE[D0,D1,...], e.g. bf16[128,512]")
+    shape = tuple(int(s) for s in m.group(2).split(",") if s.strip())
+    if not shape or min(shape) < 1:
+        raise SystolicError(f"argument {text!r} needs positive dimensions")
+    return TensorSpec(shape, to_dtype(m.group(1)))
+
+
+def load_kernel(path: str, function: str) -> Any:
+    """Import ``path`` (with the nki hook installed) and return its ``function``."""
+    from .hook import install
+
+    install(_DEFAULT["arch"])  # type: ignore[arg-type]
+    if not os.path.isfile(path):
+        raise SystolicError(f"{path}: no such kernel file")
+    name = "_systolic_kernel_" + re.sub(r"\W", "_", os.path.abspath(path))
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SystolicError(f"{path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    folder = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, folder)  # a kernel file may import its neighbours
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(folder)
+    fn = getattr(module, function, None)
+    if fn is None:
+        raise SystolicError(f"{path} has no function {function!r}")
+    return fn
+
+
+def record_kernel(path: str, function: str, args: Sequence[Any],
+                  params: dict[str, Any] | None = None, arch: str | Arch = "trn2"
+                  ) -> Recorded:
+    """Load ``path:function`` and record it for ``args`` (TensorSpec, ``(shape, dtype)``,
+    ``"DTYPE[D0,...]"`` or arrays) and keyword ``params`` on ``arch``; no values."""
+    fn = load_kernel(path, function)
+    specs: list[Any] = []
+    for a in args:
+        if isinstance(a, str):
+            specs.append(parse_arg(a))
+        elif isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], tuple | list):
+            specs.append(TensorSpec(tuple(int(s) for s in a[0]), to_dtype(a[1])))
+        else:
+            specs.append(a)
+    return record(fn, specs, params, arch=arch)

@@ -1,0 +1,356 @@
+"""Tensor handles: ``nl.ndarray`` tensors, views of them, and the older API's index
+expressions.
+
+A :class:`Tensor` is an allocation request (shape, dtype, buffer, the line that made it);
+its address is decided after recording (:mod:`systolic.nki.alloc`). A :class:`View` is a
+strided window of a tensor: an element offset and one ``(stride, count)`` axis per
+remaining dimension, one of which may be the partition axis. Indexing with ints, slices
+and affine index expressions (``k * TILE_K + i.p``) gives views; views become the ISA's
+:class:`~systolic.isa.AccessPattern` once the tensor has an address.
+
+On chip (SBUF, PSUM) the partition dimension is the first one, or the one marked with
+``nl.par_dim``; the other dimensions are laid out row-major in each partition's bytes. In
+HBM every dimension is row-major.
+"""
+
+from __future__ import annotations
+
+import itertools
+from math import prod
+from typing import Any, NamedTuple
+
+from .index import Expr, Grid
+from .record import HOOKS, Op, current, fail, here
+from .types import Buffer, DType, ParDim
+
+__all__ = ["Axis", "Expr", "Grid", "Pending", "Tensor", "View", "as_view", "same_shape"]
+
+_IDS = itertools.count()
+
+
+class Axis(NamedTuple):
+    """One axis of a view: ``stride`` elements (the partition axis: 1 partition), ``num``
+    positions; a NamedTuple because a kernel makes hundreds of thousands of them."""
+
+    stride: int
+    num: int
+    part: bool = False
+
+
+_ALL = slice(None)
+
+
+class Tensor:
+    """An ``nl.ndarray``: shape, dtype, buffer, and where the kernel made it."""
+
+    def __init__(self, shape: tuple[Any, ...], dtype: DType, buffer: Buffer,
+                 where: tuple[str, int], name: str = "", is_input: bool = False) -> None:
+        pdim = 0
+        dims: list[int] = []
+        for i, s in enumerate(shape):
+            if isinstance(s, ParDim):
+                pdim = i
+                s = s.size
+            if not isinstance(s, int) or s < 1:
+                raise fail(f"tensor dimension {s!r} must be a positive integer", where)
+            dims.append(int(s))
+        self.id = next(_IDS)
+        self.shape = tuple(dims)
+        self.dtype = dtype
+        self.buffer = buffer
+        self.where = where
+        self.name = name
+        self.is_input = is_input
+        self.pdim: int | None = pdim if buffer.on_chip else None
+        strides, acc = [0] * len(dims), 1
+        for i in range(len(dims) - 1, -1, -1):
+            if i == self.pdim:
+                continue
+            strides[i] = acc
+            acc *= dims[i]
+        self.strides = tuple(strides)
+        self.free_elems = acc  # elements per partition on chip; all elements in HBM
+        self.full = View(self, 0, 0, tuple(
+            Axis(1 if i == self.pdim else strides[i], d, i == self.pdim)
+            for i, d in enumerate(dims)))
+
+    @property
+    def partitions(self) -> int:
+        return self.shape[self.pdim] if self.pdim is not None else 1
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name or self.id}, {list(self.shape)}, {self.dtype}, {self.buffer})"
+
+    # indexing and in-place ops act on the whole-tensor view
+    def __getitem__(self, key: object) -> View:
+        return self.full[key]
+
+    def __setitem__(self, key: object, value: object) -> None:
+        self.full[key] = value
+
+    def __iadd__(self, other: object) -> Tensor:
+        self.full.__iadd__(other)
+        return self
+
+    def view(self) -> View:
+        return self.full
+
+    def ap(self, pattern: Any, offset: int = 0, dtype: Any = None, **kw: Any) -> View:
+        """NKI's raw access pattern: ``[[step, count], ...]`` outermost first, in elements
+        from ``offset``; on chip the first pair is the partition axis (step = the tile's
+        elements per partition). ``dtype`` reinterprets the bytes (same element size)."""
+        return _ap_view(self, pattern, offset, dtype)
+
+    def reshape(self, shape: Any) -> View:
+        return _reshape(self.full, tuple(shape))
+
+
+def _ap_view(t: Tensor, pattern: Any, offset: int, dtype: Any) -> View:
+    from .types import to_dtype
+
+    pairs = [(int(a), int(b)) for a, b in pattern]
+    if not pairs:
+        raise fail("an access pattern needs at least one [step, count] pair")
+    dt = None
+    if dtype is not None:
+        dt = to_dtype(dtype)
+        if dt.itemsize != t.dtype.itemsize:
+            raise fail(f"ap(dtype={dt}) reinterprets {t.dtype} bytes: the element sizes "
+                       f"({dt.itemsize} and {t.dtype.itemsize}) must match")
+    if t.buffer.on_chip:
+        (pstep, pcount), rest = pairs[0], pairs[1:]
+        if pstep != t.free_elems and pcount > 1:
+            raise fail(f"the first [step, count] of an on-chip pattern is the partition axis: "
+                       f"step {t.free_elems} (elements per partition), not {pstep}")
+        p0, off = divmod(int(offset), t.free_elems)
+        if p0 + pcount > t.partitions:
+            raise fail(f"the pattern reaches partition {p0 + pcount - 1} of a "
+                       f"{t.partitions}-partition tile")
+        return View(t, off, p0, (Axis(1, pcount, True), *(Axis(s, n) for s, n in rest)), dt)
+    return View(t, int(offset), 0, tuple(Axis(s, n) for s, n in pairs), dt)
+
+
+def _reshape(v: View, shape: tuple[int, ...]) -> View:
+    """A contiguous view read in a new shape (on chip the partition axis stays first)."""
+    axes = v.axes
+    part = [a for a in axes if a.part]
+    free = [a for a in axes if not a.part]
+    if part and axes[0] is not part[0]:
+        raise fail("reshape needs the partition dimension first")
+    n = prod(a.num for a in free)
+    acc = 1
+    for a in reversed(free):  # the free axes must be one contiguous row-major run
+        if a.num > 1 and a.stride != acc:
+            raise fail("reshape of a strided view is not modelled; copy it to a tile first")
+        acc *= a.num
+    new_free = shape[1:] if part else shape
+    if (part and shape[0] != part[0].num) or prod(new_free) != n:
+        raise fail(f"cannot reshape {list(v.shape)} to {list(shape)}")
+    strides, acc = [], 1
+    for d in reversed(new_free):
+        strides.append(acc)
+        acc *= d
+    new = tuple(Axis(s, d) for s, d in zip(reversed(strides), new_free, strict=True))
+    return View(v.tensor, v.offset, v.p0, (*part, *new), v.dt)
+
+
+class View:
+    """A strided window of a tensor: element ``offset``, first partition ``p0``, axes."""
+
+    __slots__ = ("axes", "dt", "offset", "p0", "shape", "tensor")
+
+    def __init__(self, tensor: Tensor, offset: int, p0: int, axes: tuple[Axis, ...],
+                 dt: DType | None = None) -> None:
+        self.tensor, self.offset, self.p0, self.axes = tensor, offset, p0, axes
+        self.dt = dt  # a reinterpreted dtype of the same size (``.ap(dtype=...)``)
+        self.shape: tuple[int, ...] = tuple([a[1] for a in axes])
+
+    @property
+    def dtype(self) -> DType:
+        return self.dt if self.dt is not None else self.tensor.dtype
+
+    @property
+    def buffer(self) -> Buffer:
+        return self.tensor.buffer
+
+    def ap(self, pattern: Any, offset: int = 0, dtype: Any = None, **kw: Any) -> View:
+        return _ap_view(self.tensor, pattern, offset, dtype)
+
+    def reshape(self, shape: Any) -> View:
+        return _reshape(self, tuple(shape))
+
+    @property
+    def partitions(self) -> int:
+        for a in self.axes:
+            if a.part:
+                return a.num
+        return 1
+
+    @property
+    def size(self) -> int:
+        return prod(self.shape)
+
+    def same_place(self, other: View) -> bool:
+        return (self.tensor is other.tensor and self.offset == other.offset
+                and self.p0 == other.p0 and self.axes == other.axes and self.dt == other.dt)
+
+    def __repr__(self) -> str:
+        return f"View({self.tensor!r}, shape={list(self.shape)})"
+
+    def __getitem__(self, key: object) -> View:
+        axes = self.axes
+        keys = list(key) if type(key) is tuple else [key]
+        if Ellipsis in keys:
+            i = keys.index(Ellipsis)
+            keys[i:i + 1] = [slice(None)] * (len(axes) - (len(keys) - 1))
+        if len(keys) > len(axes):
+            raise fail(f"{len(keys)} indices for a tensor of {len(axes)} dimensions "
+                       f"(shape {list(self.shape)})")
+        offset, p0 = self.offset, self.p0
+        out: list[tuple[float, Axis]] = []
+        exprs = False
+        for d in range(len(axes)):
+            stride, count, part = axes[d]
+            k = keys[d] if d < len(keys) else _ALL
+            tk = type(k)
+            if tk is slice:
+                start, stop, step = k.indices(count)  # type: ignore[union-attr]
+                if (k.stop is not None and k.stop > count) or step < 1:  # type: ignore
+                    raise fail(f"slice {k.start}:{k.stop} is out of range for dimension "  # type: ignore
+                               f"{d} of size {count}")
+                n, order = len(range(start, stop, step)), float(d)
+            elif tk is Expr:
+                exprs = True
+                start, step, n, order = k.const, k.coef, k.size, k.pos - 0.5  # type: ignore
+                last = start + step * (n - 1)
+                if start < 0 or last >= count or step < 1:
+                    raise fail(f"index expression covers {start}..{last}, outside dimension "
+                               f"{d} of size {count}")
+            else:
+                if tk is not int:
+                    if isinstance(k, bool):
+                        raise fail(f"index {k!r} is not an int, a slice or an index "
+                                   f"expression")
+                    try:
+                        k = int(k)  # type: ignore[call-overload,arg-type]  # numpy integers
+                    except (TypeError, ValueError):
+                        raise fail(f"index {k!r} is not an int, a slice or an index "
+                                   f"expression") from None
+                if k < 0:  # type: ignore[operator]
+                    k += count  # type: ignore[operator]
+                if not 0 <= k < count:  # type: ignore[operator]
+                    raise fail(f"index {k} is out of range for dimension {d} of size {count}")
+                if part:
+                    p0 += k  # type: ignore[operator]
+                else:
+                    offset += k * stride  # type: ignore[operator]
+                continue
+            if n < 1:
+                raise fail(f"empty slice of dimension {d}")
+            if part:
+                if step != 1:
+                    raise fail("the partition dimension is sliced with step 1 only")
+                p0 += start
+                out.append((order, Axis(1, n, True)))
+            else:
+                offset += start * stride
+                out.append((order, Axis(stride * step, n)))
+        if exprs:
+            out.sort(key=lambda t: t[0])
+        return View(self.tensor, offset, p0, tuple([a for _, a in out]), self.dt)
+
+    def __setitem__(self, key: object, value: object) -> None:
+        target = self[key]
+        if isinstance(value, View) and value.same_place(target):
+            return  # the write-back of ``x[...] += y``: already recorded by __iadd__
+        if isinstance(value, Tensor) and value.full.same_place(target):
+            return
+        assign(target, value)
+
+    def __iadd__(self, other: object) -> View:
+        if isinstance(other, Pending) and other.kind == "mm" and other.result is None:
+            other.write_into(self, accumulate=True)
+            return self
+        b = as_view(other)
+        HOOKS["tensor_tensor"](self, self, b, "add", None, here())
+        return self
+
+
+def same_shape(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Shapes agree up to dimensions of size 1 (NKI drops them freely)."""
+    return tuple(s for s in a if s != 1) == tuple(s for s in b if s != 1)
+
+
+class Pending:
+    """A lazy result of the older API (``nl.load``, ``nl.matmul``, ``nl.copy`` ...): written
+    straight into its destination when assigned, or into a fresh tile when used."""
+
+    __slots__ = ("args", "kind", "result", "where")
+
+    def __init__(self, kind: str, where: tuple[str, int], **args: Any) -> None:
+        self.kind, self.where, self.args = kind, where, args
+        self.result: Tensor | None = None
+        current().pending.append(self)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.materialize().shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.materialize().dtype
+
+    def __getitem__(self, key: object) -> View:
+        return self.materialize()[key]
+
+    def __iadd__(self, other: object) -> Tensor:
+        t = self.materialize()
+        t += other
+        return t
+
+    def materialize(self) -> Tensor:
+        if self.result is not None:
+            return self.result
+        self.result = HOOKS["materialize"](self)
+        return self.result
+
+    def write_into(self, dst: View, accumulate: bool | None = None) -> None:
+        self.result = dst.tensor  # consumed (set first: recording flushes pending results)
+        HOOKS["write_pending"](self, dst, accumulate)
+
+
+def as_view(x: object) -> View:
+    """A View of a tensor, a view, or a lazy result (materialised into a fresh tile)."""
+    if isinstance(x, View):
+        return x
+    if isinstance(x, Tensor):
+        return x.full
+    if isinstance(x, Pending):
+        if x.result is not None and x.kind != "mm":
+            return x.result.full
+        return x.materialize().full
+    raise fail(f"expected a tensor or a tile, got {type(x).__name__}")
+
+
+def assign(target: View, value: object) -> None:
+    """``target[...] = value``: a lazy result is written in place; a tile is copied (DMA
+    when either side is in HBM, else a Vector engine copy); a number is a memset."""
+    if isinstance(value, Pending) and value.result is None:
+        value.write_into(target, accumulate=False)
+        return
+    if isinstance(value, int | float):
+        HOOKS["memset"](target, float(value), None, here())
+        return
+    src = as_view(value)
+    if not target.buffer.on_chip or not src.buffer.on_chip:
+        HOOKS["dma"](target, src, here())
+    else:
+        HOOKS["copy"](target, src, None, here())
+
+
+def record(op: Op) -> None:
+    current().add(op)

@@ -1,0 +1,145 @@
+"""Values of the engine instructions: DmaCopy, TensorCopy, TensorTensor, Memset, Activation.
+
+Each handler is a function of (memory, instruction) (wrapped as (state, instruction) for the
+simulator's handler table), vectorised over the whole access
+pattern with numpy. Semantics (NKI docs, nki.isa.*):
+
+* ``DmaCopy`` moves bytes: element for element, no cast (the formats must match).
+* ``TensorCopy`` casts through fp32 when the formats differ: the source is decoded to fp32
+  (integers to int64), then rounded to the destination's format.
+* ``TensorTensor`` computes op(a, b) in fp32 and rounds the result to dst's format.
+* ``Memset`` writes ``value`` rounded to dst's format.
+* ``Activation`` with copy/identity writes scale * x (fp32) rounded to dst's format.
+* ``QuantizeMx`` (NKI docs, nki.isa.quantize_mx; OCP MX v1.0 section 6.3): per group of 8
+  partitions x 4 consecutive elements, the E8M0 scale code is the largest fp32 biased
+  exponent of the group minus the element format's emax (clamped to 0..254); the elements
+  are x / 2^(code - 127), saturated to the format's largest finite value, rounded to nearest
+  even, four to an x4 container. The NKI docs of some releases describe a scale twice as
+  large (unsure which the hardware uses); the public MX tutorial's reference uses this one.
+
+Memory that nothing wrote reads as whatever bytes it holds: the NKI front end starts a run
+with every byte 0xFF, a NaN in every float format, so a missing initialisation shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from ..dtypes import OverflowPolicy
+from ..isa import (
+    AccessPattern,
+    Activation,
+    AluOp,
+    DmaCopy,
+    Instruction,
+    Memset,
+    QuantizeMx,
+    TensorCopy,
+    TensorTensor,
+)
+from ..memory import Memory
+from ._base import MachineState
+
+__all__ = ["HANDLERS", "destination", "execute_engine"]
+
+# An engine's cast follows the format's own overflow rule (inf, NaN or saturation, as the
+# hardware's convert does), not the input policy that refuses out-of-range user data.
+_CAST: OverflowPolicy = "format"
+
+_ALU: dict[AluOp, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    AluOp.ADD: np.add,
+    AluOp.SUBTRACT: np.subtract,
+    AluOp.MULTIPLY: np.multiply,
+    AluOp.MAXIMUM: np.maximum,
+    AluOp.MINIMUM: np.minimum,
+}
+
+
+def _read(mem: Memory, ap: AccessPattern, shape: tuple[int, ...]) -> np.ndarray:
+    return mem.read(ap).reshape(shape)
+
+
+def dma_copy(mem: Memory, ins: DmaCopy) -> None:
+    mem.copy(ins.src, ins.dst)
+
+
+def tensor_copy(mem: Memory, ins: TensorCopy) -> None:
+    mem.write(ins.dst, _read(mem, ins.src, ins.dst.shape), overflow=_CAST)
+
+
+def tensor_tensor(mem: Memory, ins: TensorTensor) -> None:
+    shape = ins.dst.shape
+    a, b = _read(mem, ins.a, shape), _read(mem, ins.b, shape)
+    if a.dtype.kind == "f" or b.dtype.kind == "f":
+        a, b = a.astype(np.float32), b.astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf propagate as in hardware
+        mem.write(ins.dst, _ALU[ins.op](a, b), overflow=_CAST)
+
+
+def memset(mem: Memory, ins: Memset) -> None:
+    mem.write(ins.dst, np.full(ins.dst.shape, ins.value, dtype=np.float32), overflow=_CAST)
+
+
+def activation(mem: Memory, ins: Activation) -> None:
+    x = _read(mem, ins.src, ins.dst.shape).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        mem.write(ins.dst, x * np.float32(ins.scale), overflow=_CAST)
+
+
+def quantize_mx(mem: Memory, ins: QuantizeMx) -> None:
+    from ..dtypes import get_format
+    from ..verify_mx import scale_rows
+
+    fmt = get_format(ins.dst.dtype)
+    elem = get_format(fmt.element or "")
+    parts, free = ins.src.partitions, ins.src.free_elems
+    x = mem.read(ins.src).reshape(parts, free).astype(np.float32)
+    groups = x.reshape(parts // 8, 8, free // 4, 4)
+    bexp = (groups.view(np.uint32) >> 23) & 0xFF  # fp32 biased exponents
+    code = np.clip(bexp.max(axis=(1, 3)).astype(np.int64) - int(elem.emax or 0), 0, 254)
+    factor = np.exp2(code.astype(np.float64) - 127)[:, None, :, None]
+    biggest = float(ml_dtypes.finfo(elem.storage).max)
+    q = np.clip(groups.astype(np.float64) / factor, -biggest, biggest).astype(np.float32)
+    codes = q.astype(elem.storage).reshape(parts, free)
+    mem.view(ins.dst)[...] = codes.view(np.uint8).reshape(parts, free // 4, 4).view(
+        mem.view(ins.dst).dtype).reshape(mem.view(ins.dst).shape)
+    sc = mem.view(ins.scale).view(np.uint8).reshape(ins.scale.partitions, free // 4)
+    sc[scale_rows(parts // 8)] = code.astype(np.uint8)
+
+
+_ON_MEMORY: dict[type, Callable[[Memory, Instruction], None]] = {
+    DmaCopy: dma_copy,  # type: ignore[dict-item]
+    TensorCopy: tensor_copy,  # type: ignore[dict-item]
+    TensorTensor: tensor_tensor,  # type: ignore[dict-item]
+    Memset: memset,  # type: ignore[dict-item]
+    Activation: activation,  # type: ignore[dict-item]
+    QuantizeMx: quantize_mx,  # type: ignore[dict-item]
+}
+
+
+def _on_state(fn: Callable[[Memory, Instruction], None]) -> Callable[[MachineState, Any], None]:
+    def handler(state: MachineState, ins: Instruction) -> None:
+        fn(state.memory, ins)
+
+    handler.__name__ = handler.__qualname__ = fn.__name__
+    handler.__doc__ = fn.__doc__
+    return handler
+
+
+# The functional simulator's handler table entries (:data:`systolic.sim.functional.HANDLERS`
+# takes them): functions of (MachineState, instruction).
+HANDLERS: dict[type, Callable[[MachineState, Any], None]] = {
+    kind: _on_state(fn) for kind, fn in _ON_MEMORY.items()}
+
+
+def destination(ins: Instruction) -> AccessPattern:
+    return ins.dst  # type: ignore[union-attr]
+
+
+def execute_engine(mem: Memory, ins: Instruction) -> None:
+    """Run one engine instruction directly on ``mem`` (no simulator around it)."""
+    _ON_MEMORY[type(ins)](mem, ins)

@@ -1,0 +1,153 @@
+"""Verify rules of the engine instructions: DmaCopy, TensorCopy, TensorTensor, Memset,
+Activation (what an NKI kernel does besides nc_matmul).
+
+Called by :class:`systolic.verify.Checker` for these instruction kinds. The rules (NKI docs,
+nki.isa.*): operands are in bounds; a DMA moves bytes and does not cast, between DRAM and
+SBUF or within SBUF (PSUM through DMA is not modelled); elementwise operations read and
+write SBUF or PSUM only, on shapes of equal partitions and elements; GpSimd cannot access
+PSUM; the Scalar engine runs Activation. A read of PSUM needs the accumulation groups it
+overlaps to be finished (STOP), and marks them read out, so a START may reuse the region.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import ShapeError
+from .isa import (
+    AccessPattern,
+    Activation,
+    DmaCopy,
+    Engine,
+    Instruction,
+    Memset,
+    QuantizeMx,
+    Space,
+    TensorCopy,
+    TensorTensor,
+)
+from .memory import check_bounds
+
+if TYPE_CHECKING:
+    from .verify import Checker
+
+__all__ = ["check_engine"]
+
+_ON_CHIP = (Space.SBUF, Space.PSUM)
+_ELEMENTWISE_ENGINES = (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD)
+
+
+def _bounds(c: Checker, i: int, ap: AccessPattern, role: str, spaces: tuple[Space, ...]
+            ) -> None:
+    if ap.space not in spaces:
+        names = " or ".join(s.value for s in spaces)
+        c._fail(i, f"{role} must be in {names}, not {ap.space.value}")
+    try:
+        check_bounds(ap, c.arch, c.dram_bytes)
+    except ShapeError as exc:
+        c._fail(i, f"{role}: {exc}")
+
+
+def _same(c: Checker, i: int, a: AccessPattern, b: AccessPattern, what: str) -> None:
+    if a.partitions * a.free_elems != b.partitions * b.free_elems:
+        c._fail(i, f"{what} moves {a.partitions * a.free_elems} elements into "
+                   f"{b.partitions * b.free_elems}")
+    on_chip = a.space in _ON_CHIP and b.space in _ON_CHIP
+    if on_chip and a.partitions != b.partitions:
+        c._fail(i, f"{what} keeps the partition dimension: {a.partitions} vs {b.partitions}")
+
+
+def _read_psum(c: Checker, i: int, ap: AccessPattern) -> None:
+    if ap.space is not Space.PSUM:
+        return
+    reg = ap.rect
+    for other, (state, start) in list(c.regions.items()):
+        if other.overlaps(reg):
+            if state == "open":
+                c._fail(i, f"reads PSUM of an accumulation group opened at instruction "
+                           f"{start} that never saw STOP; flag its last MatMul STOP first")
+            del c.regions[other]  # read out: the region may START again
+
+
+def _write_psum(c: Checker, i: int, ap: AccessPattern) -> None:
+    if ap.space is not Space.PSUM:
+        return
+    reg = ap.rect
+    for other, (state, start) in list(c.regions.items()):
+        if other.overlaps(reg):
+            if state == "open":
+                c._fail(i, f"writes PSUM inside an accumulation group opened at instruction "
+                           f"{start}; finish the group (STOP) first")
+            del c.regions[other]  # overwritten
+
+
+def check_engine(c: Checker, i: int, ins: Instruction) -> None:
+    """Check one engine instruction against the rules above (raises VerifyError)."""
+    if isinstance(ins, DmaCopy):
+        _bounds(c, i, ins.src, "DmaCopy src", (Space.DRAM, Space.SBUF))
+        _bounds(c, i, ins.dst, "DmaCopy dst", (Space.DRAM, Space.SBUF))
+        if ins.src.dtype != ins.dst.dtype:
+            c._fail(i, f"DmaCopy moves bytes and does not cast: {ins.src.dtype} -> "
+                       f"{ins.dst.dtype}")
+        if ins.queue < 0:
+            c._fail(i, f"DmaCopy queue {ins.queue} must be >= 0")
+        _same(c, i, ins.src, ins.dst, "DmaCopy")
+        return
+    if isinstance(ins, QuantizeMx):
+        _quantize_mx(c, i, ins)
+        return
+    eng = ins.engine  # type: ignore[union-attr]
+    if eng not in _ELEMENTWISE_ENGINES:
+        c._fail(i, f"{type(ins).__name__} runs on Vector, Scalar or GpSimd, not {eng.value}")
+    if isinstance(ins, Activation) and eng is not Engine.SCALAR:
+        c._fail(i, "Activation runs on the Scalar engine")
+    srcs: tuple[AccessPattern, ...]
+    if isinstance(ins, TensorCopy | Activation):
+        srcs = (ins.src,)
+    elif isinstance(ins, TensorTensor):
+        srcs = (ins.a, ins.b)
+    elif isinstance(ins, Memset):
+        srcs = ()
+    else:  # pragma: no cover - the dispatcher sends only the kinds above
+        c._fail(i, f"unknown engine instruction {type(ins).__name__}")
+        return
+    name = type(ins).__name__
+    for role, ap in (*((f"{name} src", s) for s in srcs), (f"{name} dst", ins.dst)):
+        _bounds(c, i, ap, role, _ON_CHIP)
+        if eng is Engine.GPSIMD and ap.space is Space.PSUM:
+            c._fail(i, f"{name} on GpSimd touches PSUM, which GpSimd cannot access (NKI "
+                       f"docs); run it on Vector or Scalar")
+    for s in srcs:
+        _same(c, i, s, ins.dst, name)
+        _read_psum(c, i, s)
+    _write_psum(c, i, ins.dst)
+
+
+def _quantize_mx(c: Checker, i: int, ins: QuantizeMx) -> None:
+    """nki.isa.quantize_mx: gen4, Vector engine, SBUF only; src bf16/fp16 [P, F] with P a
+    multiple of 32 up to 128 and F a multiple of 4; dst an fp8 MX format [P, F/4]; scale
+    e8m0 spanning the rows of the blocks' scales (block g at 32*(g//4) + g%4)."""
+    from .dtypes import get_format
+    from .verify_mx import scale_span
+
+    if ins.engine is not Engine.VECTOR:
+        c._fail(i, "QuantizeMx runs on the Vector engine (NKI docs)")
+    for role, ap in (("src", ins.src), ("dst", ins.dst), ("scale", ins.scale)):
+        _bounds(c, i, ap, f"QuantizeMx {role}", (Space.SBUF,))
+    if ins.dst.dtype not in c.arch.mx_formats or ins.dst.dtype == "mxfp4":
+        c._fail(i, f"QuantizeMx writes an fp8 MX format of gen4 (mxfp8_e4m3, mxfp8_e5m2), "
+                   f"not {ins.dst.dtype} on {c.arch.name}")
+    if ins.src.dtype not in ("bf16", "fp16"):
+        c._fail(i, f"QuantizeMx reads bf16 or fp16, not {ins.src.dtype}")
+    p, f = ins.src.partitions, ins.src.free_elems
+    if p % 32 or p > c.arch.rows or f % 4:
+        c._fail(i, f"QuantizeMx src [{p}, {f}] needs partitions a multiple of 32 (at most "
+                   f"{c.arch.rows}) and a free size a multiple of 4")
+    if ins.dst.partitions != p or ins.dst.free_elems * 4 != f:
+        c._fail(i, f"QuantizeMx dst must be [{p}, {f // 4}] x4 containers, not "
+                   f"[{ins.dst.partitions}, {ins.dst.free_elems}]")
+    if get_format(ins.scale.dtype).kind != "scale":
+        c._fail(i, f"QuantizeMx scales are e8m0, not {ins.scale.dtype}")
+    if ins.scale.partitions != scale_span(p) or ins.scale.free_elems != f // 4:
+        c._fail(i, f"QuantizeMx scale must span {scale_span(p)} partitions x {f // 4}, not "
+                   f"{ins.scale.partitions} x {ins.scale.free_elems}")

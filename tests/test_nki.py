@@ -1,0 +1,382 @@
+"""The NKI front end: example kernels' values against float64 numpy, both API generations,
+the weight-tile cache, accumulate semantics, uninitialised memory, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from helpers import fp32_bound
+
+import systolic.nki as snki
+from systolic.errors import KernelError
+from systolic.isa import Fp32Pass, LoadStationary, MatMul, Program
+
+EX = Path(__file__).resolve().parents[1] / "examples" / "kernels"
+U = {"bfloat16": 2.0**-8, "float32": 2.0**-24}
+
+
+@pytest.fixture(autouse=True)
+def _hook():
+    snki.install("trn2")
+    yield
+
+
+def _kernel(name: str):
+    return snki.load_kernel(str(EX / f"{name}.py"), name)
+
+
+def _check(out: np.ndarray, a: np.ndarray, b: np.ndarray, extra: float = 0.0) -> None:
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = a64.T @ b64
+    bound = fp32_bound(a64.T, b64, extra) + np.abs(ref) * U[str(out.dtype)]
+    err = np.abs(out.astype(np.float64) - ref)
+    assert np.all(err <= bound), float((err - bound).max())
+
+
+def _operands(k: int, m: int, n: int, dt: object, seed: int = 1):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((k, m)).astype(np.float32).astype(dt),
+            rng.standard_normal((k, n)).astype(np.float32).astype(dt))
+
+
+@pytest.mark.parametrize("name", ["basic_matmul"])
+def test_basic(name: str) -> None:
+    a, b = _operands(128, 128, 512, ml_dtypes.bfloat16)
+    import nki
+
+    out = nki.simulate(_kernel(name))(a, b)
+    assert out.shape == (128, 512) and out.dtype == ml_dtypes.bfloat16
+    _check(out, a, b)
+
+
+@pytest.mark.parametrize("name", ["tiled_matmul", "tiled_matmul_legacy", "blocked_matmul"])
+def test_several_tiles_every_dimension(name: str) -> None:
+    a, b = _operands(384, 256, 2048, ml_dtypes.bfloat16)  # 3 K x 2 M x 4 N tiles
+    import nki
+
+    out = nki.simulate_kernel(_kernel(name), a, b)
+    _check(out, a, b)
+
+
+def test_both_generations_give_the_same_program_values() -> None:
+    a, b = _operands(256, 256, 1024, ml_dtypes.bfloat16, seed=3)
+    new = snki.values(_kernel("tiled_matmul"), [a, b])
+    old = snki.values(_kernel("tiled_matmul_legacy"), [a, b])
+    assert np.array_equal(new.view(np.uint16), old.view(np.uint16))
+
+
+def test_fp8_double_row() -> None:
+    a, b = _operands(512, 256, 1024, ml_dtypes.float8_e4m3)
+    rec = snki.record(_kernel("fp8_double_row"), [a, b])
+    assert all(i.perf_mode.spelling == "double_row" for i in rec.program
+               if isinstance(i, LoadStationary | MatMul))
+    out = snki.execute(rec, [a, b])
+    _check(out, a, b)
+
+
+def test_fp32_two_pass() -> None:
+    a, b = _operands(256, 128, 512, np.float32)
+    rec = snki.record(_kernel("tiled_matmul"), [a, b])
+    passes = {i.fp32_pass for i in rec.program if isinstance(i, LoadStationary)}
+    assert passes == {Fp32Pass.HI, Fp32Pass.LO}
+    _check(snki.execute(rec, [a, b]), a, b, extra=2e-5)  # hi + lo carries ~16 bits
+
+
+def test_weight_cache_hits_when_a_stationary_tile_is_reused() -> None:
+    a, b = _operands(384, 256, 2048, ml_dtypes.bfloat16)
+    rec = snki.record(_kernel("blocked_matmul"), [a, b], {"TILES_N": 2})
+    loads = sum(isinstance(i, LoadStationary) for i in rec.program)
+    mms = sum(isinstance(i, MatMul) for i in rec.program)
+    # 2 N blocks x 2 M tiles x 3 K tiles latched tiles, each serving 2 moving tiles
+    assert (loads, mms, rec.cache_hits) == (12, 24, 12)
+    rec_t = snki.record(_kernel("tiled_matmul"), [a, b])
+    assert rec_t.cache_hits == 0  # every tile is a fresh load into a new SBUF tile
+
+
+def _write(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "k.py"
+    p.write_text("import nki\nimport nki.isa as nisa\nimport nki.language as nl\n\n" + body)
+    return p
+
+
+ACC = '''
+@nki.jit
+def k(lhsT, rhs):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+    if MODE == "zeros_true":
+        nisa.memset(dst=acc, value=0.0)
+    for kk in nl.affine_range(2):
+        a = nl.ndarray((128, 128), dtype=lhsT.dtype, buffer=nl.sbuf)
+        b = nl.ndarray((128, 512), dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=lhsT[kk * 128:(kk + 1) * 128, :])
+        nisa.dma_copy(dst=b, src=rhs[kk * 128:(kk + 1) * 128, :])
+        nisa.nc_matmul(dst=acc, stationary=a, moving=b, accumulate=ACC)
+    res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+'''
+
+
+@pytest.mark.parametrize("mode,acc,want", [("none", None, "both"), ("zeros_true", True, "both")])
+def test_accumulate_semantics(tmp_path: Path, mode: str, acc: object, want: str) -> None:
+    p = _write(tmp_path, f"MODE = {mode!r}\nACC = {acc!r}\n" + ACC)
+    a, b = _operands(256, 128, 512, ml_dtypes.bfloat16)
+    out = snki.values(snki.load_kernel(str(p), "k"), [a, b])
+    lo = 128 if want == "last" else 0
+    _check(out, a[lo:], b[lo:])
+
+
+def test_accumulate_false_over_an_unread_accumulation_is_an_error(tmp_path: Path) -> None:
+    p = _write(tmp_path, "MODE = 'x'\nACC = False\n" + ACC)
+    a, b = _operands(256, 128, 512, ml_dtypes.bfloat16)
+    with pytest.raises(KernelError, match="overwrites the PSUM accumulation"):
+        snki.record(snki.load_kernel(str(p), "k"), [a, b])
+
+
+def test_accumulate_true_onto_unwritten_psum_is_an_error(tmp_path: Path) -> None:
+    p = _write(tmp_path, "MODE = 'x'\nACC = True\n" + ACC)
+    a, b = _operands(256, 128, 512, ml_dtypes.bfloat16)
+    with pytest.raises(KernelError, match="nothing wrote") as exc:
+        snki.record(snki.load_kernel(str(p), "k"), [a, b])
+    assert exc.value.path == str(p)
+    assert "accumulate=ACC" in p.read_text().splitlines()[exc.value.line - 1]
+
+
+def test_unwritten_memory_reads_as_nan(tmp_path: Path) -> None:
+    p = _write(tmp_path, '''
+@nki.jit
+def k(x):
+    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t[:, 0:32], src=x)
+    nisa.dma_copy(dst=out, src=t)
+    return out
+''')
+    x = np.ones((128, 32), np.float32)
+    out = snki.values(snki.load_kernel(str(p), "k"), [x])
+    assert np.all(out[:, :32] == 1) and np.all(np.isnan(out[:, 32:]))
+
+
+def test_engine_ops_values(tmp_path: Path) -> None:
+    p = _write(tmp_path, '''
+@nki.jit
+def k(x, y):
+    out = nl.ndarray((128, 64), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    a = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    b = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    c = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.sbuf)
+    d = nl.ndarray((128, 64), dtype=nl.bfloat16, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=x)
+    nisa.dma_copy(dst=b, src=y)
+    nisa.tensor_tensor(dst=c, data1=a, data2=b, op=nl.multiply)
+    nisa.activation(dst=c, op=nl.copy, data=c, scale=0.5)
+    nisa.tensor_tensor(dst=c, data1=c, data2=a, op=nl.maximum, engine=nisa.engine.gpsimd)
+    nisa.tensor_copy(dst=d, src=c)
+    nisa.dma_copy(dst=out, src=d)
+    return out
+''')
+    rng = np.random.default_rng(0)
+    x, y = (rng.standard_normal((128, 64)).astype(np.float32) for _ in range(2))
+    out = snki.values(snki.load_kernel(str(p), "k"), [x, y])
+    ref = np.maximum((x * y) * np.float32(0.5), x).astype(ml_dtypes.bfloat16)
+    assert np.array_equal(out.view(np.uint16), ref.view(np.uint16))
+
+
+def test_record_kernel_returns_a_program_without_values() -> None:
+    rec = snki.record_kernel(str(EX / "tiled_matmul.py"), "tiled_matmul",
+                             ["bf16[4096,1024]", ((4096, 2048), "bfloat16")], {}, "trn2")
+    assert isinstance(rec.program, Program)
+    assert rec.counts()["tensor"] == 2 * 32 * 8 * 4
+    assert rec.ops == 8 * 4 * (32 * 3 + 2)
+
+
+def test_psum_and_sbuf_space_is_reused_after_last_use() -> None:
+    rec = snki.record_kernel(str(EX / "tiled_matmul.py"), "tiled_matmul",
+                             ["bf16[512,512]", "bf16[512,2048]"], {}, "trn2")
+    banks = {i.dst.offset // 2048 for i in rec.program if isinstance(i, MatMul)}
+    assert len(banks) < 16 and len(banks) >= 1  # 16 output tiles share the 8 banks
+
+
+def test_cli_values_agree_with_python_api(capsys: pytest.CaptureFixture[str]) -> None:
+    from systolic.cli import main
+    from systolic.commands.kernel import random_inputs
+
+    target = f"{EX / 'tiled_matmul.py'}:tiled_matmul"
+    args = ["kernel", target, "--arch", "trn2", "--arg", "lhsT=bf16[256,256]",
+            "--arg", "rhs=bf16[256,1024]", "--values", "--json"]
+    assert main(args) == 0
+    info = json.loads(capsys.readouterr().out)
+    specs = [snki.parse_arg("bf16[256,256]"), snki.parse_arg("bf16[256,1024]")]
+    arrays = random_inputs(specs, 0)
+    out = snki.values(_kernel("tiled_matmul"), arrays)
+    assert info["outputs"][0]["sum"] == pytest.approx(float(out.astype(np.float64).sum()),
+                                                      rel=0, abs=1e-9)
+    assert info["engines"]["tensor"] == 2 * 2 * 2 * 2
+
+
+def test_cli_error_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                      ) -> None:
+    from systolic.cli import main
+
+    target = f"{EX / 'fp8_double_row.py'}:fp8_double_row"
+    rc = main(["kernel", target, "--arch", "trn1", "--arg", "lhsT=fp8_e4m3[256,128]",
+               "--arg", "rhs=fp8_e4m3[256,512]"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1
+    assert "fp8_double_row.py:" in err and "double_row" in err
+
+
+def _mx_operand(rng: np.random.Generator, p: int, f: int) -> tuple[np.ndarray, ...]:
+    """Random fp8_e4m3fn codes packed four to a uint32, E8M0 scales; and the float64 values
+    [P, F, 4] they stand for (independent of systolic.mx)."""
+    vals = rng.standard_normal((p, f, 4)).astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
+    words = np.ascontiguousarray(vals).view(np.uint8).reshape(p, f, 4).view(np.uint32)[..., 0]
+    scale = rng.integers(120, 134, size=(p // 8, f), dtype=np.uint8)
+    real = vals.astype(np.float64) * np.exp2(scale.astype(np.float64) - 127)[
+        np.arange(p) // 8][:, :, None]
+    return words, scale, real
+
+
+def test_mx_matmul_trn3() -> None:
+    rng = np.random.default_rng(5)
+    aw, asc, ar = _mx_operand(rng, 256, 256)
+    bw, bsc, br = _mx_operand(rng, 256, 1024)
+    rec = snki.record(_kernel("mx_matmul"), [aw, asc, bw, bsc])
+    names = rec.program.counts()
+    assert names["LdWeightMx"] == names["MatmultMx"] == 2 * 2 * 2
+    out = snki.execute(rec, [aw, asc, bw, bsc])
+    a2 = ar.transpose(0, 2, 1).reshape(-1, 256)  # (p, q) pairs as K rows
+    b2 = br.transpose(0, 2, 1).reshape(-1, 1024)
+    _check(out, a2, b2)
+
+
+def test_mx_is_gen4_only() -> None:
+    rng = np.random.default_rng(5)
+    aw, asc, _ = _mx_operand(rng, 128, 128)
+    bw, bsc, _ = _mx_operand(rng, 128, 512)
+    with pytest.raises(KernelError, match="needs NeuronCore-v4"):
+        snki.record(_kernel("mx_matmul"), [aw, asc, bw, bsc], arch="trn2")
+
+
+ROWTILE = '''
+@nki.jit
+def k(lhsT, rhs):
+    out = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    a = nl.ndarray((128, 64), dtype=lhsT.dtype, buffer=nl.sbuf)
+    b = nl.ndarray((128, 512), dtype=rhs.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=lhsT)
+    nisa.dma_copy(dst=b, src=rhs)
+    acc = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.psum)
+    for r in nl.static_range(4):  # four 32-row tiles on four quadrants, summed in PSUM
+        nisa.nc_matmul(dst=acc, stationary=a[32 * r:32 * (r + 1), :],
+                       moving=b[32 * r:32 * (r + 1), :], tile_position=(32 * r, 0),
+                       tile_size=(32, 64))
+    res = nl.ndarray((64, 512), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+'''
+
+
+def test_row_tiling_places_tiles_on_quadrants(tmp_path: Path) -> None:
+    p = _write(tmp_path, ROWTILE)
+    a, b = _operands(128, 64, 512, ml_dtypes.bfloat16)
+    rec = snki.record(snki.load_kernel(str(p), "k"), [a, b])
+    loads = [i for i in rec.program if isinstance(i, LoadStationary)]
+    assert [(i.src.partition, i.row_group, i.col_group) for i in loads] == [
+        (0, 1, 3), (32, 2, 3), (64, 4, 3), (96, 8, 3)]
+    _check(snki.execute(rec, [a, b]), a, b)
+
+
+def test_gen2_writes_no_accumulate_bit_and_gen3_gate() -> None:
+    import dataclasses
+
+    from systolic.arch import get_arch
+    from systolic.isa import CalcFlags
+
+    a, b = _operands(384, 128, 512, ml_dtypes.bfloat16)
+    kern = _kernel("tiled_matmul")
+    flags = {arch: [i.flags for i in snki.record(kern, [a, b], arch=arch).program
+                    if isinstance(i, MatMul)] for arch in ("trn1", "trn2")}
+    assert flags["trn1"] == [CalcFlags.START, CalcFlags.NONE, CalcFlags.STOP]
+    assert flags["trn2"] == [CalcFlags.START, CalcFlags.ACCUMULATE,
+                             CalcFlags.ACCUMULATE | CalcFlags.STOP]
+    high = dataclasses.replace(get_arch("trn2"), arch_level=41)  # seed 000's gen3 gate
+    gated = [i.flags for i in snki.record(kern, [a, b], arch=high).program
+             if isinstance(i, MatMul)]
+    assert gated == flags["trn1"]
+    _check(snki.execute(snki.record(kern, [a, b], arch="trn1"), [a, b]), a, b)
+
+
+def test_legacy_sbuf_accumulation_is_a_vector_add(tmp_path: Path) -> None:
+    p = tmp_path / "k.py"
+    p.write_text('''
+import neuronxcc.nki as nki
+import neuronxcc.nki.isa as nisa
+import neuronxcc.nki.language as nl
+
+
+@nki.jit
+def k(lhsT, rhs):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    total = nl.zeros((nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.sbuf)
+    i = nl.mgrid[0:128, 0:512]
+    for kk in nl.affine_range(3):  # three K blocks summed in SBUF, as the tutorial does
+        part = nl.zeros((128, 512), nl.float32, buffer=nl.psum)
+        part[...] += nisa.nc_matmul(nl.load(lhsT[kk * 128 + nl.arange(128)[:, None],
+                                                 nl.arange(128)[None, :]]),
+                                    nl.load(rhs[kk * 128 + i.p, i.x]))
+        total[i.p, i.x] += part[i.p, i.x]
+    nl.store(out, value=nl.add(total, total))
+    return out
+''')
+    a, b = _operands(384, 128, 512, np.float32, seed=7)
+    a = a.astype(ml_dtypes.bfloat16)
+    b = b.astype(ml_dtypes.bfloat16)
+    rec = snki.record(snki.load_kernel(str(p), "k"), [a, b])
+    counts = rec.program.counts()
+    assert counts["TensorTensor"] == 3 + 1 and counts["MatMul"] == 3
+    out = snki.execute(rec, [a, b])
+    _check(out / 2, a, b)
+
+
+QMX = '''
+@nki.jit(platform_target="trn3")
+def k(x):
+    P, F = x.shape
+    t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    q = nl.ndarray((P, F // 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+    s = nl.ndarray((P, F // 4), dtype=nl.uint8, buffer=nl.sbuf)
+    nisa.memset(dst=s, value=0)
+    nisa.quantize_mx(dst=q, src=t, dst_scale=s)
+    q_out = nl.ndarray((P, F // 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.shared_hbm)
+    s_out = nl.ndarray((P, F // 4), dtype=nl.uint8, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=q_out, src=q)
+    nisa.dma_copy(dst=s_out, src=s)
+    return q_out, s_out
+'''
+
+
+def test_quantize_mx_matches_the_ocp_rule(tmp_path: Path) -> None:
+    p = _write(tmp_path, QMX)
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((128, 256)) * np.exp2(rng.integers(-6, 6, (128, 1)))
+         ).astype(np.float32).astype(ml_dtypes.bfloat16)
+    q, s = snki.values(snki.load_kernel(str(p), "k"), [x])
+    # independent reference: E8M0 code = max fp32 biased exponent of the 8 x 4 group - 8
+    x32 = x.astype(np.float32)
+    g = x32.reshape(16, 8, 64, 4)
+    code = ((g.view(np.uint32) >> 23) & 0xFF).max(axis=(1, 3)).astype(np.int64) - 8
+    rows = [32 * (b // 4) + b % 4 for b in range(16)]
+    assert np.array_equal(s[rows].astype(np.int64), code)
+    scale = np.exp2(code - 127.0)[np.arange(128) // 8][:, :, None]
+    want = np.clip(x32.reshape(128, 64, 4) / scale, -448, 448).astype(ml_dtypes.float8_e4m3fn)
+    got = q.view(np.uint8).reshape(128, 64, 4).view(ml_dtypes.float8_e4m3fn)
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8))

@@ -1,0 +1,85 @@
+"""NKI's entry points as kernels use them: jit (bare and with options), benchmark with
+nt.tensor specs, simulate on the jitted object, and the import hook's one-line warning."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import systolic.nki as snki
+from systolic.errors import SystolicError
+
+EX = Path(__file__).resolve().parents[1] / "examples" / "kernels"
+
+
+@pytest.fixture(autouse=True)
+def _hook():
+    snki.install("trn2")
+
+
+def test_benchmark_records_the_program_from_tensor_specs() -> None:
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.language as nl
+    import neuronxcc.nki.typing as nt
+
+    kern = snki.load_kernel(str(EX / "tiled_matmul_legacy.py"), "tiled_matmul_legacy")
+    bench = nki.benchmark(warmup=5, iters=10)(kern)
+    bench(nt.tensor[[512, 256], nl.bfloat16], nt.tensor[[512, 1024], nl.bfloat16])
+    res = bench.benchmark_result
+    assert res is not None and res.program is res.recorded.program
+    assert res.recorded.counts()["tensor"] == 2 * (2 * 2 * 4)  # LoadStationary + MatMul
+    with pytest.raises(SystolicError, match="whole-core timing"):
+        res.nc_latency.get_latency_percentile(99)
+
+
+def test_jit_options_pick_the_arch_and_calling_a_kernel_gives_values() -> None:
+    import nki
+
+    kern = snki.load_kernel(str(EX / "basic_matmul.py"), "basic_matmul")
+    assert isinstance(kern, snki.Kernel)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((128, 64)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((128, 512)).astype(ml_dtypes.bfloat16)
+    direct = kern(a, b)  # a jitted kernel called on arrays runs for values
+    sim = nki.simulate(kern)(a, b)
+    assert np.array_equal(direct.view(np.uint16), sim.view(np.uint16))
+    dr = snki.load_kernel(str(EX / "fp8_double_row.py"), "fp8_double_row")
+    assert dr.arch == "trn2"  # @nki.jit(platform_target="trn2")
+
+    @nki.jit()
+    def noop(x):
+        return x
+
+    assert isinstance(noop, snki.Kernel)
+
+
+def test_install_names_a_real_nki_in_one_line(tmp_path: Path) -> None:
+    fake = tmp_path / "nki"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("REAL = True\n")
+    snki.uninstall()
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            snki.install("trn2")
+        assert len(seen) == 1 and "shadowed" in str(seen[0].message)
+        import nki
+
+        assert not hasattr(nki, "REAL") and hasattr(nki, "simulate")
+    finally:
+        sys.path.remove(str(tmp_path))
+        snki.uninstall()
+        snki.install("trn2")
+
+
+def test_a_call_outside_a_kernel_is_a_clear_error() -> None:
+    import nki.language as nl
+
+    with pytest.raises(SystolicError, match="only inside a kernel"):
+        nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
