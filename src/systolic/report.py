@@ -213,6 +213,7 @@ class Report:
         from rich import box
         from rich.console import Group
         from rich.table import Table
+        from rich.text import Text
 
         head = Table.grid(padding=(0, 2))
         for k, v in self._summary_rows():
@@ -227,10 +228,11 @@ class Report:
         table.add_section()
         table.add_row("total", f"{self.cycles:,}", "100.00")
         core = self.core
-        whole = Table(box=box.SIMPLE_HEAD, title_justify="left",
-                      title=f"whole NeuronCore: {core.latency_us:,.2f} us, "
-                            f"{core.tflops:.2f} TFLOP/s (hfu {100 * core.hfu:.2f} %), "
-                            f"bound by {CORE_CAUSES[core.bound]}")
+        # the headline is its own line: a table title would wrap at the table's width
+        headline = Text(f"whole NeuronCore: {core.latency_us:,.2f} us, "
+                        f"{core.tflops:.2f} TFLOP/s (hfu {100 * core.hfu:.2f} %), "
+                        f"bound by {CORE_CAUSES[core.bound]}")
+        whole = Table(box=box.SIMPLE_HEAD)
         whole.add_column("critical path")
         whole.add_column("us", justify="right")
         whole.add_column("%", justify="right")
@@ -247,7 +249,7 @@ class Report:
         tail.add_row("engines busy", f"{busy}, busiest DMA queue {100 * dma_busy:.0f}%")
         tail.add_row("HBM", f"{core.hbm_bytes:,} bytes at {gbps:,.1f} GB/s of "
                             f"{self.arch.hbm_bytes_per_s / 1e9:,.1f}")
-        return Group(head, table, whole, tail)
+        return Group(head, table, headline, whole, tail)
 
     def to_text(self, width: int = 80) -> str:
         """The report as a plain text table (rich, without colour)."""
