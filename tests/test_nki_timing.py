@@ -207,7 +207,6 @@ def k(x):
 def test_narrow_dma_copies_are_spread_over_the_queues(tmp_path: Path) -> None:
     import ml_dtypes
 
-    arch = get_arch("trn2")
     x = np.zeros((128, 4096), ml_dtypes.bfloat16)
     rec = snki.record(snki.load_kernel(str(_write(tmp_path, NARROW)), "k"), [x])
     loads = [ins for ins in rec.program if isinstance(ins, DmaCopy)][:16]

@@ -35,7 +35,7 @@ def block_all_matmul(lhsT, rhs, TILES_M=4, TILES_N=2, TILES_K=8):
     out = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
     for nb in nl.affine_range(N // BN):
         sums = []  # one fp32 [128, BN] row of partial sums per M tile, in SBUF
-        for i in nl.affine_range(M // TM):
+        for _ in nl.affine_range(M // TM):
             s = nl.ndarray((TM, BN), dtype=nl.float32, buffer=nl.sbuf)
             nisa.memset(dst=s, value=0.0)
             sums.append(s)
