@@ -226,3 +226,20 @@ def values_match(rec: snki.Recorded, x: np.ndarray) -> bool:
     a = rng.standard_normal(x.shape).astype(x.dtype)
     out = snki.execute(rec, [a])
     return bool(np.array_equal(np.asarray(out).view(np.uint16), a.view(np.uint16)))
+
+
+@pytest.mark.parametrize(("name", "args", "arch"), [
+    ("basic_matmul", ["bf16[128,128]", "bf16[128,512]"], "trn2"),
+    ("tiled_matmul_legacy", ["bf16[256,256]", "bf16[256,1024]"], "trn2"),
+    ("blocked_matmul", ["bf16[256,256]", "bf16[256,2048]"], "trn2"),
+    ("fp8_double_row", ["fp8_e4m3[512,256]", "fp8_e4m3[512,1024]"], "trn2"),
+    ("mx_matmul", ["uint32[256,256]", "uint8[32,256]", "uint32[256,1024]", "uint8[32,1024]"],
+     "trn3"),
+])
+def test_every_example_kernel_is_timed(name: str, args: list[str], arch: str) -> None:
+    rec = snki.record_kernel(str(EX / f"{name}.py"), name, args, arch=arch)
+    ct = time_recorded(rec)
+    assert sum(ct.bound_ticks.values()) == ct.latency > 0
+    assert 0 < ct.hfu <= 1 and ct.tflops <= ct.peak_tflops
+    # every instruction is one op, a ReadOut none here: the ops are the Program
+    assert sorted(set(ct.op_instr.tolist())) == list(range(len(rec.program)))
