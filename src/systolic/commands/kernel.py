@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SystolicError
-from .common import add_json, add_plot_size, output_path, plot_path, wrote
+from .common import add_json, output_path, plot_path, positive_int, wrote
 
 HELP = """\
 Run an NKI kernel file unmodified on the model and time it on the whole NeuronCore (every
@@ -48,7 +48,8 @@ def add_parser(sub: Any) -> None:
                    help="write a Chrome/Perfetto trace: one row per engine and DMA queue")
     p.add_argument("--timeline", metavar="FILE.png", type=plot_path,
                    help="plot the whole-core timeline: one row per engine and DMA queue")
-    add_plot_size(p, "26 per row")
+    p.add_argument("--width", type=positive_int, default=1200, metavar="PX",
+                   help="--timeline width in pixels (1200; the height follows the rows)")
     add_json(p)
     p.set_defaults(run=run)
 
