@@ -243,3 +243,26 @@ def test_every_example_kernel_is_timed(name: str, args: list[str], arch: str) ->
     assert 0 < ct.hfu <= 1 and ct.tflops <= ct.peak_tflops
     # every instruction is one op, a ReadOut none here: the ops are the Program
     assert sorted(set(ct.op_instr.tolist())) == list(range(len(rec.program)))
+
+
+@pytest.mark.parametrize(("name", "k", "m", "n", "params"), [
+    ("hoisted_matmul", 384, 256, 1024, {}),
+    ("block_free_matmul", 384, 512, 2048, {"TILES_M": 2, "TILES_N": 2}),
+    ("block_all_matmul", 512, 512, 2048, {"TILES_M": 2, "TILES_N": 2, "TILES_K": 2}),
+])
+def test_the_tutorial_kernels_compute_the_product(name: str, k: int, m: int, n: int,
+                                                  params: dict[str, int]) -> None:
+    """Several blocks in every dimension; float64 numpy of the bf16 operands, within fp32
+    accumulation error in any order (PSUM and the SBUF sums) plus the bf16 output rounding."""
+    import ml_dtypes
+    from helpers import fp32_bound
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((k, m)).astype(np.float32).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(np.float32).astype(ml_dtypes.bfloat16)
+    out = snki.values(snki.load_kernel(str(EX / f"{name}.py"), name), [a, b], params)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = a64.T @ b64
+    bound = fp32_bound(a64.T, b64) + np.abs(ref) * 2.0 ** -8  # bf16: half an ulp, 2^-8 rel
+    err = np.abs(out.astype(np.float64) - ref)
+    assert out.shape == (m, n) and np.all(err <= bound), float((err - bound).max())
