@@ -266,3 +266,21 @@ def test_the_tutorial_kernels_compute_the_product(name: str, k: int, m: int, n: 
     bound = fp32_bound(a64.T, b64) + np.abs(ref) * 2.0 ** -8  # bf16: half an ulp, 2^-8 rel
     err = np.abs(out.astype(np.float64) - ref)
     assert out.shape == (m, n) and np.all(err <= bound), float((err - bound).max())
+
+
+def test_cli_timeline_writes_the_whole_core_rows(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from systolic.cli import main
+
+    png = tmp_path / "k.png"
+    target = f"{EX / 'basic_matmul.py'}:basic_matmul"
+    assert main(["kernel", target, "--arg", "a=bf16[128,128]", "--arg", "b=bf16[128,512]",
+                 "--timeline", str(png), "--width", "640", "--json"]) == 0
+    cap = capsys.readouterr()
+    assert json.loads(cap.out)["latency_us"] > 0  # stdout stays one JSON object
+    assert f"wrote {png}" in cap.err
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(SystemExit) as exc:  # refused before any work, one line, exit 2
+        main(["kernel", target, "--arg", "a=bf16[128,128]", "--arg", "b=bf16[128,512]",
+              "--timeline", str(tmp_path / "k.gif")])
+    assert exc.value.code == 2 and "name the file .png or .svg" in capsys.readouterr().err
