@@ -217,7 +217,8 @@ def test_cli_values_agree_with_python_api(capsys: pytest.CaptureFixture[str]) ->
     out = snki.values(_kernel("tiled_matmul"), arrays)
     assert info["outputs"][0]["sum"] == pytest.approx(float(out.astype(np.float64).sum()),
                                                       rel=0, abs=1e-9)
-    assert info["engines"]["tensor"] == 2 * 2 * 2 * 2
+    assert info["counts"]["tensor"] == 2 * 2 * 2 * 2
+    assert info["engines"]["tensor"]["instructions"] == 2 * 2 * 2 * 2
 
 
 def test_cli_error_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -33,8 +33,8 @@ def test_benchmark_records_the_program_from_tensor_specs() -> None:
     res = bench.benchmark_result
     assert res is not None and res.program is res.recorded.program
     assert res.recorded.counts()["tensor"] == 2 * (2 * 2 * 4)  # LoadStationary + MatMul
-    with pytest.raises(SystolicError, match="whole-core timing"):
-        res.nc_latency.get_latency_percentile(99)
+    # timed since the whole-core timing (tests/test_nki_timing.py checks the figures)
+    assert res.nc_latency.get_latency_percentile(99) == res.timing.latency_us > 0
 
 
 def test_jit_options_pick_the_arch_and_calling_a_kernel_gives_values() -> None:

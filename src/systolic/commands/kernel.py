@@ -1,26 +1,32 @@
-"""``systolic kernel FILE.py:FUNCTION``: record an NKI kernel, show its Program, its values."""
+"""``systolic kernel FILE.py:FUNCTION``: record an NKI kernel, time it on the whole
+NeuronCore, show its Program, its values."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 import numpy as np
 
 from ..errors import SystolicError
-from .common import add_json
+from .common import add_json, output_path, plot_path, positive_int, wrote
 
 HELP = """\
-Run an NKI kernel file unmodified on the model. --arg gives the kernel's tensor arguments in
-order (shapes only: no values are computed unless --values); --param passes keyword
-meta-parameters (ints, floats, or strings).
+Run an NKI kernel file unmodified on the model and time it on the whole NeuronCore (every
+engine, DMA queue and HBM: latency, TFLOP/s, what bounds it). --arg gives the kernel's
+tensor arguments in order (shapes only: no values are computed unless --values); --param
+passes keyword meta-parameters (ints, floats, or strings). --trace writes a Perfetto
+profile and --timeline a PNG/SVG with one row per engine and DMA queue.
 
 examples:
   systolic kernel examples/kernels/tiled_matmul.py:tiled_matmul --arch trn2 \\
       --arg lhsT=bf16[512,256] --arg rhs=bf16[512,1024] --values
   systolic kernel examples/kernels/blocked_matmul.py:blocked_matmul --arch trn2 \\
       --arg lhsT=bf16[2048,2048] --arg rhs=bf16[2048,2048] --param TILES_N=2 --json
+  systolic kernel examples/kernels/tiled_matmul.py:tiled_matmul \
+      --arg lhsT=bf16[2048,2048] --arg rhs=bf16[2048,2048] --timeline tiled.png
 """
 
 
@@ -38,6 +44,12 @@ def add_parser(sub: Any) -> None:
                         "simulator")
     p.add_argument("--seed", type=int, default=0, help="seed of --values (default 0)")
     p.add_argument("--program", action="store_true", help="print the Program text")
+    p.add_argument("--trace", metavar="FILE.json", type=output_path("trace"),
+                   help="write a Chrome/Perfetto trace: one row per engine and DMA queue")
+    p.add_argument("--timeline", metavar="FILE.png", type=plot_path,
+                   help="plot the whole-core timeline: one row per engine and DMA queue")
+    p.add_argument("--width", type=positive_int, default=1200, metavar="PX",
+                   help="--timeline width in pixels (1200; the height follows the rows)")
     add_json(p)
     p.set_defaults(run=run)
 
@@ -83,7 +95,16 @@ def random_inputs(specs: list[Any], seed: int) -> list[np.ndarray]:
 
 def run(args: argparse.Namespace) -> int:
     from ..arch import get_arch
-    from ..nki.run import execute, load_kernel, parse_arg, record, set_default_arch
+    from ..nki.run import (
+        execute,
+        load_kernel,
+        parse_arg,
+        record,
+        set_default_arch,
+        time_recorded,
+        timing_fields,
+        write_kernel_trace,
+    )
 
     path, sep, func = args.target.rpartition(":")
     if not sep or not path or not func:
@@ -94,11 +115,13 @@ def run(args: argparse.Namespace) -> int:
     params = dict((k, _value(v)) for k, v in (_split(p, "--param") for p in args.param))
     kernel = load_kernel(path, func)
     rec = record(kernel, specs, params, arch=arch)
+    core = time_recorded(rec)
     info: dict[str, Any] = {
         "kernel": args.target, "arch": arch.name, "nki_ops": rec.ops,
-        "instructions": len(rec.program), "engines": rec.counts(),
+        "instructions": len(rec.program), "counts": rec.counts(),
         "opcodes": rec.program.counts(), "weight_cache_hits": rec.cache_hits,
     }
+    info.update(timing_fields(core))
     if args.values:
         arrays = random_inputs(specs, args.seed)
         res = execute(rec, arrays)
@@ -107,23 +130,50 @@ def run(args: argparse.Namespace) -> int:
                             "sum": float(np.asarray(o, dtype=np.float64).sum()),
                             "max_abs": float(np.abs(np.asarray(o, dtype=np.float64)).max())}
                            for o in outs if isinstance(o, np.ndarray)]
+    if args.trace is not None:
+        write_kernel_trace(core, rec, args.trace)
+    if args.timeline is not None:
+        from ..core_plot import core_timeline_plot
+
+        core_timeline_plot(core, args.timeline, width=args.width,
+                           title=f"{os.path.basename(path)}:{func}")
     if args.program:
-        try:
-            print(rec.program.text())
-        except Exception:
-            for ins in rec.program:
-                print(repr(ins))
+        print(rec.program.text())
     if args.json:
         print(json.dumps(info, indent=2))
-        return 0
-    if not args.program:
-        print(f"{args.target} on {arch.name}: {rec.ops} NKI operations -> "
-              f"{len(rec.program)} instructions")
-        for name, n in info["engines"].items():
-            print(f"  {name:<8} {n:>8}")
-        print("  " + ", ".join(f"{k}={v}" for k, v in info["opcodes"].items()))
-        print(f"  weight-tile cache hits: {rec.cache_hits}")
-        for o in info.get("outputs", []):
-            print(f"  output {o['shape']} {o['dtype']}: sum {o['sum']:.6g}, "
-                  f"max |x| {o['max_abs']:.6g}")
+    elif not args.program:
+        _print_human(args.target, rec, core, info)
+    if args.trace is not None:
+        wrote(args.trace, "Perfetto trace", json_mode=args.json)
+    if args.timeline is not None:
+        wrote(args.timeline, "whole-core timeline", json_mode=args.json)
     return 0
+
+
+def _print_human(target: str, rec: Any, core: Any, info: dict[str, Any]) -> None:
+    from ..sim.core import CAUSES
+
+    counts = ", ".join(f"{k} {v:,}" for k, v in info["counts"].items())
+    print(f"{target} on {core.arch.name}: {rec.ops:,} NKI operations -> "
+          f"{len(rec.program):,} instructions ({counts})")
+    print("  " + ", ".join(f"{k}={v:,}" for k, v in info["opcodes"].items()))
+    print(f"  weight-tile cache hits: {rec.cache_hits:,}")
+    b = info["bound"]
+    print(f"whole NeuronCore: {core.latency_us:,.2f} us, {core.tflops:.2f} of "
+          f"{core.peak_tflops:.2f} TFLOP/s (hfu {100 * core.hfu:.1f}%), bound by "
+          f"{CAUSES[b['by']]} ({b['kind']})")
+    print(f"  {'critical path':<30} {'us':>12} {'%':>7}")
+    for cause, part in b["causes"].items():
+        print(f"  {CAUSES[cause]:<30} {part['us']:>12,.3f} {part['percent']:>7.2f}")
+    print(f"  {'total':<30} {core.latency_us:>12,.3f} {100.0:>7.2f}")
+    busy = core.busy()
+    engines = ", ".join(f"{k} {100 * busy[k]:.0f}%" for k in ("tensor", "vector", "scalar",
+                                                               "gpsimd"))
+    dmas = [v for k, v in busy.items() if k.startswith("dma")]
+    print(f"  engines busy: {engines}; busiest DMA queue {100 * max(dmas, default=0):.0f}%")
+    print(f"  HBM {core.hbm_bytes:,} bytes at {info['dma']['gbps']:,.1f} GB/s of "
+          f"{core.arch.hbm_bytes_per_s / 1e9:,.1f}; {info['intensity']:,.1f} FLOP per "
+          f"HBM byte")
+    for o in info.get("outputs", []):
+        print(f"  output {o['shape']} {o['dtype']}: sum {o['sum']:.6g}, "
+              f"max |x| {o['max_abs']:.6g}")

@@ -18,14 +18,15 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import SystolicError
+from ..sim.core import CoreTiming, time_program
 from . import isa, language, typing
 from .build import Recorded
 from .hook import install, uninstall
 from .run import Kernel, execute, load_kernel, parse_arg, record, record_kernel, values
 
-__all__ = ["Kernel", "Recorded", "benchmark", "execute", "install", "isa", "jit", "language",
-           "load_kernel", "parse_arg", "record", "record_kernel", "simulate",
-           "simulate_kernel", "typing", "uninstall", "values"]
+__all__ = ["BenchmarkResult", "Kernel", "LatencyResult", "Recorded", "benchmark", "execute",
+           "install", "isa", "jit", "language", "load_kernel", "parse_arg", "record",
+           "record_kernel", "simulate", "simulate_kernel", "typing", "uninstall", "values"]
 
 
 def jit(func: Callable[..., Any] | None = None, **options: Any) -> Any:
@@ -49,37 +50,59 @@ def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
     return values(kernel, args, kwargs)
 
 
-class _Latency:
-    def __init__(self, recorded: Recorded) -> None:
-        self.recorded = recorded
+class LatencyResult:
+    """``benchmark_result.nc_latency``: NKI's latency percentiles, in microseconds.
+
+    The model is deterministic, so every percentile (and every one of ``warmup + iters``
+    runs) is the one modelled latency, :attr:`CoreTiming.latency_us
+    <systolic.sim.core.CoreTiming.latency_us>` of ``time_program(program, arch)``."""
+
+    def __init__(self, timing: CoreTiming) -> None:
+        self.timing = timing
 
     def get_latency_percentile(self, p: float) -> float:
-        raise SystolicError("kernel timing comes with the whole-core timing model; the "
-                            "recorded Program is benchmark_result.recorded.program")
+        """The ``p``-th percentile latency in microseconds (0 <= p <= 100)."""
+        if not 0 <= float(p) <= 100:
+            raise SystolicError(f"a latency percentile is between 0 and 100, not {p}")
+        return self.timing.latency_us
 
 
 class BenchmarkResult:
-    """What ``nki.benchmark`` leaves on the kernel: the recording and (later) its timing."""
+    """What ``nki.benchmark`` leaves on the kernel: the recording, its whole-core timing
+    (``timing``: a :class:`~systolic.sim.core.CoreTiming`) and ``nc_latency``."""
 
-    def __init__(self, recorded: Recorded) -> None:
+    def __init__(self, recorded: Recorded, timing: CoreTiming, warmup: int,
+                 iters: int) -> None:
         self.recorded = recorded
         self.program = recorded.program
-        self.nc_latency = _Latency(recorded)
+        self.timing = timing
+        self.warmup, self.iters = warmup, iters
+        self.nc_latency = LatencyResult(timing)
 
 
 class _Benchmarked:
-    def __init__(self, kernel: Any, warmup: int, iters: int) -> None:
-        self.kernel, self.warmup, self.iters = kernel, warmup, iters
+    def __init__(self, kernel: Any, warmup: int, iters: int, arch: Any) -> None:
+        self.kernel, self.warmup, self.iters, self.arch = kernel, warmup, iters, arch
         self.benchmark_result: BenchmarkResult | None = None
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        self.benchmark_result = BenchmarkResult(record(self.kernel, args, kwargs))
+        rec = record(self.kernel, args, kwargs, arch=self.arch)
+        self.benchmark_result = BenchmarkResult(rec, time_program(rec.program, rec.arch),
+                                                self.warmup, self.iters)
 
 
 def benchmark(kernel: Any = None, *, warmup: int = 5, iters: int = 10,
               **options: Any) -> Any:
-    """``nki.benchmark(warmup=, iters=)(kernel)``: records the Program (arguments may be
-    arrays or ``nt.tensor[[shape], dtype]``); ``.benchmark_result.program`` holds it."""
+    """``nki.benchmark(warmup=, iters=)(kernel)(*args)``: records the kernel (arguments may
+    be arrays or ``nt.tensor[[shape], dtype]``; no values are computed) and times it on
+    the whole NeuronCore (:func:`systolic.sim.core.time_program`). Then
+    ``.benchmark_result.nc_latency.get_latency_percentile(p)`` is the modelled latency in
+    microseconds for every ``p``; ``.benchmark_result.timing`` the CoreTiming. ``arch=``
+    overrides the kernel's ``platform_target`` and the installed default."""
+    if warmup < 0 or iters < 1:
+        raise SystolicError(f"nki.benchmark needs warmup >= 0 and iters >= 1, got "
+                            f"warmup={warmup}, iters={iters}")
+    arch = options.get("arch")
     if kernel is None:
-        return lambda k: _Benchmarked(k, warmup, iters)
-    return _Benchmarked(kernel, warmup, iters)
+        return lambda k: _Benchmarked(k, warmup, iters, arch)
+    return _Benchmarked(kernel, warmup, iters, arch)

@@ -33,6 +33,7 @@ from ..isa import (
     TensorCopy,
     TensorTensor,
 )
+from ..sim.dma import first_queue
 from ..verify import verify
 from .alloc import OnChip
 from .lower import emit_nc_matmul, emit_nc_matmul_mx, new_state
@@ -329,8 +330,8 @@ def _emit(op: Op, i: int, st: Any, addr: dict[int, int], starts: set[int],
                           _mx_scale(srcs[3], srcs[1]), dst, first=i in starts,
                           last=i in stops, bank=dst.offset // st.arch.psum_bank_bytes)
         return
-    if k == "dma":
-        out.append(DmaCopy(srcs[0], dst))
+    if k == "dma":  # the compiler's queue spreading (sim/dma.py first_queue)
+        out.append(DmaCopy(srcs[0], dst, first_queue(srcs[0], dst, st.arch)))
     elif k == "copy":
         out.append(TensorCopy(srcs[0], dst, a["engine"]))
     elif k == "tt":

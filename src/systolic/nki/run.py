@@ -7,6 +7,10 @@ execute it on the functional simulator.
   0xFF, NaN in float formats), runs the Program bit-accurately, and reads the outputs.
 * :func:`record_kernel` loads ``FILE.py:FUNCTION`` and records it: the entry point for
   the CLI and for sweeps.
+* :func:`time_recorded` times the recorded Program on the whole NeuronCore
+  (:func:`systolic.sim.core.time_program`); :func:`timing_fields` gives its JSON keys
+  (those of ``systolic kernel --json``), :func:`bound_kind` the coarse answer to "what
+  bounds this kernel".
 """
 
 from __future__ import annotations
@@ -24,14 +28,16 @@ import numpy as np
 
 from ..arch import Arch, get_arch
 from ..errors import KernelError, SystolicError
+from ..sim.core import CoreTiming, time_program
 from . import record as _record
 from .build import Recorded, build
 from .record import Recorder
 from .tensor import Tensor
 from .types import BUFFERS, TensorSpec, to_dtype
 
-__all__ = ["Kernel", "load_kernel", "parse_arg", "record", "record_kernel",
-           "set_default_arch", "values"]
+__all__ = ["BOUND_KINDS", "Kernel", "bound_kind", "load_kernel", "parse_arg", "record",
+           "record_kernel", "set_default_arch", "time_recorded", "timing_fields", "values",
+           "write_kernel_trace"]
 
 _DEFAULT = _record.DEFAULT_ARCH
 set_default_arch = _record.set_default_arch
@@ -219,3 +225,57 @@ def record_kernel(path: str, function: str, args: Sequence[Any],
         else:
             specs.append(a)
     return record(fn, specs, params, arch=arch)
+
+
+# The critical-path causes of sim/core.py in four kinds: the answer a kernel engineer acts
+# on (make the PE busier, move fewer or larger DMAs, take work off the other engines, cut
+# the waits between engines).
+BOUND_KINDS: dict[str, tuple[str, ...]] = {
+    "pe": ("pe", "weight_load"),
+    "dma": ("dma", "dma_latency"),
+    "engines": ("psum_evacuation", "vector", "scalar", "gpsimd"),
+    "sync": ("sync", "idle"),
+}
+
+
+def bound_kind(core: CoreTiming) -> str:
+    """The kind (:data:`BOUND_KINDS`) with the largest share of the critical path."""
+    share = {k: sum(core.bound_ticks[c] for c in causes) for k, causes in BOUND_KINDS.items()}
+    return max(share, key=lambda k: share[k])
+
+
+def time_recorded(rec: Recorded) -> CoreTiming:
+    """The whole-core timing of a recorded kernel (no values are computed)."""
+    return time_program(rec.program, rec.arch)
+
+
+def timing_fields(core: CoreTiming) -> dict[str, Any]:
+    """``systolic kernel --json``'s whole-core keys: those of ``CoreTiming.to_dict()``
+    (latency_us, tflops, peak_tflops, hfu, engines, dma, bound) with ``bound.kind``
+    (:func:`bound_kind`) and ``intensity`` (useful FLOPs per HBM byte moved)."""
+    d = core.to_dict()
+    d["bound"]["kind"] = bound_kind(core)
+    d["intensity"] = 2 * core.useful_macs / core.hbm_bytes if core.hbm_bytes else 0.0
+    return d
+
+
+def write_kernel_trace(core: CoreTiming, rec: Recorded, path: str) -> None:
+    """The Perfetto/Chrome trace of a kernel: one row per engine and DMA queue (the
+    "NeuronCore" rows of systolic.trace); each slice names its instruction, and its args
+    the kernel line it came from."""
+    import json
+
+    from ..artifacts import open_artifact
+    from ..trace import core_events
+
+    events = core_events(core, rec.program)
+    for e in events:
+        if e.get("ph") == "X" and rec.lines:
+            file, line = rec.lines[e["args"]["index"]]
+            e["args"]["line"] = f"{os.path.basename(file)}:{line}"
+    doc = {"traceEvents": events, "displayTimeUnit": "ns",
+           "otherData": {"arch": core.arch.name, "time_unit": "us",
+                         "latency_us": core.latency_us, "bound": core.bound,
+                         "bound_kind": bound_kind(core)}}
+    with open_artifact(path, "trace") as f:
+        json.dump(doc, f, separators=(",", ":"))

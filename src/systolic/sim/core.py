@@ -6,10 +6,10 @@ answer to "what bounds my kernel" (docs/timing.md "The whole core").
 
 Model. Each engine is an in-order queue at its own clock: Tensor (the PE rules of
 :mod:`systolic.sim.cost`, unchanged: issue interval, background weight loads), Vector,
-Scalar, GpSimd (costs: :mod:`systolic.sim.engines`) and ``arch.dma_queues`` DMA queues
-(:mod:`systolic.sim.dma`). A ReadOut is two ops: the PSUM evacuation on
-``arch.readout_engine``, then a DMA store of its bytes. An op starts when its queue is free
-(program order within a queue) and every op it depends on has ended
+Scalar, GpSimd (costs, QuantizeMx's included: :mod:`systolic.sim.engines`) and
+``arch.dma_queues`` DMA queues (:mod:`systolic.sim.dma`). A ReadOut is two ops: the PSUM
+evacuation on ``arch.readout_engine``, then a DMA store of its bytes. An op starts when its
+queue is free (program order within a queue) and every op it depends on has ended
 (:mod:`systolic.sim.deps`: RAW, WAW, WAR on overlapping regions), plus ``arch.sync_ns`` when
 a compute engine waits for another queue; a DMA's first byte comes ``dma_fixed_ns`` after
 its inputs are ready. All DMA bytes to or from HBM pass one shared server at
@@ -51,6 +51,7 @@ from ..isa import (
     MatmultMx,
     Memset,
     Program,
+    QuantizeMx,
     ReadOut,
     TensorCopy,
     TensorTensor,
@@ -426,6 +427,10 @@ class _Scheduler:
             elif tp is TensorTensor:
                 self._engine_op(i, ins, ins.engine, (reg(ins.a), reg(ins.b)),
                                 (reg(ins.dst),), _ENGINE_CAUSE.get(ins.engine, _VEC))
+            elif tp is QuantizeMx:  # reads src, writes the containers and the scales
+                self._engine_op(i, ins, ins.engine, (reg(ins.src),),
+                                (reg(ins.dst), reg(ins.scale)),
+                                _ENGINE_CAUSE.get(ins.engine, _VEC))
             elif tp is Memset:
                 self._engine_op(i, ins, ins.engine, (), (reg(ins.dst),),
                                 _ENGINE_CAUSE.get(ins.engine, _VEC))

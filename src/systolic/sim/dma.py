@@ -10,7 +10,10 @@ model:
   transfers of 8 partitions; fewer partitions use fewer queues). ``DmaCopy.queue`` names
   the first; the others follow it modulo ``dma_queues``. A ``DmaLoad`` or ReadOut store has
   no queue field: queue j serves partitions ``8j .. 8j + 7`` (assumed, after the v2 guide's
-  split), so such a transfer starts on the queue of its first SBUF/PSUM partition. The
+  split), so such a transfer starts on the queue of its first SBUF/PSUM partition. The NKI
+  front end gives each ``DmaCopy`` the same first queue (:func:`first_queue`) when it
+  builds the Program, as the Neuron compiler assigns queues to ``nisa.dma_copy`` (NKI has
+  no queue argument); the scheduler honours whatever ``DmaCopy.queue`` says. The
   pieces run as one gang: they start together when all their queues are free, so each
   piece takes the largest piece's time.
 * **Time on a queue.** Every contiguous run (descriptor) costs its bytes plus
@@ -35,7 +38,7 @@ from math import ceil
 from ..arch import Arch
 from ..isa import AccessPattern, Space
 
-__all__ = ["DmaCost", "contiguous_run", "dma_cost", "queues_for"]
+__all__ = ["DmaCost", "contiguous_run", "dma_cost", "first_queue", "queues_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,3 +98,13 @@ def dma_cost(src: AccessPattern, dst: AccessPattern, arch: Arch) -> DmaCost:
 def queues_for(first: int, count: int, total: int) -> tuple[int, ...]:
     """The queues of a transfer of ``count`` pieces whose first piece is on ``first``."""
     return tuple((first + j) % total for j in range(count))
+
+
+def first_queue(src: AccessPattern, dst: AccessPattern, arch: Arch) -> int:
+    """The first queue of a transfer, spread the way the compiler spreads them (module
+    docstring): the queue serving the band of partitions its SBUF/PSUM side starts in (the
+    destination's for SBUF to SBUF); an HBM-to-HBM copy starts on queue 0."""
+    side = dst if dst.space is not Space.DRAM else src
+    if side.space is Space.DRAM:
+        return 0
+    return (side.partition // arch.dma_partitions_per_queue) % arch.dma_queues

@@ -4,7 +4,13 @@ the engine's own clock (FACTS "The whole NeuronCore"; docs/timing.md "Engines").
 The rules (NKI API pages, "estimated instruction cost"; the Trainium guide):
 
 * one input tile of N elements per partition (``tensor_copy``, ``activation``, ``memset``,
-  the PSUM evacuation of a ReadOut): ``max(MIN_II, ceil(N / w))`` cycles;
+  the PSUM evacuation of a ReadOut): ``max(MIN_II, ceil(N / w))`` cycles; a
+  ``tensor_copy`` out of PSUM is the same rule at the rate of its fp32 source (the
+  ``w`` of 4-byte formats); the Vector-engine half of a casting ``dma_copy`` (the NKI front
+  end stages it as a DmaCopy plus a TensorCopy) is an ordinary ``tensor_copy``;
+* ``quantize_mx`` (v4, Vector): one input tile of N bf16/fp16 elements per partition,
+  ``max(MIN_II, ceil(N / w))`` at the 2-byte rate (unsure: its NKI page gives no estimated
+  cost; the block maximum and scale are taken to pipeline with the element stream);
 * two input tiles (``tensor_tensor``): ``max(MIN_II, ceil(2N / w))``;
 * ``w`` is the engine's elements per partition per cycle: its data-path width over 128
   partitions, wider for 2-byte formats on v3/v4 (Arch ``*_elems_per_cycle``); an
@@ -23,11 +29,20 @@ from math import ceil
 from ..arch import Arch
 from ..dtypes import get_format
 from ..errors import SystolicError
-from ..isa import AccessPattern, Activation, Engine, Memset, ReadOut, TensorCopy, TensorTensor
+from ..isa import (
+    AccessPattern,
+    Activation,
+    Engine,
+    Memset,
+    QuantizeMx,
+    ReadOut,
+    TensorCopy,
+    TensorTensor,
+)
 
 __all__ = ["elems_per_cycle", "engine_cycles", "engine_hz"]
 
-Elementwise = TensorCopy | TensorTensor | Memset | Activation | ReadOut
+Elementwise = TensorCopy | TensorTensor | Memset | Activation | ReadOut | QuantizeMx
 
 
 def engine_hz(arch: Arch, engine: Engine) -> int:
@@ -66,5 +81,7 @@ def engine_cycles(ins: Elementwise, arch: Arch, engine: Engine) -> int:
         aps, work = (ins.src, ins.dst), ins.src.free_elems
     if isinstance(ins, ReadOut):
         aps = (ins.src,)  # the evacuation reads fp32 PSUM
+    elif isinstance(ins, QuantizeMx):
+        aps = (ins.src,)  # bf16/fp16 in; the x4 containers out are one byte per element
     w = elems_per_cycle(arch, engine, aps)
     return max(arch.engine_min_ii, ceil(work / w))
