@@ -147,7 +147,7 @@ def roofline_plot(data: dict[str, Any], path: str | os.PathLike[str], *, width: 
     for i, group in enumerate(_clusters(ceilings, "tflops")):
         level = float(np.mean([c["tflops"] for c in group]))
         ax.plot([level / bw, x_hi], [level, level], color="#555555", linestyle="--",
-                linewidth=1, label="ceilings (timing model)" if i == 0 else None)
+                linewidth=1, label="ceilings (Tensor Engine alone, timing model)" if i == 0 else None)
         # one line per ceiling, each with its own value and reason: ceilings that meet at
         # one level (K = 64, M = 64, N = 32 all halve the peak) still read apart
         ax.text(level / bw * 1.15, level / 1.04, ceiling_label(group), color="#555555",
@@ -162,14 +162,16 @@ def roofline_plot(data: dict[str, Any], path: str | os.PathLike[str], *, width: 
         below = not below and x < prev[0] * 1.2 and prev[1] / 1.3 < y < prev[1] * 1.3
         prev = (x, y)
         ax.scatter([x], [y], s=36, color="black", zorder=5,
-                   label="workload ops (timing model)" if j == 0 else None)
+                   label="workload ops (whole-core timing, measured intensity)" if j == 0
+                   else None)
         cap = group[0]["hbm_bound_tflops"]
         if cap < y:  # the model keeps operands on chip; HBM would hold the op down to here
             ax.plot([x, x], [cap, y], color="black", linestyle=":", linewidth=1)
             ax.scatter([x], [cap], s=30, marker="v", facecolors="white", edgecolors="black",
                        zorder=5, label=None if above else "same op, bound by HBM")
             above = True
-        ax.annotate(", ".join(p["name"] for p in group), (x, y), fontsize=7.5,
+        ax.annotate(", ".join(p["name"] + (f" ({p['bound']}-bound)" if p.get("bound") else "")
+                              for p in group), (x, y), fontsize=7.5,
                     xytext=(6, -12 if below else 6), textcoords="offset points")
     ax.set_xlim(x_lo, x_hi)
     ax.set_ylim(y_lo, top * 1.8)
@@ -178,9 +180,10 @@ def roofline_plot(data: dict[str, Any], path: str | os.PathLike[str], *, width: 
         axis.set_ticks(ticks, [f"{t:g}" for t in ticks], fontsize=8)
     ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM traffic)", fontsize=9)
     ax.set_ylabel("TFLOP/s", fontsize=9)
-    ax.set_title(f"roofline of one {data['arch']} NeuronCore Tensor Engine "
-                 f"({data['rows']}x{data['cols']} PEs at {data['clock_hz'] / 1e9:g} GHz)",
-                 fontsize=10)
+    ax.set_title(f"roofline of one {data['arch']} NeuronCore: Tensor Engine of "
+                 f"{data['rows']}x{data['cols']} PEs at {data['clock_hz'] / 1e9:g} GHz, HBM "
+                 f"{data['hbm_bytes_per_s'] / 1e9:,.0f} GB/s; points placed by the HBM bytes "
+                 f"their DMAs move", fontsize=10)
     ax.grid(which="both", alpha=0.2)
     ax.legend(loc="lower right", fontsize=8)
     return save(fig, out)
