@@ -147,7 +147,8 @@ def roofline_plot(data: dict[str, Any], path: str | os.PathLike[str], *, width: 
     for i, group in enumerate(_clusters(ceilings, "tflops")):
         level = float(np.mean([c["tflops"] for c in group]))
         ax.plot([level / bw, x_hi], [level, level], color="#555555", linestyle="--",
-                linewidth=1, label="ceilings (Tensor Engine alone, timing model)" if i == 0 else None)
+                linewidth=1,
+                label="ceilings (Tensor Engine alone, timing model)" if i == 0 else None)
         # one line per ceiling, each with its own value and reason: ceilings that meet at
         # one level (K = 64, M = 64, N = 32 all halve the peak) still read apart
         ax.text(level / bw * 1.15, level / 1.04, ceiling_label(group), color="#555555",

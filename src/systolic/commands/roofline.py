@@ -44,7 +44,8 @@ Work out the roofline of one NeuronCore's Tensor Engine: the peak of each format
 bandwidth x arithmetic intensity), and the lower ceilings a kernel hits (K = 64, M = 64,
 N = 32, fp32), each measured by the timing model on a representative program. With
 --workload, each op of the file is a point at its whole-core TFLOP/s and its measured
-intensity (2MKN / the HBM bytes its DMAs actually move); no point can lie above a roof. -o writes the figure (.png or .svg).
+intensity (2MKN / the HBM bytes its DMAs actually move); no point can lie above a roof.
+-o writes the figure (.png or .svg).
 
 examples:
   systolic roofline --arch trn1 --json                  # the peak arithmetic
