@@ -8,6 +8,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -229,3 +230,60 @@ def test_matplotlib_is_a_regular_dependency() -> None:
 
     meta = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
     assert any(d.startswith("matplotlib") for d in meta["project"]["dependencies"])
+
+
+def test_one_timeline_for_every_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                        ) -> None:
+    """matmul --timeline, its older name --core-timeline and run --timeline all draw the
+    whole-core timeline (core_plot.core_timeline_plot), sized as asked."""
+    import systolic.core_plot as core_plot
+    from systolic.sim.core import CoreTiming
+
+    calls: list[object] = []
+    real = core_plot.core_timeline_plot
+
+    def spy(core: CoreTiming, path: Path, **kw: Any) -> Path:
+        calls.append(core)
+        return real(core, path, **kw)
+
+    monkeypatch.setattr(core_plot, "core_timeline_plot", spy)
+    a, b, c = tmp_path / "a.png", tmp_path / "b.png", tmp_path / "c.svg"
+    assert main(["matmul", "256", "384", "1024", "--timeline", str(a), "--json"]) == 0
+    assert main(["matmul", "256", "384", "1024", "--core-timeline", str(b), "--json"]) == 0
+    assert main(["run", str(EXAMPLES / "shortfalls.yaml"), "--timeline", str(c),
+                 "--timeline-op", "n32", "--json"]) == 0
+    assert len(calls) == 3 and all(isinstance(x, CoreTiming) for x in calls)
+    assert png_size(a) == png_size(b) == (1200, 520)
+    assert "<svg" in c.read_text()[:2000]
+
+
+def test_the_timeline_draws_the_trace_rows(tmp_path: Path) -> None:
+    """The plot's rows are the trace's: the same engine rows, and DMA rows that merge only
+    queues whose trace slices are identical, covering every queue once."""
+    from systolic.arch import get_arch
+    from systolic.compiler import MatmulSpec, lower
+    from systolic.core_plot import plot_rows
+    from systolic.report import build_report
+    from systolic.trace import CORE_PID, write_trace
+
+    arch = get_arch("trn2")
+    program = lower(MatmulSpec(300, 600, 1100, "bf16"), arch).program
+    rep = build_report(program, arch)
+    doc = json.loads(write_trace(rep, program, tmp_path / "t.json").read_text())
+    ev = [e for e in doc["traceEvents"] if e.get("pid") == CORE_PID]
+    names = {e["tid"]: e["args"]["name"] for e in ev if e["name"] == "thread_name"}
+    slices: dict[str, list[float]] = {n: [] for n in names.values()}
+    for e in ev:
+        if e["ph"] == "X":
+            slices[names[e["tid"]]].append(round(e["ts"], 9))
+    rows = plot_rows(rep.core)
+    us = 1e6 / rep.core.tick_hz
+    covered = []
+    for r in rows:
+        members = ([r.label] if not r.label.startswith("DMA queues") else
+                   [f"DMA queue {q}" for q in range(int(r.label.split()[-1].split("-")[0]),
+                                                    int(r.label.split("-")[-1]) + 1)])
+        covered += members
+        for name in members:
+            assert slices[name] == [round(t * us, 9) for t in r.lo.tolist()]
+    assert sorted(covered) == sorted(names.values())
