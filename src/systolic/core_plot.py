@@ -110,9 +110,10 @@ def _draw(ax: Axes, rows: list[PlotRow], span: tuple[float, float], us: float,
                            facecolors=row.colour)
             continue
         rgb = np.array(mcolors.to_rgb(row.colour))
-        shades = [(*(1 - f * (1 - rgb)), 1.0) for f in b]  # white -> colour by strength
-        ax.broken_barh(list(zip(a[:-1], np.diff(a), strict=True)), (y - 0.35, 0.7),
-                       facecolors=shades, linewidth=0)
+        shades = 1 - b[:, None] * (1 - rgb)  # white -> colour by strength, per pixel column
+        # one image row: no seams between columns, whatever the axes' pixel width
+        ax.imshow(shades[None, :, :], extent=(a[0], a[-1], y - 0.35, y + 0.35),
+                  aspect="auto", interpolation="nearest", zorder=2)
     ax.set_yticks(range(len(rows)), list(reversed(labels)), fontsize=7.5)
     ax.set_ylim(-0.6, len(rows) - 0.4)
     ax.set_xlim(*span)
