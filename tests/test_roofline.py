@@ -81,3 +81,28 @@ def test_every_ceiling_is_labelled_and_under_the_bf16_roof() -> None:
         for c in data["ceilings"]:
             assert 0 < c["tflops"] <= bf16
             assert f"{c['name']}: {c['tflops']:.1f} TFLOP/s ({c['what']})" in labels
+
+
+@pytest.mark.parametrize(("arch", "m", "k", "n", "dtype"), [
+    ("trn2", 8192, 8192, 8192, "bf16"),   # timed from a slice of its M tiles
+    ("trn1", 8192, 64, 8192, "bf16"),     # small K: far left of the ridge
+    ("trn2", 16384, 1024, 4096, "fp8_e4m3"),
+    ("inf2", 4096, 4096, 4096, "fp32"),
+    ("trn3", 300, 200, 700, "mxfp8_e4m3"),
+])
+def test_a_products_point_is_under_the_roofs(arch: str, m: int, k: int, n: int,
+                                              dtype: str) -> None:
+    """``systolic matmul --json``'s intensity and tflops (the keys the roofline reads) on
+    the same path the command takes, large products extrapolated from a slice included."""
+    from systolic.api import make_spec
+    from systolic.extrapolate import matmul_report
+    from systolic.report import report_fields
+
+    a = get_arch(arch)
+    rep, _ = matmul_report(make_spec(m, k, n, dtype, a), a)
+    d = report_fields(rep)
+    assert d["tflops"] <= d["peak_tflops"] * (1 + 1e-12)
+    assert d["tflops"] <= d["intensity"] * a.hbm_bytes_per_s / 1e12 * (1 + 1e-12)
+    # the whole core never moves less than the operands once
+    fmt_bytes = {"bf16": 2, "fp8_e4m3": 1, "fp32": 4, "mxfp8_e4m3": 1}[dtype]
+    assert d["dma"]["hbm_bytes"] >= (m * k + k * n) * fmt_bytes
