@@ -217,3 +217,19 @@ def test_a_program_that_does_not_match_is_refused(case, tmp_path):
     with pytest.raises(SystolicError, match="pass the program"):
         write_trace(rep, Program(prog.instructions[:3]), tmp_path / "t.json")
     assert not (tmp_path / "t.json").exists()
+
+
+def test_a_timing_without_op_causes_keeps_one_tensor_row(case, tmp_path):
+    """A CoreTiming built without per-op causes (older callers) cannot split the PE queue:
+    its ops all go on one Tensor row, nothing is lost."""
+    import dataclasses
+
+    prog, rep = case
+    core = dataclasses.replace(rep.core, op_cause=None)
+    doc = load_trace(write_trace(core, prog, tmp_path / "t.json"))
+    check_well_formed(doc)
+    names = row_names(doc, CORE_PID)
+    assert [names[t] for t in sorted(names)][:4] == ["Tensor", "Vector", "Scalar", "GpSimd"]
+    rows = Counter(names[e["tid"]] for e in doc["traceEvents"] if e["ph"] == "X")
+    counts = prog.counts()
+    assert rows["Tensor"] == counts["LoadStationary"] + counts["MatMul"]
