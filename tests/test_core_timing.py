@@ -331,21 +331,34 @@ def test_roofline_point_never_exceeds_a_roof(spec):
     assert tflops <= rep.intensity * TRN2.hbm_bytes_per_s / 1e12 * (1 + 1e-12)
 
 
-def test_core_timeline_plot_writes_one_row_per_busy_queue(tmp_path):
-    from systolic.core_plot import _rows, core_timeline_plot
+def test_core_timeline_plot_draws_every_engine_and_queue(tmp_path):
+    from systolic.core_plot import core_timeline_plot, plot_rows
 
     ct = time_program(matmul_kernel(6, reload=True), TRN2)
-    names = [n for n, _, _ in _rows(ct)]
-    assert names[:2] == ["tensor", "vector"] and len(names) == 2 + 16
+    rows = plot_rows(ct)
+    labels = [r.label for r in rows]
+    assert labels[:5] == ["Tensor (LDWEIGHTS)", "TensorMatrix (MATMUL)", "Vector", "Scalar",
+                          "GpSimd"]
+    # the DMA rows account for every queue exactly once (identical queues share a row)
+    assert sum(r.queues for r in rows[5:]) == TRN2.dma_queues
+    assert all(r.label.startswith("DMA queue") for r in rows[5:])
+    assert len(rows[1].lo) == 6 and len(rows[0].lo) == 6  # 6 MatMuls, 6 weight loads
     out = core_timeline_plot(ct, tmp_path / "t.png", width=600)
     assert out.stat().st_size > 1000 and out.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_core_timeline_plot_shades_dense_rows(tmp_path):
-    from systolic.core_plot import core_timeline_plot
+    from systolic.core_plot import core_timeline_plot, plot_rows
+    from systolic.plot_base import MIN_TINT, row_ink
 
-    ct = time_program(accumulate_kernel(400), TRN2)  # 800 PE ops: more than 100 bins
-    out = core_timeline_plot(ct, tmp_path / "t.svg", width=400, bins=100)
+    ct = time_program(accumulate_kernel(400), TRN2)  # 400 short weight loads, ~6% busy
+    ld, mm = plot_rows(ct)[:2]
+    how, _, strength = row_ink(ld.lo, ld.hi, (0, ct.latency), 300)
+    assert how == "tint" and 0 < strength.max() <= 1
+    assert strength.mean() < MIN_TINT + 2 * ld.busy  # faint, not a solid band
+    how, lo, hi = row_ink(mm.lo, mm.hi, (0, ct.latency), 300)  # back to back: stays solid
+    assert how == "bars" and (hi - lo).sum() > 0.9 * ct.latency
+    out = core_timeline_plot(ct, tmp_path / "t.svg", width=400)
     assert out.stat().st_size > 1000
 
 

@@ -8,6 +8,7 @@ import struct
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -142,7 +143,7 @@ def test_mixed_arch_workload_needs_arch(tmp_path: Path,
 
 def test_merge_and_busy_bins_against_a_cycle_mask() -> None:
     from systolic.geometry import interval_union as _merge
-    from systolic.plots import _busy_per_bin
+    from systolic.plot_base import busy_per_bin as _busy_per_bin
 
     rng = np.random.default_rng(3)
     lo = rng.integers(0, 1000, 200)
@@ -162,31 +163,48 @@ def test_merge_and_busy_bins_against_a_cycle_mask() -> None:
 
 
 def test_dense_small_events_are_not_drawn_as_a_solid_band(tmp_path: Path) -> None:
-    """2048^3 bf16: 256 weight loads of 32 cycles each, ~1.5% of the run. At 300 pixels the
-    overview must tint that row faintly (about its true share), not paint it solid; the
-    caption says how small events are drawn (issue 13, 3.10)."""
+    """2048^3 bf16: 256 weight loads of 32 cycles each, about 1% of the whole-core run. At
+    300 pixels the overview must tint the LDWEIGHTS row faintly (about its true share), not
+    paint it solid; the caption says how small events are drawn (issue 13, 3.10)."""
     from systolic.arch import get_arch
     from systolic.compiler import MatmulSpec, lower
-    from systolic.plots import MIN_TINT, OVERVIEW_NOTE, _row_intervals, row_ink
+    from systolic.core_plot import plot_rows
+    from systolic.plot_base import MIN_TINT, OVERVIEW_NOTE, row_ink
     from systolic.report import build_report
 
     arch = get_arch("trn2")
     spec = MatmulSpec(2048, 2048, 2048, "bf16")
     program = lower(spec, arch).program
-    report = build_report(program, arch, spec)
-    (lo, hi), (mlo, mhi), _ = _row_intervals(report)
-    end = report.schedule.cycles + report.schedule.readout_tail
-    mask = np.zeros(end, bool)  # an independent cycle mask of the loads
-    for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
+    core = build_report(program, arch, spec).core
+    ld, mm = plot_rows(core)[:2]
+    assert ld.label == "Tensor (LDWEIGHTS)" and len(ld.lo) == 256
+    end = core.latency
+    mask = np.zeros(end, bool)  # an independent tick mask of the loads
+    for a, b in zip(ld.lo.tolist(), ld.hi.tolist(), strict=True):
         mask[a:b] = True
     share = mask.mean()
-    assert 0.005 < share < 0.03
-    how, _, strength = row_ink(lo, hi, (0, end), 300)
+    assert 0.003 < share < 0.03 and share == pytest.approx(ld.busy)
+    how, _, strength = row_ink(ld.lo, ld.hi, (0, end), 300)
     assert how == "tint"
     assert strength.mean() < MIN_TINT + 2 * share  # faint, not solid (solid would be 1.0)
     assert strength.mean() > 0
-    how, blo, bhi = row_ink(mlo, mhi, (0, end), 300)  # back-to-back MatMuls: few bars
-    assert how == "bars" and (bhi - blo).sum() > 0.95 * end  # the busy row stays solid
+    mmask = np.zeros(end, bool)
+    for a, b in zip(mm.lo.tolist(), mm.hi.tolist(), strict=True):
+        mmask[a:b] = True
+    how, blo, bhi = row_ink(mm.lo, mm.hi, (0, end), 300)
+    # every busy tick is inked; widening adds at most a pixel per bar
+    inked = np.zeros(end, bool)
+    for a, b in zip(blo.tolist(), bhi.tolist(), strict=True):
+        inked[int(a):int(np.ceil(b))] = True
+    if how == "bars":
+        assert not np.any(mmask & ~inked)
+        assert inked.sum() <= mmask.sum() + len(blo) * (end / 300 + 1)
+    else:  # each pixel's tint is its true busy share (from the tick mask), floored
+        cum = np.concatenate([[0], np.cumsum(mmask)])
+        e = np.floor(blo).astype(int)
+        busy = np.diff(cum[e]) / np.diff(e)
+        want = np.where(busy > 0, MIN_TINT + (1 - MIN_TINT) * busy, 0)
+        assert np.abs(bhi - want).max() < 0.02
     assert "1 pixel" in OVERVIEW_NOTE
     out = tmp_path / "t.png"
     assert main(["matmul", "2048", "2048", "2048", "--timeline", str(out), "--width", "300",
@@ -212,3 +230,60 @@ def test_matplotlib_is_a_regular_dependency() -> None:
 
     meta = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
     assert any(d.startswith("matplotlib") for d in meta["project"]["dependencies"])
+
+
+def test_one_timeline_for_every_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                        ) -> None:
+    """matmul --timeline, its older name --core-timeline and run --timeline all draw the
+    whole-core timeline (core_plot.core_timeline_plot), sized as asked."""
+    import systolic.core_plot as core_plot
+    from systolic.sim.core import CoreTiming
+
+    calls: list[object] = []
+    real = core_plot.core_timeline_plot
+
+    def spy(core: CoreTiming, path: Path, **kw: Any) -> Path:
+        calls.append(core)
+        return real(core, path, **kw)
+
+    monkeypatch.setattr(core_plot, "core_timeline_plot", spy)
+    a, b, c = tmp_path / "a.png", tmp_path / "b.png", tmp_path / "c.svg"
+    assert main(["matmul", "256", "384", "1024", "--timeline", str(a), "--json"]) == 0
+    assert main(["matmul", "256", "384", "1024", "--core-timeline", str(b), "--json"]) == 0
+    assert main(["run", str(EXAMPLES / "shortfalls.yaml"), "--timeline", str(c),
+                 "--timeline-op", "n32", "--json"]) == 0
+    assert len(calls) == 3 and all(isinstance(x, CoreTiming) for x in calls)
+    assert png_size(a) == png_size(b) == (1200, 520)
+    assert "<svg" in c.read_text()[:2000]
+
+
+def test_the_timeline_draws_the_trace_rows(tmp_path: Path) -> None:
+    """The plot's rows are the trace's: the same engine rows, and DMA rows that merge only
+    queues whose trace slices are identical, covering every queue once."""
+    from systolic.arch import get_arch
+    from systolic.compiler import MatmulSpec, lower
+    from systolic.core_plot import plot_rows
+    from systolic.report import build_report
+    from systolic.trace import CORE_PID, write_trace
+
+    arch = get_arch("trn2")
+    program = lower(MatmulSpec(300, 600, 1100, "bf16"), arch).program
+    rep = build_report(program, arch)
+    doc = json.loads(write_trace(rep, program, tmp_path / "t.json").read_text())
+    ev = [e for e in doc["traceEvents"] if e.get("pid") == CORE_PID]
+    names = {e["tid"]: e["args"]["name"] for e in ev if e["name"] == "thread_name"}
+    slices: dict[str, list[float]] = {n: [] for n in names.values()}
+    for e in ev:
+        if e["ph"] == "X":
+            slices[names[e["tid"]]].append(round(e["ts"], 9))
+    rows = plot_rows(rep.core)
+    us = 1e6 / rep.core.tick_hz
+    covered = []
+    for r in rows:
+        members = ([r.label] if not r.label.startswith("DMA queues") else
+                   [f"DMA queue {q}" for q in range(int(r.label.split()[-1].split("-")[0]),
+                                                    int(r.label.split("-")[-1]) + 1)])
+        covered += members
+        for name in members:
+            assert slices[name] == [round(t * us, 9) for t in r.lo.tolist()]
+    assert sorted(covered) == sorted(names.values())

@@ -14,7 +14,6 @@ from systolic.compiler import MatmulSpec, lower
 from systolic.errors import SystolicError
 from systolic.isa import Program
 from systolic.report import build_report
-from systolic.sim.core import queue_names
 from systolic.sim.timing import schedule
 from systolic.trace import CORE_PID, write_trace
 
@@ -63,22 +62,118 @@ def test_events_carry_the_instruction_and_microseconds(case, tmp_path):
             assert e["args"]["format"] == "bf16"
 
 
+PROFILE_ROWS = ["Tensor (LDWEIGHTS)", "TensorMatrix (MATMUL)", "Vector", "Scalar", "GpSimd",
+                *(f"DMA queue {q}" for q in range(TRN2.dma_queues))]
+
+
+def row_names(doc, pid):
+    return {e["tid"]: e["args"]["name"] for e in doc["traceEvents"]
+            if e["ph"] == "M" and e.get("pid") == pid and e["name"] == "thread_name"}
+
+
+def check_well_formed(doc):
+    """Every event as the Chrome trace-event format wants it: complete events ("X") with a
+    non-negative ts and dur in microseconds on a named process and thread, metadata ("M")
+    naming them; nothing else; slices of one row never overlap."""
+    ev = doc["traceEvents"]
+    assert doc["otherData"]["time_unit"] == "us"
+    procs = {e["pid"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]) for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+    spans: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for e in ev:
+        assert e["ph"] in ("X", "M")
+        assert isinstance(e["name"], str) and e["name"]
+        if e["ph"] == "M":
+            assert e["name"] in ("process_name", "process_sort_index", "thread_name",
+                                 "thread_sort_index")
+            assert isinstance(e["args"], dict)
+            continue
+        assert isinstance(e["pid"], int) and isinstance(e["tid"], int)
+        assert (e["pid"], e["tid"]) in threads and e["pid"] in procs
+        assert isinstance(e["ts"], float | int) and e["ts"] >= 0
+        assert isinstance(e["dur"], float | int) and e["dur"] >= 0
+        assert isinstance(e["cat"], str) and isinstance(e["args"], dict)
+        spans.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"]))
+    for row in spans.values():
+        row.sort()
+        assert all(b[0] >= a[1] - 1e-9 for a, b in pairwise(row))
+
+
 def test_whole_core_rows_one_per_engine_and_dma_queue(case, tmp_path):
+    """The profile's rows, named as Neuron Explorer names them, every one present (idle
+    ones too), in profile order; each instruction on the row of the engine that runs it."""
     prog, rep = case
     doc = load_trace(write_trace(rep, prog, tmp_path / "t.json"))
+    check_well_formed(doc)
+    names = row_names(doc, CORE_PID)
+    assert [names[t] for t in sorted(names)] == PROFILE_ROWS
     ev = [e for e in doc["traceEvents"] if e.get("pid") == CORE_PID]
-    names = {e["tid"]: e["args"]["name"] for e in ev if e["name"] == "thread_name"}
-    assert set(names.values()) == set(queue_names(TRN2))
     rows = Counter(names[e["tid"]] for e in ev if e["ph"] == "X")
     counts = prog.counts()
-    # every PE instruction on the tensor row; every ReadOut's evacuation on vector; each
-    # 128-partition DMA (and each ReadOut's store) on all 16 queues
-    assert rows["tensor"] == counts["LoadStationary"] + counts["MatMul"]
-    assert rows["vector"] == counts["ReadOut"]
-    dma = sum(v for k, v in rows.items() if k.startswith("dma"))
+    # every weight load on Tensor, every MatMul on TensorMatrix; every ReadOut's evacuation
+    # on vector; each 128-partition DMA (and each ReadOut's store) on some DMA queues
+    assert rows["Tensor (LDWEIGHTS)"] == counts["LoadStationary"]
+    assert rows["TensorMatrix (MATMUL)"] == counts["MatMul"]
+    assert rows["Vector"] == counts["ReadOut"]
+    assert rows["Scalar"] == rows["GpSimd"] == 0
+    dma = sum(v for k, v in rows.items() if k.startswith("DMA queue"))
     assert dma >= counts["DmaLoad"] + counts["ReadOut"]
+    for e in ev:
+        if e["ph"] == "X":
+            ins = prog[e["args"]["index"]]
+            assert e["name"] == f"{type(ins).__name__} #{e['args']['index']}"
+            want = {"LDWEIGHTS": "LoadStationary", "MATMUL": "MatMul"}.get(e["cat"])
+            assert want is None or type(ins).__name__ == want
     last = max(e["ts"] + e["dur"] for e in ev if e["ph"] == "X")
     assert last <= doc["otherData"]["latency_us"] * (1 + 1e-9)
+    # the whole core is listed first, then the Tensor Engine alone
+    sort = {e["pid"]: e["args"]["sort_index"] for e in doc["traceEvents"]
+            if e["name"] == "process_sort_index"}
+    assert sort[CORE_PID] < sort[1]
+
+
+def test_matmul_command_trace_is_well_formed(tmp_path, capsys):
+    from systolic.cli import main
+
+    out = tmp_path / "m.json"
+    assert main(["matmul", "1024", "384", "2048", "--trace", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    doc = load_trace(out)
+    check_well_formed(doc)
+    names = row_names(doc, CORE_PID)
+    assert [names[t] for t in sorted(names)] == PROFILE_ROWS
+    assert set(row_names(doc, 1).values()) == {"LDWEIGHTS", "MATMUL", "PSUM read-out"}
+
+
+def test_a_kernels_trace_has_every_row(tmp_path):
+    """A recorded NKI kernel, timed on the whole core, written from its CoreTiming alone."""
+    from pathlib import Path
+
+    import ml_dtypes
+    import numpy as np
+
+    import systolic.nki as snki
+    from systolic.sim.core import time_program
+
+    ex = Path(__file__).resolve().parents[1] / "examples" / "kernels" / "tiled_matmul.py"
+    a = np.zeros((512, 256), ml_dtypes.bfloat16)
+    b = np.zeros((512, 1024), ml_dtypes.bfloat16)
+    rec = snki.record(snki.load_kernel(str(ex), "tiled_matmul"), [a, b])
+    core = time_program(rec.program, TRN2)
+    doc = load_trace(write_trace(core, rec.program, tmp_path / "k.json"))
+    check_well_formed(doc)
+    names = row_names(doc, CORE_PID)
+    assert [names[t] for t in sorted(names)] == PROFILE_ROWS
+    assert not row_names(doc, 1)  # no Tensor-Engine-alone process without a Report
+    rows = Counter(names[e["tid"]] for e in doc["traceEvents"] if e["ph"] == "X")
+    counts = rec.program.counts()
+    assert rows["TensorMatrix (MATMUL)"] == counts["MatMul"] > 0
+    assert rows["Tensor (LDWEIGHTS)"] == counts["LoadStationary"] > 0
+    for engine in ("vector", "scalar", "gpsimd"):  # one slice per op of each engine queue
+        assert rows[engine.title().replace("Gpsimd", "GpSimd")] == core.instructions[engine]
+    for q in range(TRN2.dma_queues):
+        assert rows[f"DMA queue {q}"] == core.instructions[f"dma{q}"]
+    assert doc["otherData"]["latency_us"] == pytest.approx(core.latency_us)
 
 
 def test_slices_of_one_row_never_overlap(case, tmp_path):
@@ -122,3 +217,19 @@ def test_a_program_that_does_not_match_is_refused(case, tmp_path):
     with pytest.raises(SystolicError, match="pass the program"):
         write_trace(rep, Program(prog.instructions[:3]), tmp_path / "t.json")
     assert not (tmp_path / "t.json").exists()
+
+
+def test_a_timing_without_op_causes_keeps_one_tensor_row(case, tmp_path):
+    """A CoreTiming built without per-op causes (older callers) cannot split the PE queue:
+    its ops all go on one Tensor row, nothing is lost."""
+    import dataclasses
+
+    prog, rep = case
+    core = dataclasses.replace(rep.core, op_cause=None)
+    doc = load_trace(write_trace(core, prog, tmp_path / "t.json"))
+    check_well_formed(doc)
+    names = row_names(doc, CORE_PID)
+    assert [names[t] for t in sorted(names)][:4] == ["Tensor", "Vector", "Scalar", "GpSimd"]
+    rows = Counter(names[e["tid"]] for e in doc["traceEvents"] if e["ph"] == "X")
+    counts = prog.counts()
+    assert rows["Tensor"] == counts["LoadStationary"] + counts["MatMul"]

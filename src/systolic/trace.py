@@ -1,8 +1,17 @@
 """Profile trace export: Chrome trace-event JSON that Perfetto and chrome://tracing open.
 
-``write_trace(schedule_or_report, program, path)`` writes the rows a hardware profile
-shows for the Tensor Engine (FACTS, Neuron Explorer: LDWEIGHTS on the "TensorE" row,
-MATMUL on the "TensorMatrix" row), plus one row for the PSUM read-out engine:
+``write_trace(timing, program, path)`` writes, for a Report or a kernel's CoreTiming, the
+whole-core process first ("NeuronCore", pid 2): one row per engine and per DMA queue,
+named as a Neuron Explorer profile names them (:mod:`systolic.profile_rows`: Tensor
+(LDWEIGHTS), TensorMatrix (MATMUL), Vector, Scalar, GpSimd, DMA queue 0 ... 15; every row
+is named, idle ones too). Each op is a slice from its start (a DMA's first byte) to its
+end, clipped at the next op's start on the same row (the PE pipelines its MatMuls); a DMA
+that gangs several queues has a slice on each. Its args carry the instruction's index,
+queue, text form and true end.
+
+For a Report (or a Schedule alone) a second process ("Tensor Engine alone", pid 1) keeps
+seed 003's view of the array with its operands on chip (FACTS, Neuron Explorer: LDWEIGHTS
+on the "TensorE" row, MATMUL on the "TensorMatrix" row), plus the PSUM read-out:
 
 * LDWEIGHTS: each LoadStationary / LdWeightMx from its start to its end;
 * MATMUL: each MatMul / MatmultMx while its moving tile streams in, [start, start +
@@ -11,15 +20,9 @@ MATMUL on the "TensorMatrix" row), plus one row for the PSUM read-out engine:
   args keep the full ``end_cycle`` (last MAC + 1) and what bound the start (``stall``);
 * PSUM read-out: each ReadOut from its start to its end.
 
-Beside them (process 2, "NeuronCore"), the whole-core timing (:mod:`systolic.sim.core`)
-has one row per engine and per DMA queue, like a Neuron Explorer profile: Tensor, Vector,
-Scalar, GpSimd, dma0 ... dma15. Each op is a slice from its start (a DMA's first byte) to
-its end, clipped at the next op's start on the same row (the PE pipelines its MatMuls); a
-DMA that spans several queues has a slice on each.
-
-Each event is named by its opcode and instruction index and carries the instruction's text
-form, flags, tile group, shape, format and perf mode as args. Timestamps are microseconds
-at the Arch clock. The file is written by :mod:`systolic.artifacts` (atomically, only over
+Each event is named by its opcode and instruction index; the second process's carry the
+instruction's flags, tile group, shape, format and perf mode too. Timestamps are
+microseconds. The file is written by :mod:`systolic.artifacts` (atomically, only over
 a regular file or a new path; a symlink is written through).
 """
 
@@ -90,7 +93,8 @@ def trace_events(sch: Schedule, program: Program) -> list[dict[str, Any]]:
     us = 1e6 / sch.arch.clock_hz
     events: list[dict[str, Any]] = [
         {"ph": "M", "pid": _PID, "name": "process_name",
-         "args": {"name": f"Tensor Engine ({sch.arch.name})"}},
+         "args": {"name": f"Tensor Engine alone ({sch.arch.name}, operands on chip)"}},
+        {"ph": "M", "pid": _PID, "name": "process_sort_index", "args": {"sort_index": 1}},
     ]
     for tid, name in ROWS.values():
         events.append({"ph": "M", "pid": _PID, "tid": tid, "name": "thread_name",
@@ -120,69 +124,71 @@ def trace_events(sch: Schedule, program: Program) -> list[dict[str, Any]]:
 
 
 def core_events(core: CoreTiming, program: Program) -> list[dict[str, Any]]:
-    """The whole-core rows: one per engine and DMA queue (module docstring)."""
-    import numpy as np
+    """The whole-core rows (:func:`systolic.profile_rows.profile_rows`: Tensor (LDWEIGHTS),
+    TensorMatrix (MATMUL), Vector, Scalar, GpSimd, DMA queue 0 ...), metadata first. Every
+    row is named, idle ones too."""
+    from .profile_rows import profile_rows
 
-    from .sim.core import queue_names
-
-    names = queue_names(core.arch)
+    if len(core.op_instr) and int(core.op_instr.max()) >= len(program):
+        raise SystolicError(f"the timing covers {int(core.op_instr.max()) + 1} instructions, "
+                            f"the program {len(program)}: pass the program that was timed")
+    rows = profile_rows(core)
     events: list[dict[str, Any]] = [
         {"ph": "M", "pid": CORE_PID, "name": "process_name",
-         "args": {"name": f"NeuronCore ({core.arch.name}, whole-core timing)"}}]
-    for q, name in enumerate(names):
-        tid = _CORE_TID0 + q
+         "args": {"name": f"NeuronCore ({core.arch.name}, whole-core timing)"}},
+        {"ph": "M", "pid": CORE_PID, "name": "process_sort_index",
+         "args": {"sort_index": 0}}]
+    for r, row in enumerate(rows):
+        tid = _CORE_TID0 + r
         events.append({"ph": "M", "pid": CORE_PID, "tid": tid, "name": "thread_name",
-                       "args": {"name": name}})
+                       "args": {"name": row.label}})
         events.append({"ph": "M", "pid": CORE_PID, "tid": tid, "name": "thread_sort_index",
                        "args": {"sort_index": tid}})
     us = 1e6 / core.tick_hz
-    nq, ndma = len(names), core.arch.dma_queues
-    rows: list[list[int]] = [[] for _ in range(nq)]
-    first_dma = len(names) - ndma
-    for op, (q, k) in enumerate(zip(core.op_queue.tolist(), core.op_queues.tolist(),
-                                    strict=True)):
-        if q < first_dma:
-            rows[q].append(op)
-        else:
-            for j in range(k):
-                rows[first_dma + (q - first_dma + j) % ndma].append(op)
-    starts, ends, instr = core.starts, core.ends, core.op_instr
-    for q, ops in enumerate(rows):
-        if not ops:
-            continue
-        idx = np.array(ops)
-        s, e = starts[idx], ends[idx]
-        shown = np.minimum(e, np.append(s[1:], np.iinfo(np.int64).max))
-        for op, a, b, c in zip(ops, s.tolist(), shown.tolist(), e.tolist(), strict=True):
-            i = int(instr[op])
-            events.append({"ph": "X", "pid": CORE_PID, "tid": _CORE_TID0 + q, "ts": a * us,
-                           "dur": max(b - a, 0) * us, "cat": names[q],
-                           "name": f"{type(program[i]).__name__} #{i}",
-                           "args": {"index": i, "start_us": a * us, "end_us": c * us}})
+    texts: dict[int, str] = {}
+    for r, row in enumerate(rows):
+        cat = row.what or row.name
+        for a, b, c, op in zip(row.starts.tolist(), row.shown.tolist(), row.ends.tolist(),
+                               row.ops.tolist(), strict=True):
+            i = int(core.op_instr[op])
+            ins = program[i]
+            text = texts.get(i)
+            if text is None:
+                text = texts[i] = format_instruction(ins)
+            events.append({"ph": "X", "pid": CORE_PID, "tid": _CORE_TID0 + r, "ts": a * us,
+                           "dur": (b - a) * us, "cat": cat,
+                           "name": f"{type(ins).__name__} #{i}",
+                           "args": {"index": i, "queue": row.queue, "text": text,
+                                    "start_us": a * us, "end_us": c * us}})
     return events
 
 
-def write_trace(schedule_or_report: Schedule | Report, program: Program,
+def write_trace(timing: Schedule | Report | CoreTiming, program: Program,
                 path: str | os.PathLike[str]) -> Path:
-    """Write the Chrome trace-event JSON of ``program``'s schedule to ``path`` atomically.
+    """Write the Chrome trace-event JSON of ``program``'s timing to ``path`` atomically.
 
-    Accepts a :class:`~systolic.sim.timing.Schedule` or a :class:`~systolic.report.Report`
-    (its schedule). Returns the path written."""
-    sch = schedule_or_report if isinstance(schedule_or_report, Schedule) \
-        else schedule_or_report.schedule
-    events = trace_events(sch, program)
-    extra: dict[str, Any] = {}
-    if not isinstance(schedule_or_report, Schedule) and len(program) == len(sch):
-        core = schedule_or_report.core
+    ``timing`` is a :class:`~systolic.report.Report` (both processes: the whole core first,
+    then the Tensor Engine alone), a :class:`~systolic.sim.core.CoreTiming` (a kernel's:
+    the whole core only) or a :class:`~systolic.sim.timing.Schedule` (the Tensor Engine
+    alone). Returns the path written."""
+    from .sim.core import CoreTiming
+
+    events: list[dict[str, Any]] = []
+    other: dict[str, Any] = {}
+    core = timing if isinstance(timing, CoreTiming) else \
+        None if isinstance(timing, Schedule) else timing.core
+    sch = timing if isinstance(timing, Schedule) else \
+        None if isinstance(timing, CoreTiming) else timing.schedule
+    if core is not None:
         events += core_events(core, program)
-        extra = {"latency_us": core.latency_us, "bound": core.bound}
-    doc = {
-        "traceEvents": events,
-        "displayTimeUnit": "ns",
-        "otherData": {"arch": sch.arch.name, "clock_hz": sch.arch.clock_hz,
-                      "cycles": sch.cycles, "readout_tail_cycles": sch.readout_tail,
-                      "time_unit": "us", **extra},
-    }
+        other.update({"arch": core.arch.name, "tick_hz": core.tick_hz,
+                      "latency_us": core.latency_us, "bound": core.bound})
+    if sch is not None:
+        events += trace_events(sch, program)
+        other.update({"arch": sch.arch.name, "clock_hz": sch.arch.clock_hz,
+                      "cycles": sch.cycles, "readout_tail_cycles": sch.readout_tail})
+    doc = {"traceEvents": events, "displayTimeUnit": "ns",
+           "otherData": {**other, "time_unit": "us"}}
     from .artifacts import open_artifact  # one policy for every output file
 
     with open_artifact(path, "trace") as f:

@@ -27,9 +27,9 @@ def add_json(p: argparse.ArgumentParser) -> None:
 
 def add_output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", metavar="FILE.json", type=output_path("trace"),
-                   help="write a Chrome/Perfetto trace: LDWEIGHTS, MATMUL, PSUM read-out rows")
+                   help="write a Chrome/Perfetto trace: one row per engine and DMA queue")
     p.add_argument("--timeline", metavar="FILE.png", type=plot_path,
-                   help="plot the LDWEIGHTS and MATMUL rows over time (PNG or SVG)")
+                   help="plot the same rows over time (PNG or SVG)")
     add_plot_size(p, "timeline 520")
 
 

@@ -15,7 +15,16 @@ from ..compiler import lower
 from ..dtypes import FORMATS
 from ..errors import SystolicError
 from ..isa import PerfMode
-from .common import add_json, add_output_args, dtype_name, positive_int, progress_bar, seed, wrote
+from .common import (
+    add_json,
+    add_output_args,
+    dtype_name,
+    plot_path,
+    positive_int,
+    progress_bar,
+    seed,
+    wrote,
+)
 
 # --check keeps a, b, the result, their float64 reference and the simulator's device memory.
 _CHECK_LIMIT = 1 << 27
@@ -27,15 +36,17 @@ command): print the instruction counts, the modelled cycles,
 utilization and where the cycles went. --check also runs the product on seeded random data
 through the functional simulator and reports the error against float64.
 
---trace writes a Perfetto profile and --timeline a PNG/SVG of the LDWEIGHTS and MATMUL rows
-(an overview, and a zoom on the first MatMuls once there are more than 16); each file
-written is reported as "wrote FILE" (on stderr with --json). --program prints the program
-text (under "program" with --json).
+--trace writes a Perfetto profile and --timeline a PNG/SVG of the same rows: one per engine
+and DMA queue, as a Neuron Explorer profile names them (Tensor (LDWEIGHTS), TensorMatrix
+(MATMUL), Vector, Scalar, GpSimd, DMA queue 0..15), the timeline with an overview and a
+zoom on the first MatMuls once there are more than 16 (--core-timeline is an older name
+of --timeline). Each file written is reported as "wrote FILE" (on stderr with --json).
+--program prints the program text (under "program" with --json).
 
 examples:
   systolic matmul 2048 2048 2048
   systolic matmul 2048 2048 2048 --arch inf2 --timeline timeline.png
-  systolic matmul 1024 384 2048 --core-timeline core.png   # every engine and DMA queue
+  systolic matmul 1024 384 2048 --trace core.json   # open in ui.perfetto.dev
   systolic matmul 1024 64 2048 --arch trn1       # K = 64: half the PE rows idle
   systolic matmul 128 4096 512 --dtype fp8_e4m3 --perf-mode double_row --arch trn2 --check
   systolic matmul 512 512 512 --dtype fp32 --json
@@ -67,8 +78,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=seed, default=0, help="random seed for --check (0)")
     p.add_argument("--program", action="store_true", help="print the program text")
     add_output_args(p)
-    p.add_argument("--core-timeline", metavar="FILE.png",
-                   help="plot the whole-core timeline: one row per engine and DMA queue")
+    p.add_argument("--core-timeline", metavar="FILE.png", dest="timeline", type=plot_path,
+                   help="the same as --timeline (its older name)")
     add_json(p)
     p.set_defaults(run=run)
 
@@ -117,8 +128,7 @@ def run(args: argparse.Namespace) -> int:
     checked = _check(args) if args.check else {}
     # a large regular product is timed from a slice of its M tiles (systolic.extrapolate);
     # the trace and timeline need every instruction, so they lower it whole
-    report, lowered = matmul_report(spec, arch, full=bool(args.trace or args.timeline
-                                                          or args.core_timeline))
+    report, lowered = matmul_report(spec, arch, full=bool(args.trace or args.timeline))
     out: dict[str, Any] = {
         "arch": arch.name, "dtype": spec.dtype, "perf_mode": spec.perf_mode.spelling,
         "m": spec.m, "k": spec.k, "n": spec.n, "instructions": dict(report.counts),
@@ -137,10 +147,6 @@ def run(args: argparse.Namespace) -> int:
                       height=args.height or 520,
                       title=f"matmul {spec.m}x{spec.k}x{spec.n} {spec.dtype}{mode} on "
                             f"{arch.name}")
-    if args.core_timeline:
-        from ..core_plot import core_timeline_plot
-
-        core_timeline_plot(report.core, args.core_timeline)
     if args.json:
         print(json.dumps(out, indent=2))
     else:
@@ -149,8 +155,6 @@ def run(args: argparse.Namespace) -> int:
         wrote(args.trace, "Perfetto trace", json_mode=args.json)
     if args.timeline is not None:
         wrote(args.timeline, "timeline", json_mode=args.json)
-    if args.core_timeline:
-        wrote(args.core_timeline, "whole-core timeline", json_mode=args.json)
     return 0
 
 

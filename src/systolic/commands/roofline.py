@@ -11,7 +11,9 @@ workload's ops placed by their modelled throughput.
   a representative lowered program with only that limit (K = 64, M = 64, N = 32, fp32).
   Their PSUM read-outs are dropped so the ceiling is the array's own limit; the JSON also
   gives the same program's throughput with its read-outs (``tflops_with_readout``);
-* points: each workload op at (``workload.intensity``, its report's TFLOP/s).
+* points: each workload op at its measured intensity (FLOPs per HBM byte its DMAs moved)
+  and its whole-core TFLOP/s (:func:`measured_point`), never above a roof;
+  ``ideal_intensity`` is :func:`systolic.workload.intensity` (each operand moved once).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ..arch import ARCHS, Arch, get_arch
 from ..compiler import lower
 from ..errors import SystolicError
 from ..isa import Program, ReadOut
-from ..report import build_report, roofline_point
+from ..report import build_report
 from .common import (
     add_json,
     add_plot_size,
@@ -41,8 +43,9 @@ Work out the roofline of one NeuronCore's Tensor Engine: the peak of each format
 (rows x cols PEs x 2 FLOPs per MAC x clock x the format's rate), the HBM slope (per-core
 bandwidth x arithmetic intensity), and the lower ceilings a kernel hits (K = 64, M = 64,
 N = 32, fp32), each measured by the timing model on a representative program. With
---workload, each op of the file is a point at its modelled TFLOP/s and its intensity
-(2MKN / bytes of a, b and the fp32 result). -o writes the figure (.png or .svg).
+--workload, each op of the file is a point at its whole-core TFLOP/s and its measured
+intensity (2MKN / the HBM bytes its DMAs actually move); no point can lie above a roof.
+-o writes the figure (.png or .svg).
 
 examples:
   systolic roofline --arch trn1 --json                  # the peak arithmetic
@@ -111,6 +114,24 @@ def _ceiling(arch: Arch, name: str, what: str, m: int, k: int, n: int, dtype: st
     }
 
 
+def measured_point(result: Any, arch: Arch) -> dict[str, Any]:
+    """Where one op sits, measured on the whole-core timing: ``intensity`` = the product's
+    FLOPs (2MKN: padding the compiler adds, such as an MX K rounded up to 32, is not
+    useful work) per HBM byte its DMAs actually moved, ``tflops`` = those FLOPs over the
+    whole-core latency, and the two roofs over it (``hbm_bound_tflops`` = intensity x HBM
+    bandwidth, ``peak_tflops`` of its format). The point is never above either: the HBM
+    server never beats its rate (the latency is at least bytes / bandwidth) and the PE
+    never its peak. ``pe_tflops`` is the Tensor Engine's own rate (operands on chip)."""
+    core = result.report.core
+    flops = result.op.flops
+    x = flops / core.hbm_bytes if core.hbm_bytes else float("inf")
+    return {"intensity": x, "tflops": flops / core.seconds / 1e12 if core.latency else 0.0,
+            "pe_tflops": result.report.tflops, "peak_tflops": result.report.peak_tflops,
+            "hbm_bound_tflops": x * arch.hbm_bytes_per_s / 1e12,
+            "hbm_bytes": core.hbm_bytes, "latency_us": core.latency_us,
+            "bound": core.bound}
+
+
 def roofline_data(arch: Arch | str, results: list[Any] | None = None) -> dict[str, Any]:
     """Roofs, memory slope, ceilings and (from :func:`systolic.workload.evaluate` results)
     points, JSON-ready; see the module docstring."""
@@ -121,12 +142,10 @@ def roofline_data(arch: Arch | str, results: list[Any] | None = None) -> dict[st
     for r in results or []:
         s = r.op.spec
         x = intensity(s)
-        # measured by the whole-core timing (report.roofline_point): FLOPs per HBM byte the
-        # DMAs moved, and the achieved rate, so no point lies above a roof
         points.append({
             "name": r.op.name, "m": s.m, "k": s.k, "n": s.n, "dtype": s.dtype,
             "perf_mode": s.perf_mode.spelling, "ideal_intensity": x,
-            "utilization": r.report.utilization, **roofline_point(r.report),
+            "utilization": r.report.utilization, **measured_point(r, arch),
         })
     return {
         "arch": arch.name, "rows": arch.rows, "cols": arch.cols, "clock_hz": arch.clock_hz,
@@ -191,13 +210,16 @@ def _print(data: dict[str, Any]) -> None:
                      f"{c['tflops_with_readout']:.2f}", c["what"])
     parts.append(ceil)
     if data["points"]:
-        pts = Table(box=box.SIMPLE_HEAD, title="workload ops", title_justify="left")
-        for col in ("op", "M x K x N", "FLOP/B", "TFLOP/s", "of peak", "HBM bound"):
-            pts.add_column(col, justify="left" if col in ("op", "M x K x N") else "right")
+        pts = Table(box=box.SIMPLE_HEAD, title="workload ops (whole core; FLOP/B: per HBM "
+                    "byte moved)", title_justify="left")
+        for col in ("op", "M x K x N", "FLOP/B", "TFLOP/s", "of peak", "HBM bound",
+                    "bound by"):
+            pts.add_column(col, justify="left" if col in ("op", "M x K x N", "bound by")
+                           else "right")
         for p in data["points"]:
             pts.add_row(p["name"], f"{p['m']}x{p['k']}x{p['n']} {p['dtype']}",
                         f"{p['intensity']:.1f}", f"{p['tflops']:.2f}",
                         f"{100 * p['tflops'] / p['peak_tflops']:.1f}%",
-                        f"{p['hbm_bound_tflops']:.2f}")
+                        f"{p['hbm_bound_tflops']:.2f}", p["bound"])
         parts.append(pts)
     print_rich(*parts)

@@ -117,6 +117,10 @@ class CoreTiming:
     useful_macs: int
     fmt: str
     perf_mode: str
+    # per op, the CAUSES index its own time is charged to: on the tensor queue "pe" marks a
+    # MatMul (the profile's MATMUL row, TensorMatrix) and "weight_load" a LoadStationary
+    # (LDWEIGHTS, on the Tensor row); None on timings built without it
+    op_cause: np.ndarray | None = None
 
     @property
     def seconds(self) -> float:
@@ -472,7 +476,8 @@ class _Scheduler:
             op_instr=instr[:n].copy(), op_queue=queue, op_queues=nqs,
             starts=starts, ends=ends, bound_ticks=self._critical_path(ends, latency),
             busy_ticks=busy, instructions=counts, dma_bytes=dma_bytes,
-            hbm_bytes=hbm_bytes, useful_macs=macs2 // 2, fmt=fmt, perf_mode=mode)
+            hbm_bytes=hbm_bytes, useful_macs=macs2 // 2, fmt=fmt, perf_mode=mode,
+            op_cause=rest[:n, 3].copy())
 
     def _critical_path(self, ends: np.ndarray, latency: int) -> dict[str, int]:
         parts = [0] * len(CAUSES)
