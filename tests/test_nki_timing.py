@@ -128,7 +128,8 @@ def test_cli_human_output_shows_latency_bound_and_breakdown(
     assert "critical path" in out and "DMA fixed cost" in out and "total" in out
     doc = json.loads(trace.read_text())
     rows = {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"}
-    assert {"tensor", "vector", "dma0", "dma15"} <= rows
+    assert {"Tensor (LDWEIGHTS)", "TensorMatrix (MATMUL)", "Vector", "DMA queue 0",
+            "DMA queue 15"} <= rows
     slices = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
     assert slices and all(e["args"]["line"].startswith("tiled_matmul.py:") for e in slices)
     assert doc["otherData"]["latency_us"] == ct.latency_us
