@@ -62,7 +62,7 @@ def _why_not(p: dict[str, Any]) -> str | None:
     a BN that does not divide N leaves columns unwritten; one fp32 [128, 512] PSUM tile (one
     2 KiB bank) per moving tile; K/128 resident [128, BN] tiles plus the [128, BN] result row
     in SBUF."""
-    m, k, n, tn = p["dim.M"], p["dim.K"], p["dim.N"], p["param.TILES_N"]
+    k, n, tn = p["dim.K"], p["dim.N"], p["param.TILES_N"]
     arch = get_arch(p["arch"])
     bn = 512 * tn
     if n % bn:

@@ -387,8 +387,8 @@ def workload_totals(results: Sequence[OpResult]) -> dict[str, Any]:
         for k, v in core.busy_ticks.items():
             busy[k] = busy.get(k, 0.0) + v / core.tick_hz * r
             ins[k] = ins.get(k, 0) + core.instructions[k] * r
-        for k, v in rep.exact_breakdown().items():  # once per op: Fractions are slow
-            causes[k] += float(v) * r
+        for k, part in rep.exact_breakdown().items():  # once per op: Fractions are slow
+            causes[k] += float(part) * r
     percent = {k: 100.0 * v / cycles if cycles else 0.0 for k, v in causes.items()}
     cause, pct = _largest(percent)
     return {

@@ -126,7 +126,8 @@ CORE_SHORT = {"pe": "PE", "weight_load": "weight load", "dma": "DMA", "dma_laten
 
 def _bound(d: dict[str, Any]) -> str:
     by = d["bound"]["by"]
-    return f"{CORE_SHORT.get(by, CORE_CAUSES.get(by, by))} {d['bound']['causes'][by]['percent']:.0f}%"
+    pct = d["bound"]["causes"][by]["percent"]
+    return f"{CORE_SHORT.get(by, CORE_CAUSES.get(by, by))} {pct:.0f}%"
 
 
 def _print_table(data: dict[str, Any]) -> None:

@@ -18,7 +18,6 @@ Three groups, named so that no figure means two things:
 from __future__ import annotations
 
 import dataclasses
-from functools import cache
 from typing import Any
 
 import numpy as np
@@ -67,9 +66,14 @@ def flat_core(d: dict[str, Any], dma_transfers: int) -> dict[str, Any]:
     return out
 
 
-@cache
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
 def _ap_fields(kind: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(kind))
+    names = _FIELDS.get(kind)
+    if names is None:
+        names = _FIELDS[kind] = tuple(f.name for f in dataclasses.fields(kind))
+    return names
 
 
 def dma_transfers(ct: CoreTiming) -> int:
@@ -108,7 +112,7 @@ def unwritten_outputs(program: Program, outputs: list[tuple[str, int, int]]
             i = int(np.searchsorted(starts[order], dst.offset, side="right")) - 1
             if i >= 0:
                 j = int(order[i])
-                name, at, size = outputs[j]
+                _, at, size = outputs[j]
                 if dst.offset < at + size:
                     written[j] += dst.partitions * dst.free_elems * dst.itemsize
     return [(name, int(w), size) for (name, _, size), w in zip(outputs, written, strict=True)
