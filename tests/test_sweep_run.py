@@ -298,3 +298,24 @@ def test_run_takes_a_dict_and_returns_one_row_per_point() -> None:
     assert sorted((r["k"], r["arch"]) for r in rows) == sorted(
         itertools.product([32, 64, 96], ["trn1", "trn2"]))
     assert all(r["status"] == "ok" and r["feasible"] for r in rows)
+
+
+def test_show_best_per_group_is_each_group_s_true_minimum(tmp_path: Path) -> None:
+    out = tmp_path / "r.sqlite"
+    execute(sw.parse_sweep(GRID), out, executor="serial")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable, "-m", "systolic", "sweep", "show", str(out),
+                           "--json", "--best-per", "arch,dtype"], capture_output=True,
+                          text=True, env=env, check=True)
+    per = json.loads(proc.stdout)["best_per"]
+    con = sqlite3.connect(out)
+    want = con.execute("SELECT arch, dtype, min(latency_us) FROM points WHERE status = 'ok' "
+                       "AND utilization >= 0.3 GROUP BY arch, dtype").fetchall()
+    con.close()
+    assert per["inputs"] == ["arch", "dtype"]
+    assert sorted((r["arch"], r["dtype"], r["latency_us"]) for r in per["rows"]) == sorted(want)
+    assert len(want) == 4
+    bad = subprocess.run([sys.executable, "-m", "systolic", "sweep", "show", str(out),
+                          "--best-per", "shape"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "--best-per shape: not an input of this sweep" in bad.stderr
