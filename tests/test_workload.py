@@ -283,3 +283,24 @@ def test_table_is_whole_in_80_columns_and_has_no_trailing_spaces(tmp_path: Path)
     for text in ("524288x4096x512", f"{op['cycles']:,}", f"{data['total']['cycles']:,}",
                  "a_rather_long_op_name x1000000"):
         assert text in run.stdout
+
+
+def test_timeline_of_an_op_timed_from_a_slice_lowers_it_whole(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from systolic import extrapolate
+
+    monkeypatch.setattr(extrapolate, "FULL_LIMIT", 0)  # time even a small product by slice
+    f = tmp_path / "w.yaml"
+    f.write_text("- {name: a, m: 1024, k: 256, n: 512}\n")
+    from systolic.workload import evaluate, load_workload
+
+    [res] = evaluate(load_workload(f))
+    assert res.program is None  # the slice path: no whole Program kept
+    png = tmp_path / "t.png"
+    assert main(["run", str(f), "--timeline", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # and the sliced timing is the whole Program's
+    arch = get_arch("trn2")
+    whole = time_program(lower(make_spec(1024, 256, 512, "bf16", arch), arch).program, arch)
+    assert res.report.core.latency_us == pytest.approx(whole.latency_us, rel=1e-12)

@@ -76,7 +76,7 @@ def best_per(rows: Sequence[dict[str, Any]], meta: dict[str, Any], names: Sequen
     out: dict[tuple[str, ...], dict[str, Any]] = {}
     for r in best(rows, meta, len(rows)):  # best first: the first of each group wins
         out.setdefault(tuple(str(r.get(n)) for n in names), r)
-    first = {}
+    first: dict[tuple[str, ...], int] = {}
     for i, r in enumerate(rows):
         first.setdefault(tuple(str(r.get(n)) for n in names), i)
     return [out[g] for g in sorted(out, key=lambda g: first[g])]

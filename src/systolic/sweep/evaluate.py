@@ -117,11 +117,11 @@ def target_figures(kind: str) -> tuple[str, ...]:
 
 # -- workload and matmul points ----------------------------------------------------------------
 
-@lru_cache(maxsize=32)
+@lru_cache(maxsize=8)
 def _timed(spec: MatmulSpec, arch: Arch) -> Report:
-    """Time one product; cached per process, as the ops of a workload and the points of a
-    sweep often share a product (an axis the op does not see, such as ``sync_ns`` on a
-    product with no cross-engine wait, still changes the arch: no sharing then)."""
+    """Time one product; cached per process, as the ops of a workload (a MLP's gate and up)
+    and consecutive points of a sweep over the ops' own inputs share products. Small: a
+    Report lowered whole keeps its Program (one object per instruction)."""
     return time_op(spec, arch)[0]
 
 
