@@ -1,9 +1,17 @@
-"""Sweep throughput: a 1,000-point matmul sweep (10 x 10 x 10 small shapes, one lowering
-and timing each) run directly in a loop (the baseline: no sweep machinery), then through
-``systolic.sweep`` in this process, on the local pool with 1 and 2 workers, and on a Dask
-LocalCluster of 2 single-threaded worker processes, each into a fresh store, in one run.
+"""Sweep throughput, for two 1,000-point sweeps in one run:
 
-    python3 bench/bench_sweep.py [--points-per-axis 10]
+* a matmul sweep (m, k, n each in 64..640, bf16 on trn2: 10 x 10 x 10 small products, each
+  timed on the whole NeuronCore and on the Tensor Engine, ``systolic.workload.time_op``);
+* a kernel sweep of a small kernel (examples/kernels/basic_matmul.py: one Tensor Engine
+  tile, M in 8..128 x N in 64..512 x 1..16 DMA queues on trn2), each point recorded by the
+  NKI front end and timed on the whole NeuronCore.
+
+Each sweep runs first as a bare loop over what its points cost (the baseline: ``time_op``,
+or ``record_kernel`` + ``time_program``, no sweep machinery), then through
+``systolic.sweep`` into a fresh store each time: in this process, on the local pool with 1
+and 2 workers, and on a Dask LocalCluster of 2 single-threaded worker processes.
+
+    python3 bench/bench_sweep.py [--repeat 3]
 
 Overhead per point = (sweep wall time - direct loop time) / points, in this process and with
 one worker (the pool with 2 workers shows the parallel speed-up instead); and, less noisy,
@@ -15,46 +23,110 @@ sweeps.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from timer import best_interleaved
 
 from systolic.api import make_spec
 from systolic.arch import get_arch
-from systolic.compiler import lower
-from systolic.report import build_report
-from systolic.sweep import parse_sweep
+from systolic.nki import record_kernel
+from systolic.sim.core import time_program
+from systolic.sweep import SweepSpec, parse_sweep
 from systolic.sweep.runner import execute
 from systolic.sweep.store import read_rows
+from systolic.workload import time_op
+
+ROOT = Path(__file__).resolve().parents[1]
+KERNEL = ROOT / "examples" / "kernels" / "basic_matmul.py"
+
+MATMUL = """\
+run: {matmul: null}
+fixed: {arch: trn2}
+axes:
+  m: [64, 128, 192, 256, 320, 384, 448, 512, 576, 640]
+  k: [64, 128, 192, 256, 320, 384, 448, 512, 576, 640]
+  n: [64, 128, 192, 256, 320, 384, 448, 512, 576, 640]
+"""
+KERNEL_SWEEP = f"""\
+run:
+  kernel: {KERNEL}:basic_matmul
+  args: {{lhsT: "bf16[128, M]", rhs: "bf16[128, N]"}}
+fixed: {{arch: trn2}}
+axes:
+  dim.M: [8, 16, 24, 32, 48, 64, 80, 96, 112, 128]
+  dim.N: [64, 112, 160, 208, 256, 304, 352, 400, 448, 512]
+  dma_queues: [1, 2, 3, 4, 6, 8, 10, 12, 14, 16]
+"""
 
 
-def sweep_text(n: int) -> str:
-    values = ", ".join(str(64 * (i + 1)) for i in range(n))
-    return (f"run: {{matmul: null}}\nfixed: {{arch: trn2}}\naxes:\n  m: [{values}]\n"
-            f"  k: [{values}]\n  n: [{values}]\n")
-
-
-def direct(spec_points: list[dict[str, int]]) -> float:
+def direct_matmul(points: list[dict[str, Any]]) -> None:
     arch = get_arch("trn2")
-    t0 = time.perf_counter()
-    for p in spec_points:
-        s = make_spec(p["m"], p["k"], p["n"], "bf16", arch, "none")
-        build_report(lower(s, arch).program, arch, s)
-    return time.perf_counter() - t0
+    for p in points:
+        report, _ = time_op(make_spec(p["m"], p["k"], p["n"], "bf16", arch, "none"), arch)
+        report.core  # noqa: B018 (the whole-core timing is computed on first use)
+
+
+def direct_kernel(points: list[dict[str, Any]]) -> None:
+    base = get_arch("trn2")
+    for p in points:
+        arch = dataclasses.replace(base, dma_queues=p["dma_queues"])
+        rec = record_kernel(str(KERNEL), "basic_matmul",
+                            [f"bf16[128,{p['dim.M']}]", f"bf16[128,{p['dim.N']}]"], {}, arch)
+        time_program(rec.program, arch)
+
+
+def bench(title: str, spec: SweepSpec, direct: Callable[[list[dict[str, Any]]], None],
+          baseline: str, client: Any, tmp: str, repeat: int) -> None:
+    points = [p for _, p in spec.points()]
+    n = len(points)
+    runs = 0
+    inside: dict[str, float] = {}
+
+    def sweep(**kw: object) -> None:
+        nonlocal runs
+        runs += 1  # a fresh store each time: every point runs
+        out = os.path.join(tmp, f"{title[:6]}{runs}.sqlite")
+        s = execute(spec, out, **kw)  # type: ignore[arg-type]
+        assert s.ran == n and s.failed == 0, s
+        # time inside the evaluator, as each point recorded it
+        work = sum(float(r["elapsed_s"]) for r in read_rows(out)[0])
+        label = str(kw)
+        inside[label] = min(inside.get(label, float("inf")), s.seconds - work)
+
+    cases: dict[str, Callable[[], object]] = {
+        f"direct loop ({baseline})": lambda: direct(points),
+        "sweep, in this process": lambda: sweep(executor="serial"),
+        "sweep, local pool, 1 worker": lambda: sweep(workers=1),
+        "sweep, local pool, 2 workers": lambda: sweep(workers=2),
+        "sweep, Dask LocalCluster, 2 workers": lambda: sweep(dask=client),
+    }
+    # the cases take turns, so a burst of load on the shared machine hits all alike
+    walls = best_interleaved(list(cases.values()), repeat)
+    print(f"{title}: {n:,} points")
+    width = max(len(c) for c in cases) + 2
+    for label, wall in zip(cases, walls, strict=True):
+        print(f"  {label:<{width}}{wall:7.2f} s  {n / wall:8.1f} points/s")
+    base, serial, one = walls[0], walls[1], walls[2]
+    own = inside[str({"executor": "serial"})]
+    print(f"  overhead per point against the direct loop: in this process "
+          f"{1e3 * (serial - base) / n:+.3f} ms, 1-worker pool {1e3 * (one - base) / n:+.3f} "
+          f"ms (a direct point takes {1e3 * base / n:.3f} ms)")
+    print(f"  time outside the evaluator (hash, store commit, bookkeeping), in this process: "
+          f"{1e3 * own / n:.3f} ms per point")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--points-per-axis", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3, help="best of this many runs (3)")
     args = ap.parse_args()
-    spec = parse_sweep(sweep_text(args.points_per_axis))
-    points = [p for _, p in spec.points()]
-    n = len(points)
-    print(f"sweep of {n:,} matmul points (m, k, n in 64..{64 * args.points_per_axis}, bf16, "
-          f"trn2) on {os.cpu_count()} cores")
+    print(f"two sweeps of 1,000 points on {len(os.sched_getaffinity(0))} cores "
+          f"(load average {os.getloadavg()[0]:.1f} at the start)")
     from distributed import Client, LocalCluster
 
     t0 = time.perf_counter()
@@ -64,41 +136,12 @@ def main() -> None:
             Client(cluster) as client:
         client.run(lambda: __import__("systolic.sweep.evaluate"))  # warm the imports
         start = time.perf_counter() - t0
-        runs = 0
-
-        inside: dict[str, float] = {}
-
-        def sweep(**kw: object) -> None:
-            nonlocal runs
-            runs += 1  # a fresh store each time: every point runs
-            out = os.path.join(tmp, f"{runs}.sqlite")
-            s = execute(spec, out, **kw)  # type: ignore[arg-type]
-            assert s.ran == n and s.failed == 0
-            # time inside the evaluator, as each point recorded it
-            work = sum(float(r["elapsed_s"]) for r in read_rows(out)[0])
-            label = str(kw)
-            inside[label] = min(inside.get(label, float("inf")), s.seconds - work)
-
-        cases = {
-            "direct loop (lower + build_report)": lambda: direct(points),
-            "sweep, in this process": lambda: sweep(executor="serial"),
-            "sweep, local pool, 1 worker": lambda: sweep(workers=1),
-            "sweep, local pool, 2 workers": lambda: sweep(workers=2),
-            "sweep, Dask LocalCluster, 2 workers": lambda: sweep(dask=client),
-        }
-        # the cases take turns, so a burst of load on the shared machine hits all alike
-        walls = best_interleaved(list(cases.values()), args.repeat)
-    rows = list(zip(cases, walls, strict=True))
-    base, serial, one = walls[0], walls[1], walls[2]
-    for label, wall in rows:
-        print(f"  {label:<37}{wall:7.2f} s  {n / wall:8.1f} points/s")
-    print(f"  Dask LocalCluster start-up           {start:7.2f} s (not in the row above)")
-    own = inside[str({"executor": "serial"})]
-    print(f"overhead per point against the direct loop: in this process "
-          f"{1e3 * (serial - base) / n:+.2f} ms, 1-worker pool {1e3 * (one - base) / n:+.2f} ms "
-          f"(a direct point takes {1e3 * base / n:.2f} ms)")
-    print(f"time outside the evaluator (hash, store commit, bookkeeping), in this process: "
-          f"{1e3 * own / n:.3f} ms per point")
+        bench("matmul sweep (m, k, n in 64..640, bf16, trn2)", parse_sweep(MATMUL),
+              direct_matmul, "time_op + .core", client, tmp, args.repeat)
+        bench("kernel sweep (basic_matmul.py: M 8..128 x N 64..512 x 1..16 DMA queues, trn2)",
+              parse_sweep(KERNEL_SWEEP), direct_kernel, "record_kernel + time_program",
+              client, tmp, args.repeat)
+    print(f"Dask LocalCluster start-up: {start:.2f} s (not in the rows above)")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Running sweeps: every point once, the same store on every executor, resume after SIGKILL,
-failed points recorded, the best point the true minimum, the Pareto front."""
+"""Running sweeps: every point once, the same store on every executor, the whole-core figures
+beside the Tensor Engine's, failed points recorded, the best point the true minimum, the
+Pareto front (kernel sweeps and the resume after SIGKILL: test_sweep_kernel.py)."""
 
 from __future__ import annotations
 
@@ -8,11 +9,10 @@ import itertools
 import json
 import math
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,9 @@ from systolic.api import make_spec
 from systolic.arch import get_arch
 from systolic.compiler import lower
 from systolic.errors import SweepError
+from systolic.isa import DmaLoad, ReadOut
 from systolic.report import build_report
+from systolic.sim.core import time_program
 from systolic.sweep import evaluate as ev
 from systolic.sweep.analysis import pareto
 from systolic.sweep.runner import execute
@@ -92,17 +94,51 @@ def test_a_point_s_figures_are_the_timing_model_s(tmp_path: Path) -> None:
     for r in rows:
         arch = get_arch(r["arch"])
         spec = make_spec(r["m"], r["k"], r["n"], r["dtype"], arch, "none")
-        rep = build_report(lower(spec, arch).program, arch, spec)
+        program = lower(spec, arch).program
+        core = time_program(program, arch)  # the whole Program, not the sweep's fast path
+        assert r["latency_us"] == pytest.approx(core.latency_us, rel=1e-12)
+        assert r["bound"] == core.bound and r["hbm_bytes"] == core.hbm_bytes
+        flops = 2 * r["m"] * r["k"] * r["n"]
+        assert r["flops"] == flops
+        assert r["tflops"] == pytest.approx(flops / core.seconds / 1e12, rel=1e-12)
+        assert r["hfu"] == pytest.approx(r["tflops"] * 1e12 / arch.peak_flops(r["dtype"]))
+        # the Tensor Engine's own view, under its own names
+        rep = build_report(program, arch, spec)
         assert r["cycles"] == rep.cycles
-        assert r["latency_us"] == pytest.approx(rep.cycles / arch.clock_hz * 1e6, rel=1e-12)
-        assert r["flops"] == 2 * r["m"] * r["k"] * r["n"]
+        assert r["pe_us"] == pytest.approx(rep.cycles / arch.clock_hz * 1e6, rel=1e-12)
+        assert r["pe_tflops"] == pytest.approx(flops / (rep.cycles / arch.clock_hz) / 1e12)
         assert r["utilization"] == pytest.approx(rep.utilization)
+        assert r["ins_dma"] == sum(isinstance(i, DmaLoad | ReadOut) for i in program)
+        # the core waits for data the PE view takes as there: never faster than the PE alone
+        assert r["latency_us"] >= r["pe_us"] * (1 - 1e-12)
         # roofline: operands + fp32 result moved once, at the arch's HBM bandwidth
         nbytes = (r["m"] * r["k"] + r["k"] * r["n"]) * (1 if "fp8" in r["dtype"] else 2) \
             + 4 * r["m"] * r["n"]
         assert r["ideal_hbm_bytes"] == pytest.approx(nbytes)
         assert r["roofline_us"] == pytest.approx(
-            max(r["latency_us"], nbytes / arch.hbm_bytes_per_s * 1e6))
+            max(r["pe_us"], nbytes / arch.hbm_bytes_per_s * 1e6))
+
+
+def test_an_hbm_bandwidth_axis_moves_the_latency_of_a_memory_bound_product() -> None:
+    # K = 64 (seed 003's short-K case): 128 FLOPs per fp32 result element of 4 bytes, far
+    # below any arch's ridge point, so the DMA, not the PE, sets the pace
+    bws = [2.5e10, 5.0e10, 1.0e11, 2.0e11]
+    table = sw.run({"run": {"matmul": {"m": 2048, "k": 64, "n": 2048}},
+                    "fixed": {"arch": "trn2"}, "axes": {"hbm_bytes_per_s": bws}},
+                   executor="serial")
+    rows = table.to_dict("records") if hasattr(table, "to_dict") else table
+    rows.sort(key=lambda r: r["hbm_bytes_per_s"])
+    lat = [r["latency_us"] for r in rows]
+    assert all(a > b for a, b in pairwise(lat)), lat  # more bandwidth, less time
+    for r in rows:
+        assert r["bound"] == "dma"
+        # the data cannot arrive faster than the HBM moves it: the roof holds at every point
+        assert r["latency_us"] * 1e-6 >= r["hbm_bytes"] / r["hbm_bytes_per_s"]
+        assert r["dma_gbps"] * 1e9 <= r["hbm_bytes_per_s"] * (1 + 1e-9)
+    # at low bandwidth the latency is mostly HBM time: halving the bandwidth nearly doubles it
+    assert lat[0] / lat[1] > 1.8
+    # the Tensor Engine's own view does not see HBM at all
+    assert len({r["cycles"] for r in rows}) == 1 and len({r["pe_us"] for r in rows}) == 1
 
 
 def test_workload_points_sum_the_ops_times_their_repeats(tmp_path: Path) -> None:
@@ -118,15 +154,23 @@ def test_workload_points_sum_the_ops_times_their_repeats(tmp_path: Path) -> None
                           env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     total = json.loads(proc.stdout)["total"]
     [plain] = [r for r in rows if r["rows"] == 128]
-    for key in ("cycles", "seconds", "flops", "tflops", "utilization"):
+    for key in ("latency_us", "tflops", "peak_tflops", "hfu", "cycles", "pe_us", "pe_tflops",
+                "flops", "utilization", "intensity"):
         assert plain[key] == pytest.approx(total[key], rel=1e-12), key
+    assert plain["bound"] == total["bound"]["by"]
     for cause, part in total["breakdown"].items():
+        assert plain[f"pe_pct_{cause}"] == pytest.approx(part["percent"], rel=1e-9, abs=1e-12)
+    for cause, part in total["bound"]["causes"].items():
         assert plain[f"pct_{cause}"] == pytest.approx(part["percent"], rel=1e-9, abs=1e-12)
     for r in rows:
         arch = dataclasses.replace(get_arch("trn2"), rows=r["rows"])
-        cyc = [build_report(lower(make_spec(m, k, n, "bf16", arch), arch).program, arch).cycles
-               for m, k, n in ((256, 512, 128), (128, 128, 640))]
+        programs = [lower(make_spec(m, k, n, "bf16", arch), arch).program
+                    for m, k, n in ((256, 512, 128), (128, 128, 640))]
+        cyc = [build_report(p, arch).cycles for p in programs]
+        lat = [time_program(p, arch).latency_us for p in programs]
         assert r["cycles"] == 3 * cyc[0] + cyc[1]
+        assert r["latency_us"] == pytest.approx(3 * lat[0] + lat[1], rel=1e-12)
+        assert r["tflops"] == pytest.approx(r["flops"] / (r["latency_us"] * 1e-6) / 1e12)
 
 
 def test_the_pool_and_a_dask_local_cluster_give_identical_stores(tmp_path: Path) -> None:
@@ -159,66 +203,6 @@ def test_a_failing_point_is_recorded_and_the_sweep_goes_on(tmp_path: Path) -> No
         else:
             assert r["status"] == "ok" and r["error"] is None and r["cycles"] > 0
     assert summary.failed == sum(r["status"] == "failed" for r in rows) == 5
-
-
-def test_kernel_points_fail_clearly_without_the_nki_front_end(tmp_path: Path) -> None:
-    spec = sw.load_sweep(ROOT / "examples" / "sweeps" / "tune_blocked_matmul.yaml")
-    try:
-        import systolic.nki  # noqa: F401
-    except ImportError:
-        pass
-    else:
-        pytest.skip("systolic.nki is present: kernel points run for real")
-    out = tmp_path / "tune.sqlite"
-    summary = execute(spec, out, executor="serial")
-    rows, _ = read_rows(out)
-    assert summary.ran == summary.failed == len(rows) == spec.size >= 200
-    assert {r["error"] for r in rows} == {
-        "kernel sweeps need systolic.nki, the NKI front end (issue 10), which this build "
-        "does not have; sweep a workload or a matmul instead"}
-
-
-def _sweep_process(sweep: Path, out: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.Popen([sys.executable, "-m", "systolic", "sweep", str(sweep), "--out",
-                             str(out), "--workers", "1", "--no-progress"], env=env,
-                            start_new_session=True, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-
-
-def _count(out: Path) -> int:
-    try:
-        con = sqlite3.connect(f"file:{out}?mode=ro", uri=True, timeout=1)
-        try:
-            return int(con.execute("SELECT count(*) FROM points").fetchone()[0])
-        finally:
-            con.close()
-    except sqlite3.Error:
-        return 0
-
-
-def test_a_sweep_killed_with_sigkill_resumes_to_the_uninterrupted_store(tmp_path: Path
-                                                                         ) -> None:
-    # 48 points of a few tens of milliseconds each: long enough to be killed in the middle
-    text = ("run: {matmul: {n: 1024}}\naxes:\n  m: [512, 1024, 1536, 2048]\n"
-            "  k: [256, 512, 1024, 2048]\n  arch: [trn1, trn2, trn3]\n")
-    sweep = _write(tmp_path, text)
-    killed = tmp_path / "killed.sqlite"
-    proc = _sweep_process(sweep, killed)
-    deadline = time.monotonic() + 120
-    while _count(killed) < 4 and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.005)
-    os.killpg(proc.pid, signal.SIGKILL)  # the parent and its pool worker, at once
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL, "the sweep finished before it was killed"
-    partial = _sqlite_rows(killed)
-    assert 4 <= len(partial) < 48
-    resumed = execute(sw.load_sweep(sweep), killed, workers=2)
-    assert resumed.skipped == len(partial) and resumed.ran == 48 - len(partial)
-    execute(sw.load_sweep(sweep), tmp_path / "clean.sqlite", workers=2)
-    final, clean = _sqlite_rows(killed), _sqlite_rows(tmp_path / "clean.sqlite")
-    assert len(final) == 48 and final == clean
-    assert set(partial) <= set(final)  # nothing finished before the kill was lost or redone
 
 
 def test_two_sweeps_on_one_store_are_refused(tmp_path: Path) -> None:
@@ -314,3 +298,24 @@ def test_run_takes_a_dict_and_returns_one_row_per_point() -> None:
     assert sorted((r["k"], r["arch"]) for r in rows) == sorted(
         itertools.product([32, 64, 96], ["trn1", "trn2"]))
     assert all(r["status"] == "ok" and r["feasible"] for r in rows)
+
+
+def test_show_best_per_group_is_each_group_s_true_minimum(tmp_path: Path) -> None:
+    out = tmp_path / "r.sqlite"
+    execute(sw.parse_sweep(GRID), out, executor="serial")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.run([sys.executable, "-m", "systolic", "sweep", "show", str(out),
+                           "--json", "--best-per", "arch,dtype"], capture_output=True,
+                          text=True, env=env, check=True)
+    per = json.loads(proc.stdout)["best_per"]
+    con = sqlite3.connect(out)
+    want = con.execute("SELECT arch, dtype, min(latency_us) FROM points WHERE status = 'ok' "
+                       "AND utilization >= 0.3 GROUP BY arch, dtype").fetchall()
+    con.close()
+    assert per["inputs"] == ["arch", "dtype"]
+    assert sorted((r["arch"], r["dtype"], r["latency_us"]) for r in per["rows"]) == sorted(want)
+    assert len(want) == 4
+    bad = subprocess.run([sys.executable, "-m", "systolic", "sweep", "show", str(out),
+                          "--best-per", "shape"], capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "--best-per shape: not an input of this sweep" in bad.stderr

@@ -90,6 +90,11 @@ BAD = [
      "use dim.K"),
     ("run: {matmul: {m: 1, k: 1, n: 1}}\nfixed: {key: 3}\n", 2, "column of the results store"),
     ("run: {matmul: {m: 1, k: 1, n: 1}}\nspeed: 3\n", 2, "unknown key 'speed'"),
+    # each target's own figures: the SBUF high-water is a kernel's, the PE view a matmul's
+    ("run: {matmul: {m: 1, k: 1, n: 1}}\nconstraints: [\"sbuf_bytes <= 3\"]\n", 2,
+     "constraint on 'sbuf_bytes'"),
+    ("run: {kernel: 'k.py:f', args: {a: 'bf16[4]'}}\nobjective: pe_us\n", 2,
+     "unknown objective 'pe_us'"),
     ("run: {matmul: {m: 1, k: 1, n: 1}\naxes: [\n", 2, "YAML syntax error"),
 ]
 
@@ -115,11 +120,23 @@ def test_cli_prints_the_error_on_one_line_and_exits_2(tmp_path: Path) -> None:
     assert not (tmp_path / "r.sqlite").exists()
 
 
-def test_examples_parse_and_the_kernel_sweep_has_at_least_200_points() -> None:
-    tune = load_sweep(EXAMPLES / "tune_blocked_matmul.yaml")
+def test_examples_parse_and_the_first_is_the_kernel_sweep_of_at_least_200_points() -> None:
+    first = sorted(EXAMPLES.glob("*.yaml"))[0]
+    assert first.name == "blocked_matmul_tune.yaml"  # tests kill and resume the first one
+    tune = load_sweep(first)
     assert tune.target.kind == "kernel" and tune.size >= 200
     assert {p["arch"] for _, p in tune.points()} == {"trn1", "trn2"}
     assert len({(p["dim.M"], p["dim.K"], p["dim.N"]) for _, p in tune.points()}) == 3
     arch = load_sweep(EXAMPLES / "swiglu_array_hbm.yaml")
     assert arch.target.kind == "workload"
     assert {n for a in arch.axes for n in a.names} == {"rows", "cols", "hbm_bytes_per_s"}
+
+
+def test_each_target_takes_its_own_figures_as_objective_and_constraints() -> None:
+    kernel = parse_sweep("run: {kernel: 'k.py:f', args: {a: 'bf16[4]'}}\nobjective: hfu\n"
+                         "constraints: [\"sbuf_bytes <= 131072\", \"bound == pe\"]\n")
+    assert (kernel.objective.figure, kernel.objective.maximize) == ("hfu", True)
+    assert [c.field for c in kernel.constraints] == ["sbuf_bytes", "bound"]
+    mm = parse_sweep("run: {matmul: {m: 1, k: 1, n: 1}}\nobjective: pe_tflops\n"
+                     "constraints: [\"pct_dma <= 50\", \"utilization >= 0.5\"]\n")
+    assert (mm.objective.figure, mm.objective.maximize) == ("pe_tflops", True)

@@ -8,8 +8,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from systolic.api import make_spec
+from systolic.arch import get_arch
 from systolic.cli import main
+from systolic.compiler import lower
 from systolic.errors import WorkloadError
+from systolic.report import build_report
+from systolic.sim.core import time_program
 from systolic.workload import parse_workload
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.yaml"))
@@ -46,18 +51,64 @@ def test_example_runs_and_its_total_adds_up(capsys: pytest.CaptureFixture[str],
     for o, w in zip(ops, want, strict=True):
         assert (o["m"], o["k"], o["n"], o["dtype"], o["arch"], o["repeat"]) == (
             w["m"], w["k"], w["n"], w["dtype"], w["arch"], w["repeat"])
-        assert o["flops"] == 2 * w["m"] * w["k"] * w["n"]
-        assert o["seconds"] == pytest.approx(o["cycles"] / CLOCK[w["arch"]])
+        flops = 2 * w["m"] * w["k"] * w["n"]
+        assert o["flops"] == flops
+        # the whole core: TFLOP/s is the FLOPs over the whole-core latency
+        assert o["tflops"] == pytest.approx(flops / (o["latency_us"] * 1e-6) / 1e12)
+        assert 0 < o["tflops"] <= o["peak_tflops"] * (1 + 1e-9)
+        assert o["hfu"] == pytest.approx(o["tflops"] / o["peak_tflops"])
+        # the Tensor Engine's view, beside it: its own cycles at its own clock
+        assert o["pe_us"] == pytest.approx(o["cycles"] / CLOCK[w["arch"]] * 1e6)
+        assert o["pe_tflops"] == pytest.approx(flops / (o["pe_us"] * 1e-6) / 1e12)
         # no schedule beats every PE busy every cycle: cycles >= MACs / (128 x 128 x rate)
         rate = 0.25 if w["dtype"] == "fp32" else 1.0
         assert o["cycles"] >= w["m"] * w["k"] * w["n"] / (128 * 128 * rate)
-        assert 0 < o["tflops"] <= o["peak_tflops"] * (1 + 1e-9)
+        # the core also waits for the data the PE view takes as there
+        assert o["latency_us"] >= o["pe_us"] * (1 - 1e-12)
+        assert sum(c["percent"] for c in o["bound"]["causes"].values()) == pytest.approx(100)
     total = data["total"]
-    assert total["cycles"] == sum(o["cycles"] * o["repeat"] for o in ops)
-    assert total["seconds"] == pytest.approx(sum(o["seconds"] * o["repeat"] for o in ops))
+    r = [o["repeat"] for o in ops]
+    assert total["latency_us"] == pytest.approx(sum(o["latency_us"] * n
+                                                    for o, n in zip(ops, r, strict=True)))
+    assert total["pe_us"] == pytest.approx(sum(o["pe_us"] * n for o, n in zip(ops, r, strict=True)))
+    assert total["cycles"] == sum(o["cycles"] * n for o, n in zip(ops, r, strict=True))
     assert total["flops"] == sum(2 * w["m"] * w["k"] * w["n"] * w["repeat"] for w in want)
-    assert total["tflops"] == pytest.approx(total["flops"] / total["seconds"] / 1e12)
+    # TFLOP/s and hfu of the total are the whole core's, the PE's beside them
+    assert total["tflops"] == pytest.approx(total["flops"] / (total["latency_us"] * 1e-6) / 1e12)
+    assert total["pe_tflops"] == pytest.approx(total["flops"] / (total["pe_us"] * 1e-6) / 1e12)
+    at_peak = sum(o["flops"] / (o["peak_tflops"] * 1e12) * n
+                  for o, n in zip(ops, r, strict=True))
+    assert total["hfu"] == pytest.approx(at_peak / (total["latency_us"] * 1e-6))
+    causes = total["bound"]["causes"]
+    assert sum(c["percent"] for c in causes.values()) == pytest.approx(100)
+    assert total["bound"]["by"] == max(causes, key=lambda c: causes[c]["us"])
+    for cause, part in causes.items():
+        assert part["us"] == pytest.approx(sum(
+            o["bound"]["causes"][cause]["us"] * n for o, n in zip(ops, r, strict=True)))
     assert total["calls"] == sum(w["repeat"] for w in want)
+
+
+def test_each_op_is_the_whole_core_timing_of_its_whole_program(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Against the scheduler run on every instruction (not the sliced fast path)."""
+    f = tmp_path / "w.yaml"
+    f.write_text("- {name: a, m: 1024, k: 64, n: 1024, repeat: 3}\n"
+                 "- {name: b, m: 256, k: 512, n: 768, dtype: fp8_e4m3}\n")
+    data = run_json(capsys, str(f))
+    want_us = []
+    for o in data["ops"]:
+        arch = get_arch(o["arch"])
+        spec = make_spec(o["m"], o["k"], o["n"], o["dtype"], arch)
+        program = lower(spec, arch).program
+        core = time_program(program, arch)
+        assert o["latency_us"] == pytest.approx(core.latency_us, rel=1e-12)
+        assert o["bound"]["by"] == core.bound and o["dma"]["hbm_bytes"] == core.hbm_bytes
+        assert o["cycles"] == build_report(program, arch, spec).cycles
+        want_us.append(core.latency_us * o["repeat"])
+    assert data["total"]["latency_us"] == pytest.approx(sum(want_us), rel=1e-12)
+    # the short-K op is memory-bound: its whole-core time is far above the PE's own
+    a = data["ops"][0]
+    assert a["bound"]["by"] == "dma" and a["latency_us"] > 2 * a["pe_us"]
 
 
 def test_seed_003_example_is_2048_cubed_bf16_on_inf2(capsys: pytest.CaptureFixture[str]
@@ -68,7 +119,10 @@ def test_seed_003_example_is_2048_cubed_bf16_on_inf2(capsys: pytest.CaptureFixtu
     # seed 003: 16,384 PEs x 2 FLOPs x 2.8 GHz = 91.75 TFLOP/s
     assert op["peak_tflops"] == pytest.approx(16384 * 2 * 2.8e9 / 1e12)
     # 2MKN / (2 bytes x (MK + KN) + 4 bytes x MN) = 2 x 2048 / 8
-    assert op["intensity"] == pytest.approx(512.0)
+    assert op["ideal_intensity"] == pytest.approx(512.0)
+    # measured: FLOPs per HBM byte the DMAs moved, never above the ideal reuse
+    assert op["intensity"] == pytest.approx(op["flops"] / op["dma"]["hbm_bytes"])
+    assert op["intensity"] <= op["ideal_intensity"] * (1 + 1e-12)
 
 
 def test_arch_override_and_repeat_total(tmp_path: Path, capsys: pytest.CaptureFixture[str]
@@ -185,14 +239,25 @@ def test_parse_error_is_a_workload_error() -> None:
 
 
 def test_human_table(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["run", str(EXAMPLES[0].parent / "shortfalls.yaml")]) == 0
+    path = str(EXAMPLES[0].parent / "shortfalls.yaml")
+    data = run_json(capsys, path)
+    assert main(["run", path]) == 0
     out = capsys.readouterr().out
     rows = {line.split()[0]: line for line in out.splitlines() if line.strip()}
     # seed 003: each shortfall's own cause is the largest loss of its op
     assert "short N" in rows["n32"]
     assert "cols idle" in rows["m64"]
     assert "fp32 passes" in rows["fp32"]
-    assert "total" in rows
+    # the columns are the JSON's: time, TFLOP/s, hfu of the whole core, then the PE's own
+    header = next(line for line in out.splitlines() if "M x K x N" in line)
+    assert header.index("TFLOP/s") < header.index("PE cycles") < header.index("PE TFLOP/s")
+    for d in [*data["ops"], data["total"]]:
+        cells = rows[d.get("name", "total")].split()
+        i = cells.index(f"{d['tflops']:.2f}")  # whole-core TFLOP/s, after the time
+        assert cells[i - 1] == "us" and float(cells[i - 2].replace(",", "")) == pytest.approx(
+            d["latency_us"], abs=0.006)
+        assert cells[i + 1] == f"{100 * d['hfu']:.1f}%"
+        assert f"{d['cycles']:,}" in cells and f"{d['pe_tflops']:.2f}" in cells
 
 
 def test_table_is_whole_in_80_columns_and_has_no_trailing_spaces(tmp_path: Path) -> None:
@@ -218,3 +283,24 @@ def test_table_is_whole_in_80_columns_and_has_no_trailing_spaces(tmp_path: Path)
     for text in ("524288x4096x512", f"{op['cycles']:,}", f"{data['total']['cycles']:,}",
                  "a_rather_long_op_name x1000000"):
         assert text in run.stdout
+
+
+def test_timeline_of_an_op_timed_from_a_slice_lowers_it_whole(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from systolic import extrapolate
+
+    monkeypatch.setattr(extrapolate, "FULL_LIMIT", 0)  # time even a small product by slice
+    f = tmp_path / "w.yaml"
+    f.write_text("- {name: a, m: 1024, k: 256, n: 512}\n")
+    from systolic.workload import evaluate, load_workload
+
+    [res] = evaluate(load_workload(f))
+    assert res.program is None  # the slice path: no whole Program kept
+    png = tmp_path / "t.png"
+    assert main(["run", str(f), "--timeline", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # and the sliced timing is the whole Program's
+    arch = get_arch("trn2")
+    whole = time_program(lower(make_spec(1024, 256, 512, "bf16", arch), arch).program, arch)
+    assert res.report.core.latency_us == pytest.approx(whole.latency_us, rel=1e-12)

@@ -15,8 +15,9 @@ list::
 Op keys: ``name``, ``m``, ``k``, ``n`` (required), ``dtype`` (bf16), ``arch`` (trn2),
 ``perf_mode`` (none), ``repeat`` (1). :func:`load_workload` reads and checks a file; every
 problem raises :class:`WorkloadError` with one line ``FILE:LINE: what is wrong`` (lines are
-1-based; the node marks of ``yaml.compose`` give them). :func:`evaluate` lowers each op and
-reports it with the timing model; :func:`workload_json` sums the ops times their repeats.
+1-based; the node marks of ``yaml.compose`` give them). :func:`evaluate` times each op on the
+whole NeuronCore and on the Tensor Engine alone; :func:`workload_totals` sums the ops times
+their repeats.
 """
 
 from __future__ import annotations
@@ -30,15 +31,16 @@ import yaml
 
 from .api import make_spec
 from .arch import ARCHS, Arch, get_arch
-from .compiler import MAX_MATMULS, MatmulSpec, lower
+from .compiler import MAX_MATMULS, MatmulSpec
 from .dtypes import FORMATS, get_format
 from .errors import SystolicError, WorkloadError
+from .extrapolate import matmul_report
 from .isa import PerfMode, Program
-from .report import CAUSES, Report, build_report
+from .report import CAUSES, Report
 from .yaml_source import YamlSource, one_line
 
 __all__ = ["OPERAND_FORMATS", "Op", "OpResult", "Workload", "evaluate", "intensity",
-           "load_workload", "parse_workload", "workload_json"]
+           "load_workload", "parse_workload", "time_op", "workload_json", "workload_totals"]
 
 OP_KEYS = ("name", "m", "k", "n", "dtype", "arch", "perf_mode", "repeat")
 TOP_KEYS = ("name", "defaults", "ops")
@@ -284,27 +286,38 @@ def load_workload(path: str | os.PathLike[str], *, arch: str | None = None) -> W
 
 @dataclass(frozen=True, slots=True, eq=False)
 class OpResult:
+    """One op timed: ``report`` has both views (``report.core``: the whole NeuronCore;
+    the Report itself: the Tensor Engine). ``program`` is the lowered product when it was
+    lowered whole (a large regular product is timed from a slice: systolic.extrapolate)."""
+
     op: Op
-    program: Program
     report: Report
+    program: Program | None = None
 
     def largest_loss(self) -> tuple[str, float]:
-        """The loss cause with the most cycles and its percent (``("none", 0.0)`` if none)."""
+        """The Tensor Engine's loss cause with the most cycles and its percent."""
         return _largest(self.report.percent())
 
     def to_dict(self) -> dict[str, Any]:
+        """The op's JSON: the whole core's figures (``latency_us``, ``tflops``,
+        ``peak_tflops``, ``hfu``, ``bound``, ``engines``, ``dma``, ``intensity``: measured,
+        FLOPs per HBM byte moved) and the Tensor Engine's own view beside them, named as in
+        ``systolic matmul --json`` (``cycles``, ``pe_us``, ``pe_tflops``, ``utilization``,
+        ``breakdown``, ``largest_loss``)."""
         s, rep = self.op.spec, self.report
         d = rep.to_dict()
         cause, pct = self.largest_loss()
         return {
             "name": self.op.name, "m": s.m, "k": s.k, "n": s.n, "dtype": s.dtype,
             "perf_mode": s.perf_mode.spelling, "arch": self.op.arch.name,
-            "repeat": self.op.repeat,
-            **{k: d[k] for k in ("cycles", "seconds", "tflops", "peak_tflops", "utilization",
-                                 "useful_macs", "readout_tail_cycles", "instructions",
-                                 "breakdown")},
-            "flops": self.op.flops, "intensity": intensity(s),
+            "repeat": self.op.repeat, "flops": self.op.flops,
+            **{k: d[k] for k in ("latency_us", "tflops", "peak_tflops", "hfu", "bound",
+                                 "engines", "dma", "intensity")},
+            "cycles": rep.cycles, "pe_us": rep.seconds * 1e6, "pe_tflops": rep.tflops,
+            **{k: d[k] for k in ("utilization", "useful_macs", "readout_tail_cycles",
+                                 "instructions", "breakdown")},
             "largest_loss": {"cause": cause, "percent": pct},
+            "ideal_intensity": intensity(s),
         }
 
 
@@ -316,46 +329,92 @@ def _largest(percent: dict[str, float]) -> tuple[str, float]:
     return k, v
 
 
+def time_op(spec: MatmulSpec, arch: Arch, *, full: bool = False
+            ) -> tuple[Report, Program | None]:
+    """Time one product on both views (:func:`systolic.extrapolate.matmul_report`: a large
+    regular product from a slice of its M tiles); ``full`` lowers it whole (a timeline
+    needs every instruction)."""
+    report, lowered = matmul_report(spec, arch, full=full)
+    return report, (lowered.program if lowered is not None else None)
+
+
 def evaluate(workload: Workload, progress: Callable[[int], None] | None = None
              ) -> list[OpResult]:
-    """Lower each op and report it on the timing model. Ops of the same shape, format and
-    arch share one lowering (a MLP's gate and up projections are the same product)."""
-    done: dict[tuple[MatmulSpec, Arch], tuple[Program, Report]] = {}
+    """Time each op. Ops of the same shape, format and arch share one timing (a MLP's gate
+    and up projections are the same product)."""
+    done: dict[tuple[MatmulSpec, Arch], tuple[Report, Program | None]] = {}
     out: list[OpResult] = []
     for op in workload.ops:
         key = (op.spec, op.arch)
         if key not in done:
-            program = lower(op.spec, op.arch).program
-            done[key] = (program, build_report(program, op.arch, op.spec))
+            done[key] = time_op(op.spec, op.arch)
         out.append(OpResult(op, *done[key]))
         if progress is not None:
             progress(1)
     return out
 
 
-def workload_json(workload: Workload, results: Sequence[OpResult]) -> dict[str, Any]:
-    """``{"name", "ops": [...], "total": {...}}``; the total counts each op ``repeat`` times.
+def workload_totals(results: Sequence[OpResult]) -> dict[str, Any]:
+    """The workload's total, each op counted ``repeat`` times: the ops run one after the
+    other, so times add.
 
-    total.utilization is useful MACs over the array's capacity in the total cycles (the
-    report's definition, summed); total.tflops is total FLOPs over total seconds."""
-    ops = [r.to_dict() for r in results]
-    cycles = sum(r.report.cycles * r.op.repeat for r in results)
-    seconds = sum(r.report.seconds * r.op.repeat for r in results)
-    flops = sum(r.op.flops * r.op.repeat for r in results)
-    macs = sum(r.report.useful_macs * r.op.repeat for r in results)
-    capacity = sum(r.report.cycles * r.op.arch.pes * r.report.pack * r.op.repeat
-                   for r in results)
-    causes = {k: sum(r.report.breakdown[k] * r.op.repeat for r in results) for k in CAUSES}
+    Whole core: ``latency_us`` (the sum), ``tflops`` (all FLOPs over it), ``peak_tflops``
+    (all FLOPs over their time at each op's peak), ``hfu`` (time at peak over latency),
+    ``bound`` (critical-path time per cause summed; ``by`` the largest), ``engines`` (busy
+    fraction of the total latency, ops summed), ``dma``, ``intensity``. Tensor Engine:
+    ``cycles``, ``pe_us``, ``pe_tflops``, ``utilization`` (useful MACs over the array's
+    capacity in the total cycles), ``breakdown``, ``largest_loss``."""
+    lat_s = pe_s = at_peak_s = 0.0
+    cycles = flops = macs = capacity = dma_bytes = hbm_bytes = 0
+    bound: dict[str, float] = {}
+    busy: dict[str, float] = {}
+    ins: dict[str, int] = {}
+    causes = dict.fromkeys(CAUSES, 0.0)
+    for res in results:
+        rep, r = res.report, res.op.repeat
+        core = rep.core
+        lat_s += core.seconds * r
+        pe_s += rep.seconds * r
+        at_peak_s += res.op.flops / (rep.peak_tflops * 1e12) * r
+        cycles += rep.cycles * r
+        flops += res.op.flops * r
+        macs += rep.useful_macs * r
+        capacity += rep.cycles * res.op.arch.pes * rep.pack * r
+        dma_bytes += core.dma_bytes * r
+        hbm_bytes += core.hbm_bytes * r
+        for k, v in core.bound_ticks.items():
+            bound[k] = bound.get(k, 0.0) + v / core.tick_hz * r
+        for k, v in core.busy_ticks.items():
+            busy[k] = busy.get(k, 0.0) + v / core.tick_hz * r
+            ins[k] = ins.get(k, 0) + core.instructions[k] * r
+        for k, part in rep.exact_breakdown().items():  # once per op: Fractions are slow
+            causes[k] += float(part) * r
     percent = {k: 100.0 * v / cycles if cycles else 0.0 for k, v in causes.items()}
     cause, pct = _largest(percent)
     return {
-        "name": workload.name, "file": workload.path, "ops": ops,
-        "total": {
-            "cycles": cycles, "seconds": seconds, "flops": flops,
-            "calls": sum(r.op.repeat for r in results),
-            "tflops": flops / seconds / 1e12 if seconds else 0.0,
-            "utilization": macs / capacity if capacity else 0.0,
-            "breakdown": {k: {"cycles": causes[k], "percent": percent[k]} for k in CAUSES},
-            "largest_loss": {"cause": cause, "percent": pct},
-        },
+        "latency_us": lat_s * 1e6, "flops": flops,
+        "calls": sum(res.op.repeat for res in results),
+        "tflops": flops / lat_s / 1e12 if lat_s else 0.0,
+        "peak_tflops": flops / at_peak_s / 1e12 if at_peak_s else 0.0,
+        "hfu": at_peak_s / lat_s if lat_s else 0.0,
+        "bound": {"by": max(bound, key=lambda k: bound[k]) if bound else "idle",
+                  "causes": {k: {"us": v * 1e6, "percent": 100.0 * v / lat_s if lat_s
+                                 else 0.0} for k, v in bound.items()}},
+        "engines": {k: {"busy": busy[k] / lat_s if lat_s else 0.0, "instructions": ins[k]}
+                    for k in busy},
+        "dma": {"bytes": dma_bytes, "hbm_bytes": hbm_bytes,
+                "gbps": hbm_bytes / lat_s / 1e9 if lat_s else 0.0},
+        "intensity": flops / hbm_bytes if hbm_bytes else float("inf"),
+        "cycles": cycles, "pe_us": pe_s * 1e6,
+        "pe_tflops": 2 * macs / pe_s / 1e12 if pe_s else 0.0,
+        "utilization": macs / capacity if capacity else 0.0,
+        "breakdown": {k: {"cycles": causes[k], "percent": percent[k]} for k in CAUSES},
+        "largest_loss": {"cause": cause, "percent": pct},
     }
+
+
+def workload_json(workload: Workload, results: Sequence[OpResult]) -> dict[str, Any]:
+    """``{"name", "file", "ops": [...], "total": {...}}`` (:meth:`OpResult.to_dict`,
+    :func:`workload_totals`)."""
+    return {"name": workload.name, "file": workload.path,
+            "ops": [r.to_dict() for r in results], "total": workload_totals(results)}

@@ -11,15 +11,19 @@ from rich.markup import escape
 from ..arch import ARCHS
 from ..errors import SystolicError
 from ..report import CAUSES
-from ..workload import evaluate, load_workload, workload_json
+from ..sim.core import CAUSES as CORE_CAUSES
+from ..workload import evaluate, load_workload, time_op, workload_json
 from .common import add_json, add_plot_size, plot_path, print_rich, progress_bar, wrote
 
 HELP = "cost a YAML workload of named matmuls, per op and in total"
 DESCRIPTION = """\
 Read a YAML workload (a list of named matmuls a[m, k] @ b[k, n] with dtype, arch, perf_mode
-and repeat), lower and time each op, and print one table: cycles, time, TFLOP/s,
-utilization and the largest loss cause per op, then the total, where each op counts
-repeat times. --json prints {"ops": [...], "total": {...}} for scripts.
+and repeat), time each op and print one table, per op and in total (each op counting repeat
+times). Two views side by side: the whole NeuronCore (time, TFLOP/s, hfu and what bounds
+it: DMA, PE, PSUM evacuation ...) and the Tensor Engine alone (PE cycles, PE TFLOP/s,
+utilization and its largest loss, seed 003). --json prints {"ops": [...], "total": {...}}
+with the same keys: latency_us, tflops, hfu, bound ... for the core; cycles, pe_us,
+pe_tflops, utilization, breakdown, largest_loss for the Tensor Engine.
 
 A file looks like this (examples/ has more):
 
@@ -64,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     if args.timeline_op and args.timeline_op not in {op.name for op in workload.ops}:
         raise SystolicError(f"--timeline-op {args.timeline_op!r} names no op of {args.file}; "
                             f"ops: {', '.join(op.name for op in workload.ops)}")
-    with progress_bar("lowering ops", total=len(workload.ops), enabled=not args.json) as tick:
+    with progress_bar("timing ops", total=len(workload.ops), enabled=not args.json) as tick:
         results = evaluate(workload, tick)
     data = workload_json(workload, results)
     if args.timeline is not None:
@@ -72,7 +76,10 @@ def run(args: argparse.Namespace) -> int:
 
         res = next(r for r in results if r.op.name == (args.timeline_op or r.op.name))
         s = res.op.spec
-        timeline_plot(res.report, res.program, args.timeline, width=args.width,
+        report, program = ((res.report, res.program) if res.program is not None
+                           else time_op(s, res.op.arch, full=True))  # every instruction
+        assert program is not None
+        timeline_plot(report, program, args.timeline, width=args.width,
                       height=args.height or 520,
                       title=f"{res.op.name}: {s.m}x{s.k}x{s.n} {s.dtype} on {res.op.arch.name}")
     if args.loss_bar is not None:
@@ -111,6 +118,18 @@ def _loss(d: dict[str, Any]) -> str:
     return "none" if loss["cause"] == "none" else f"{_short(loss['cause'])} {loss['percent']:.2f}%"
 
 
+# Short names of the whole core's critical-path causes (sim/core.py CAUSES has the long ones).
+CORE_SHORT = {"pe": "PE", "weight_load": "weight load", "dma": "DMA", "dma_latency": "DMA fixed",
+              "psum_evacuation": "PSUM evac", "vector": "Vector", "scalar": "Scalar",
+              "gpsimd": "GpSimd", "sync": "sync", "idle": "idle"}
+
+
+def _bound(d: dict[str, Any]) -> str:
+    by = d["bound"]["by"]
+    pct = d["bound"]["causes"][by]["percent"]
+    return f"{CORE_SHORT.get(by, CORE_CAUSES.get(by, by))} {pct:.0f}%"
+
+
 def _print_table(data: dict[str, Any]) -> None:
     from rich import box
     from rich.table import Table
@@ -118,22 +137,28 @@ def _print_table(data: dict[str, Any]) -> None:
     archs = sorted({op["arch"] for op in data["ops"]})
     table = Table(box=box.SIMPLE_HEAD, title=f"{data['name']} ({', '.join(archs)})",
                   title_justify="left")
-    for name, just in (("op", "left"), ("M x K x N", "left"), ("format", "left"),
-                       ("cycles", "right"), ("time", "right"), ("TFLOP/s", "right"),
-                       ("util", "right"), ("largest loss", "left")):
+    cols = (("op", "left"), ("M x K x N", "left"), ("format", "left"), ("time", "right"),
+            ("TFLOP/s", "right"), ("hfu", "right"), ("bound by", "left"),
+            ("PE cycles", "right"), ("PE TFLOP/s", "right"), ("PE util", "right"),
+            ("PE largest loss", "left"))
+    for name, just in cols:
         table.add_column(name, justify=just, no_wrap=True)  # type: ignore[arg-type]
+
+    def figures(d: dict[str, Any]) -> list[str]:
+        return [_time(d["latency_us"] * 1e-6), f"{d['tflops']:.2f}", f"{100 * d['hfu']:.1f}%",
+                _bound(d), f"{d['cycles']:,}", f"{d['pe_tflops']:.2f}",
+                f"{100 * d['utilization']:.2f}%", _loss(d)]
+
     for op in data["ops"]:
         mode = "" if op["perf_mode"] == "none" else f" {op['perf_mode']}"
         fmt = op["dtype"] + mode + ("" if len(archs) == 1 else f" {op['arch']}")
         name = op["name"] + (f" x{op['repeat']}" if op["repeat"] > 1 else "")
-        table.add_row(name, f"{op['m']}x{op['k']}x{op['n']}", fmt, f"{op['cycles']:,}",
-                      _time(op["seconds"]), f"{op['tflops']:.2f}",
-                      f"{100 * op['utilization']:.2f}%", _loss(op))
+        table.add_row(name, f"{op['m']}x{op['k']}x{op['n']}", fmt, *figures(op))
     t = data["total"]
     table.add_section()
-    table.add_row("total", "", "", f"{t['cycles']:,}", _time(t["seconds"]),
-                  f"{t['tflops']:.2f}", f"{100 * t['utilization']:.2f}%", _loss(t))
+    table.add_row("total", "", "", *figures(t))
     n_ops, calls = len(data["ops"]), t["calls"]
-    note = "; cycles and time are per call, 'NAME xR' runs R times" if calls > n_ops else ""
+    note = "; an op's figures are per call, 'NAME xR' runs R times" if calls > n_ops else ""
     print_rich(table, escape(f"total: {n_ops} op{'s' * (n_ops != 1)}, {calls:,} "
-                             f"call{'s' * (calls != 1)}{note}"))
+                             f"call{'s' * (calls != 1)}{note}. time, TFLOP/s, hfu, bound: the "
+                             f"whole NeuronCore; PE: the Tensor Engine alone"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import sys
 from typing import Any
 
@@ -20,12 +21,14 @@ an SQLite file. Re-running the same command resumes: points already stored are s
 A point that fails (a format the arch lacks, an SBUF overflow) is stored with its error.
 
   systolic sweep FILE.yaml --out RESULTS [--workers N | --dask ADDRESS | --dask local[:N]]
-  systolic sweep show RESULTS [--top N] [--json] [--csv F] [--parquet F]
-                              [--pareto X,Y] [--plot F.png [--x AXIS] [--y AXIS]]
+  systolic sweep show RESULTS [--top N] [--best-per INPUT,...] [--json] [--csv F]
+                              [--parquet F] [--pareto X,Y] [--plot F.png [--x AXIS] [--y AXIS]]
 
 examples:
+  systolic sweep examples/sweeps/blocked_matmul_tune.yaml --out tune.sqlite
+  systolic sweep show tune.sqlite --top 5 --best-per dim.M,dim.K,dim.N,arch
   systolic sweep examples/sweeps/swiglu_array_hbm.yaml --out swiglu.sqlite
-  systolic sweep show swiglu.sqlite --top 5 --pareto roofline_us,max:rows
+  systolic sweep show swiglu.sqlite --top 5 --pareto latency_us,max:rows
   systolic sweep show swiglu.sqlite --plot swiglu.png --x rows --y hbm_bytes_per_s
   systolic sweep examples/sweeps/swiglu_array_hbm.yaml --out s.sqlite --dask local:2
 
@@ -51,6 +54,9 @@ def add_parser(sub: Any) -> None:
     s = p.add_argument_group("show")
     s.add_argument("--top", type=positive_int, default=10, metavar="N",
                    help="the N best points by the objective (10)")
+    s.add_argument("--best-per", metavar="INPUT,...",
+                   help="the best point for each combination of these inputs (for example "
+                        "dim.M,dim.K,dim.N,arch: the best block size per shape and arch)")
     s.add_argument("--csv", metavar="F.csv", help="write every row as CSV")
     s.add_argument("--parquet", metavar="F.parquet",
                    help="write every row as Parquet (needs pandas and pyarrow)")
@@ -64,7 +70,7 @@ def add_parser(sub: Any) -> None:
 
 
 _RUN_ONLY = ("out", "workers", "dask", "retry_failed", "no_progress")
-_SHOW_ONLY = ("csv", "parquet", "pareto", "plot", "x", "y")
+_SHOW_ONLY = ("csv", "parquet", "pareto", "plot", "x", "y", "best_per")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
                              + (f"({', '.join(used)} belong to a run)" if used else
                                 "(name the store)"))
         return _show(args)
-    used = [f"--{a}" for a in _SHOW_ONLY if getattr(args, a)]
+    used = [f"--{a.replace('_', '-')}" for a in _SHOW_ONLY if getattr(args, a)]
     if args.results or used:
         raise SweepError(f"{' '.join(used) or args.results}: only with systolic sweep show")
     if not args.out:
@@ -151,7 +157,7 @@ class _progress:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from ..sweep.analysis import best, feasible, objective_of, pareto
+    from ..sweep.analysis import best, best_per, feasible, objective_of, pareto
     from ..sweep.store import read_rows
 
     if args.plot:
@@ -170,6 +176,8 @@ def _show(args: argparse.Namespace) -> int:
         if len(names) != 2:
             raise SweepError(f"--pareto {args.pareto}: name two figures, X,Y")
         front = pareto(rows, meta, names[0], names[1])
+    groups = [n.strip() for n in args.best_per.split(",")] if args.best_per else []
+    per = best_per(rows, meta, groups) if groups else []
     for r, f in zip(rows, ok, strict=True):
         r["feasible"] = bool(f)
     if args.csv:
@@ -185,9 +193,11 @@ def _show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"name": meta.get("name"), "points": len(rows), "failed": failed,
                           "feasible": int(ok.sum()), "objective": meta.get("objective"),
-                          "best": top, "pareto": front}, indent=2, default=str))
+                          "best": top, "pareto": front,
+                          **({"best_per": {"inputs": groups, "rows": per}} if groups else {})},
+                         indent=2, default=str))
         return 0
-    _print_best(rows, meta, top, front, failed, int(ok.sum()), obj.figure, args)
+    _print_best(rows, meta, top, front, failed, int(ok.sum()), obj.figure, args, groups, per)
     return 0
 
 
@@ -221,18 +231,19 @@ def _fmt(v: Any) -> str:
 
 def _print_best(rows: list[dict[str, Any]], meta: dict[str, Any], top: list[dict[str, Any]],
                 front: list[dict[str, Any]], failed: int, n_ok: int, figure: str,
-                args: argparse.Namespace) -> None:
+                args: argparse.Namespace, groups: list[str], per: list[dict[str, Any]]
+                ) -> None:
     from rich import box
-    from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    con = Console(highlight=False)
-    if not con.is_terminal:
-        con.width = 110
+    from .common import print_rich
+
+    out: list[Any] = []  # printed at the width the widest table needs: no cell is cut
     varied = [n for n in meta.get("inputs", [])
               if len({str(r.get(n)) for r in rows}) > 1] or list(meta.get("inputs", []))[:4]
-    extra = [f for f in ("latency_us", "tflops", "utilization", "roofline_us")
-             if f != figure and any(f in r for r in top)][:2]
+    extra = [f for f in ("latency_us", "hfu", "bound", "sbuf_bytes")
+             if f != figure and any(f in r for r in top)][:3]
     way = "max" if meta.get("objective", {}).get("maximize") else "min"
 
     def table(title: str, picked: list[dict[str, Any]], cols: list[str]) -> Table:
@@ -244,22 +255,30 @@ def _print_best(rows: list[dict[str, Any]], meta: dict[str, Any], top: list[dict
             t.add_row(str(i), *(_fmt(r.get(c, "")) for c in cols))
         return t
 
-    con.print(f"{meta.get('name', args.results)}: {len(rows):,} points, {failed:,} failed, "
-              f"{n_ok:,} feasible; objective {way} {figure}"
-              + (f"; constraints: {', '.join(meta['constraints'])}"
-                 if meta.get("constraints") else ""), soft_wrap=True)
-    errors: dict[str, int] = {}
+    out.append(escape(f"{meta.get('name', args.results)}: {len(rows):,} points, {failed:,} "
+                      f"failed, {n_ok:,} feasible; objective {way} {figure}"
+                      + (f"; constraints: {', '.join(meta['constraints'])}"
+                         if meta.get("constraints") else "")))
+    # errors that differ only in their numbers (byte counts, lines) are one kind
+    kinds: dict[str, list[Any]] = {}
     for r in rows:
         if r["status"] != "ok":
-            errors[str(r.get("error"))] = errors.get(str(r.get("error")), 0) + 1
-    for text, count in sorted(errors.items(), key=lambda e: -e[1])[:3]:
-        con.print(f"  {count:,} failed: {text}", soft_wrap=True)
+            text = str(r.get("error"))
+            kind = kinds.setdefault(re.sub(r"\d[\d,.]*", "#", text), [0, text])
+            kind[0] += 1
+    for count, text in sorted(kinds.values(), key=lambda e: -e[0])[:4]:
+        out.append(escape(f"  {count:,} failed{' like' if count > 1 else ''}: {text}"))
     if top:
-        con.print(table(f"best {len(top)} by {figure}", top, [*varied, figure, *extra]))
+        out.append(table(f"best {len(top)} by {figure}", top, [*varied, figure, *extra]))
+    if groups:
+        rest = [n for n in varied if n not in groups]
+        out.append(table(f"best by {figure} per {', '.join(groups)} ({len(per)} groups)", per,
+                        [*groups, *rest, figure, *extra]))
     if args.pareto:
         x, y = (n.split(":")[-1] for n in args.pareto.split(","))
         cols = list(dict.fromkeys([*varied, x, y]))
-        con.print(table(f"Pareto front of {args.pareto} ({len(front)} points)", front, cols))
+        out.append(table(f"Pareto front of {args.pareto} ({len(front)} points)", front, cols))
     for path in (args.csv, args.parquet, args.plot):
         if path:
-            con.print(f"wrote {path}")
+            out.append(escape(f"wrote {path}"))
+    print_rich(*out)

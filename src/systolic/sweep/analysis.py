@@ -17,7 +17,7 @@ from ..errors import SweepError
 from .evaluate import MAXIMIZE
 from .spec import _CONSTRAINT, Constraint, Objective
 
-__all__ = ["best", "direction", "feasible", "objective_of", "pareto"]
+__all__ = ["best", "best_per", "direction", "feasible", "objective_of", "pareto"]
 
 
 def objective_of(meta: dict[str, Any]) -> Objective:
@@ -62,6 +62,24 @@ def best(rows: Sequence[dict[str, Any]], meta: dict[str, Any], top: int = 10
     vals = np.array([_number(rows[i][obj.figure]) for i in idx])
     order = np.argsort(-vals if obj.maximize else vals, kind="stable")
     return [rows[idx[j]] for j in order[:top].tolist()]
+
+
+def best_per(rows: Sequence[dict[str, Any]], meta: dict[str, Any], names: Sequence[str]
+             ) -> list[dict[str, Any]]:
+    """The best feasible row of each combination of the inputs ``names`` (the best block
+    size per shape and arch), in the order the combinations first appear in the sweep; a
+    combination with no feasible row is left out."""
+    for name in names:
+        if name not in meta.get("inputs", []):
+            raise SweepError(f"--best-per {name}: not an input of this sweep; inputs: "
+                             f"{', '.join(meta.get('inputs', []))}")
+    out: dict[tuple[str, ...], dict[str, Any]] = {}
+    for r in best(rows, meta, len(rows)):  # best first: the first of each group wins
+        out.setdefault(tuple(str(r.get(n)) for n in names), r)
+    first: dict[tuple[str, ...], int] = {}
+    for i, r in enumerate(rows):
+        first.setdefault(tuple(str(r.get(n)) for n in names), i)
+    return [out[g] for g in sorted(out, key=lambda g: first[g])]
 
 
 def direction(spec: str, meta: dict[str, Any]) -> tuple[str, bool]:

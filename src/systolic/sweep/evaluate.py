@@ -3,24 +3,23 @@
 A point is a dict of inputs (``arch``, Arch field overrides, ``dtype``, ``m`` ...); a target
 says what to run with them:
 
-* :class:`WorkloadTarget`: the ops of a workload file (``systolic run``), each lowered with
-  :func:`systolic.compiler.lower` and timed with :func:`systolic.report.build_report`, the
-  totals counting each op ``repeat`` times (``workload_json``'s definitions). A single
-  matmul is a one-op workload (:func:`matmul_target`).
-* :class:`KernelTarget`: an NKI kernel ``FILE.py:FUNCTION`` with argument shapes, through
-  :func:`kernel_figures`, the one seam where the NKI front end (issue 10) and the
-  whole-core timing (issue 11) plug in.
+* :class:`WorkloadTarget`: the ops of a workload file (``systolic run``), each timed with
+  :func:`systolic.workload.time_op` (the whole NeuronCore and the Tensor Engine alone), the
+  totals those of :func:`systolic.workload.workload_totals` (each op ``repeat`` times). A
+  single matmul is a one-op workload (:func:`matmul_target`).
+* :class:`KernelTarget`: an NKI kernel ``FILE.py:FUNCTION`` with argument shapes, recorded
+  with :func:`systolic.nki.record_kernel` and timed with
+  :func:`systolic.sim.core.time_program` (:func:`kernel_figures`).
 
 :func:`evaluate_point` raises on a point that cannot run; :func:`evaluate_chunk` (what a
 worker runs) turns that into a failed result with the error's text, so the sweep goes on.
-Figures are plain ints, floats and strings, one level deep, so that the store keeps one
-column per figure and a new timing model only adds keys.
+Figures (:mod:`.figures` names them) are plain ints, floats and strings, one level deep,
+so that the store keeps one column per figure.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import time
 import traceback
 from dataclasses import dataclass, replace
@@ -29,26 +28,27 @@ from typing import Any
 
 from ..api import make_spec
 from ..arch import Arch, get_arch
-from ..compiler import MatmulSpec, lower
+from ..compiler import MatmulSpec
 from ..errors import SweepError, SystolicError
-from ..report import CAUSES, Report, build_report
-from ..workload import Op, Workload, intensity
+from ..nki import record_kernel
+from ..report import Report
+from ..sim.core import time_program
+from ..workload import Op, OpResult, Workload, intensity, time_op, workload_totals
+from .figures import (
+    CORE_FIGURES,
+    KERNEL_FIGURES,
+    MAXIMIZE,
+    PE_FIGURES,
+    dma_transfers,
+    flat_core,
+    on_chip_high_water,
+    unwritten_outputs,
+)
 from .overrides import apply_overrides, overridable_fields
 
-__all__ = ["CORE_FIGURES", "MAXIMIZE", "TENSOR_FIGURES", "KernelTarget", "Target",
-           "WorkloadTarget", "evaluate_chunk", "evaluate_point", "kernel_figures",
-           "matmul_target", "point_arch"]
-
-# Figures of a workload/matmul point today (Tensor Engine timing plus a roofline estimate).
-TENSOR_FIGURES = ("latency_us", "cycles", "seconds", "tflops", "peak_tflops", "utilization",
-                  "flops", "useful_macs", "instructions", "intensity", "ideal_hbm_bytes",
-                  "hbm_us", "roofline_us", "roofline_bound",
-                  *(f"pct_{c}" for c in CAUSES))
-# Keys the whole-core timing adds (issue 11 "JSON keys for scripts"), accepted as objectives
-# and constraints of kernel sweeps before that timing lands.
-CORE_FIGURES = ("latency_us", "tflops", "peak_tflops", "hfu", "bound", "dma_bytes", "dma_gbps")
-# Figures where more is better; every other figure is minimised by default.
-MAXIMIZE = frozenset({"tflops", "utilization", "hfu", "dma_gbps", "peak_tflops"})
+__all__ = ["CORE_FIGURES", "KERNEL_FIGURES", "MAXIMIZE", "PE_FIGURES", "KernelTarget",
+           "Target", "WorkloadTarget", "evaluate_chunk", "evaluate_point", "kernel_figures",
+           "matmul_target", "point_arch", "target_figures", "workload_figures"]
 
 
 def _digest(path: str) -> str:
@@ -109,14 +109,20 @@ def point_arch(inputs: dict[str, Any], default: Arch | str = "trn2") -> Arch:
     return apply_overrides(base, {k: v for k, v in inputs.items() if k in fields})
 
 
+def target_figures(kind: str) -> tuple[str, ...]:
+    """The figures a target of ``kind`` reports (objectives and constraints name these)."""
+    own = KERNEL_FIGURES if kind == "kernel" else PE_FIGURES
+    return tuple(dict.fromkeys((*CORE_FIGURES, *own)))
+
+
 # -- workload and matmul points ----------------------------------------------------------------
 
-@lru_cache(maxsize=32)
-def _timed(spec: MatmulSpec, arch: Arch) -> tuple[Report, int]:
-    """Lower (verified) and time one product; cached per process, as points of an
-    architect's sweep often share a product (an HBM bandwidth axis does not change it)."""
-    program = lower(spec, arch).program
-    return build_report(program, arch, spec), len(program)
+@lru_cache(maxsize=8)
+def _timed(spec: MatmulSpec, arch: Arch) -> Report:
+    """Time one product; cached per process, as the ops of a workload (a MLP's gate and up)
+    and consecutive points of a sweep over the ops' own inputs share products. Small: a
+    Report lowered whole keeps its Program (one object per instruction)."""
+    return time_op(spec, arch)[0]
 
 
 def _ops(target: WorkloadTarget, inputs: dict[str, Any]) -> list[Op]:
@@ -136,76 +142,79 @@ def _ops(target: WorkloadTarget, inputs: dict[str, Any]) -> list[Op]:
     return ops
 
 
+# Opcodes that are (or end in) one DMA transfer each: a ReadOut is the PSUM evacuation then
+# a DMA store of its bytes (sim/core.py).
+_DMA_OPCODES = ("DmaLoad", "DmaCopy", "ReadOut")
+
+
 def workload_figures(target: WorkloadTarget, inputs: dict[str, Any]) -> dict[str, Any]:
-    """Totals over the ops (each ``repeat`` times, with ``workload_json``'s definitions),
-    plus a roofline estimate: every op's ideal HBM traffic (operands and fp32 result moved
-    once, ``workload.intensity``) at the arch's ``hbm_bytes_per_s``, and ``roofline_us`` =
-    the sum of max(compute, memory) per op. The Tensor Engine timing does not see HBM, so
-    this is what an HBM axis changes until the whole-core timing (issue 11) times the DMA."""
-    cycles = count = macs = flops = 0
-    seconds = capacity = hbm_bytes = hbm_s = roof_s = at_peak_s = 0.0
-    causes = dict.fromkeys(CAUSES, 0.0)
-    for op in _ops(target, inputs):
-        rep, n_ins = _timed(op.spec, op.arch)
-        r = op.repeat
-        cycles += rep.cycles * r
-        seconds += rep.seconds * r
-        count += n_ins * r
-        macs += rep.useful_macs * r
-        flops += op.flops * r
-        capacity += rep.cycles * op.arch.pes * rep.pack * r
-        for k, v in rep.exact_breakdown().items():  # once per op: Fractions are slow
-            causes[k] += float(v) * r
-        moved = op.flops / intensity(op.spec)
-        mem_s = moved / op.arch.hbm_bytes_per_s
-        hbm_bytes += moved * r
-        hbm_s += mem_s * r
-        roof_s += max(rep.seconds, mem_s) * r
-        at_peak_s += op.flops / (rep.peak_tflops * 1e12) * r
-    out: dict[str, Any] = {
-        "latency_us": seconds * 1e6, "cycles": cycles, "seconds": seconds,
-        "tflops": flops / seconds / 1e12 if seconds else 0.0,
-        "peak_tflops": flops / at_peak_s / 1e12 if at_peak_s else 0.0,
-        "utilization": macs / capacity if capacity else 0.0, "flops": flops,
-        "useful_macs": macs, "instructions": count,
-        "intensity": flops / hbm_bytes if hbm_bytes else 0.0,
-        "ideal_hbm_bytes": hbm_bytes, "hbm_us": hbm_s * 1e6, "roofline_us": roof_s * 1e6,
-        "roofline_bound": "memory" if hbm_s > seconds else "compute",
-    }
-    for k, total in causes.items():
-        out[f"pct_{k}"] = 100.0 * total / cycles if cycles else 0.0
+    """The totals of :func:`systolic.workload.workload_totals` as flat figures (the whole
+    core's, then the Tensor Engine's as ``cycles``, ``pe_us``, ``pe_tflops``, ``utilization``,
+    ``pe_pct_CAUSE``), plus an ideal roofline: each op's operands and fp32 result moved once
+    (``workload.intensity``) at the arch's ``hbm_bytes_per_s``, and ``roofline_us`` = the sum
+    of max(Tensor Engine time, that memory time) per op: what the whole-core ``latency_us``
+    would be with perfect reuse and perfect overlap."""
+    results = [OpResult(op, _timed(op.spec, op.arch)) for op in _ops(target, inputs)]
+    t = workload_totals(results)
+    out = flat_core(t, sum(sum(r.report.counts.get(op, 0) for op in _DMA_OPCODES)
+                           * r.op.repeat for r in results))
+    out.update({"intensity": t["intensity"], "flops": t["flops"],
+                "useful_macs": sum(r.report.useful_macs * r.op.repeat for r in results),
+                "instructions": sum(sum(r.report.counts.values()) * r.op.repeat
+                                    for r in results),
+                "cycles": t["cycles"], "pe_us": t["pe_us"], "pe_tflops": t["pe_tflops"],
+                "utilization": t["utilization"]})
+    for cause, part in t["breakdown"].items():
+        out[f"pe_pct_{cause}"] = part["percent"]
+    hbm_bytes = hbm_s = roof_s = 0.0
+    for r in results:
+        moved = r.op.flops / intensity(r.op.spec)
+        mem_s = moved / r.op.arch.hbm_bytes_per_s
+        hbm_bytes += moved * r.op.repeat
+        hbm_s += mem_s * r.op.repeat
+        roof_s += max(r.report.seconds, mem_s) * r.op.repeat
+    pe_s = t["pe_us"] * 1e-6
+    out.update({"ideal_hbm_bytes": hbm_bytes,
+                "ideal_intensity": t["flops"] / hbm_bytes if hbm_bytes else 0.0,
+                "hbm_us": hbm_s * 1e6, "roofline_us": roof_s * 1e6,
+                "roofline_bound": "memory" if hbm_s > pe_s else "compute"})
     return out
 
 
-# -- kernel points: the seam for issues 10 and 11 ------------------------------------------------
+# -- kernel points -------------------------------------------------------------------------------
 
 def kernel_figures(target: KernelTarget, inputs: dict[str, Any]) -> dict[str, Any]:
-    """Record the kernel with the NKI front end and time its Program.
+    """Record the kernel with the NKI front end for the point's arch, argument shapes and
+    ``param.*`` keyword arguments, and time its Program on the whole NeuronCore.
 
-    Phase 2 (the lead wires it): ``systolic.nki.record_kernel`` records the kernel for the
-    point's arch, argument shapes and ``param.*`` keyword arguments; the whole-core timing
-    then adds its keys (CORE_FIGURES). Until the front end exists every kernel point fails
-    with the sentence below and is stored as a failed point."""
-    try:
-        nki = importlib.import_module("systolic.nki")
-    except ImportError:
-        raise SweepError("kernel sweeps need systolic.nki, the NKI front end (issue 10), "
-                         "which this build does not have; sweep a workload or a matmul "
-                         "instead") from None
+    A point the kernel cannot run (an SBUF or PSUM overflow of a too-large block, an
+    assertion, a shape the kernel refuses) raises the front end's one-line error. A
+    Program that leaves part of an output unwritten (a block size that does not divide the
+    shape, so a loop runs zero times) raises too: it is fast because it does less."""
     arch = point_arch(inputs)
     params = {k.removeprefix("param."): v for k, v in inputs.items() if k.startswith("param.")}
-    recorded = nki.record_kernel(target.path, target.function, target.shapes(inputs),
-                                 params=params, arch=arch)
-    report = build_report(recorded.program, arch)
-    d = report.to_dict()
-    out = {"latency_us": report.seconds * 1e6, "cycles": report.cycles,
-           **{k: d[k] for k in ("seconds", "tflops", "peak_tflops", "utilization")},
-           "instructions": len(recorded.program)}
-    for cause, pct in report.percent().items():
-        out[f"pct_{cause}"] = pct
+    args = [(shape, fmt) for fmt, shape in target.shapes(inputs).values()]
+    try:
+        recorded = record_kernel(target.path, target.function, args, params=params,
+                                     arch=arch)
+    except TypeError as exc:  # a param.NAME the kernel does not take
+        raise SweepError(f"{target.function}: {exc}") from None
+    outs = [(t.name or f"#{i + 1}", recorded.addresses[t.id],
+             t.free_elems * t.dtype.itemsize) for i, t in enumerate(recorded.outputs)]
+    short = unwritten_outputs(recorded.program, outs)
+    if short:
+        name, wrote, size = short[0]
+        raise SweepError(f"the kernel writes only {wrote:,} of the {size:,} bytes of its "
+                         f"output {name}, so it would be timed on less work; does a block "
+                         f"size not divide the shape?")
+    timing = time_program(recorded.program, arch)
+    out = flat_core(timing.to_dict(), dma_transfers(timing))
+    sbuf, psum = on_chip_high_water(recorded.program)
+    out.update({"intensity": 2 * timing.useful_macs / timing.hbm_bytes if timing.hbm_bytes
+                else 0.0, "flops": 2 * timing.useful_macs, "useful_macs": timing.useful_macs,
+                "instructions": len(recorded.program), "nki_ops": recorded.ops,
+                "sbuf_bytes": sbuf, "psum_bytes": psum})
     return out
-
-
 def evaluate_point(target: Target, inputs: dict[str, Any]) -> dict[str, Any]:
     """The figures of one point; a SystolicError for a point that cannot run."""
     if isinstance(target, KernelTarget):

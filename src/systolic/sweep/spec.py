@@ -34,14 +34,13 @@ from ..workload import OPERAND_FORMATS, load_workload
 from .axes import NAME as _NAME
 from .axes import Axis, Src, parse_axis, parse_input
 from .evaluate import (
-    CORE_FIGURES,
     MAXIMIZE,
-    TENSOR_FIGURES,
     KernelTarget,
     Target,
     WorkloadTarget,
     _digest,
     matmul_target,
+    target_figures,
 )
 
 __all__ = ["RESERVED", "Axis", "Constraint", "Objective", "SweepSpec", "load_sweep",
@@ -156,7 +155,7 @@ def _target(src: Src, node: yaml.Node, base: str) -> tuple[Target, dict[str, yam
     file, sep, function = text.rpartition(":")
     if not sep or not file.endswith(".py") or not _NAME.match(function):
         raise src.fail(value_node, f"kernel {text!r} must be FILE.py:FUNCTION")
-    path = os.path.join(base, file)
+    path = os.path.normpath(os.path.join(base, file))
     # The file may not exist yet: its points then fail one by one, as any point that
     # cannot run (the digest changes once it appears, so they run again).
     digest = _digest(path) if os.path.isfile(path) else "missing"
@@ -316,8 +315,7 @@ def parse_sweep(text: str, path: str = "<sweep>") -> SweepSpec:
                 seed = src.scalar(fields["seed"][0])
                 if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
                     raise src.fail(fields["seed"][0], "seed must be a non-negative integer")
-    figures = TENSOR_FIGURES if target.kind != "kernel" else tuple(
-        dict.fromkeys((*CORE_FIGURES, *TENSOR_FIGURES)))
+    figures = target_figures(target.kind)
     objective = _objective(src, top["objective"][0] if "objective" in top else None, figures)
     constraints = (_constraints(src, top["constraints"][0], {*figures, *names})
                    if "constraints" in top else ())

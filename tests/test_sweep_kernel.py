@@ -1,0 +1,176 @@
+"""Kernel sweeps: a point is the NKI front end's recording timed on the whole NeuronCore; a
+block that cannot run is a failed point with its reason, predicted here in closed form; the
+first example sweep (252 kernel points) killed with SIGKILL resumes to the store of an
+uninterrupted run.
+
+To stay fast the example runs on 2 workers, and its uninterrupted store is made once for the
+module (the failure and footprint checks read it too)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import systolic.sweep as sw
+from systolic.arch import get_arch
+from systolic.nki import record_kernel
+from systolic.sim.core import time_program
+from systolic.sweep.evaluate import evaluate_point
+from systolic.sweep.runner import execute
+from systolic.sweep.store import read_rows
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = sorted((ROOT / "examples" / "sweeps").glob("*.yaml"))[0]
+KERNEL = ROOT / "examples" / "kernels" / "blocked_matmul.py"
+ISZ = {"bf16": 2, "fp8_e4m3": 1}
+
+
+def _sqlite_rows(path: Path) -> list[tuple[Any, ...]]:
+    """The store read with plain sqlite3: every column but the wall-clock one."""
+    con = sqlite3.connect(path)
+    cols = [r[1] for r in con.execute("PRAGMA table_info(points)") if r[1] != "elapsed_s"]
+    rows = con.execute(f"SELECT {', '.join(f'[{c}]' for c in cols)} FROM points "
+                       f"ORDER BY seq").fetchall()
+    assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    con.close()
+    return [tuple(zip(cols, r, strict=True)) for r in rows]
+
+
+def _count(out: Path) -> int:
+    try:
+        con = sqlite3.connect(f"file:{out}?mode=ro", uri=True, timeout=1)
+        try:
+            return int(con.execute("SELECT count(*) FROM points").fetchone()[0])
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return 0
+
+
+def _why_not(p: dict[str, Any]) -> str | None:
+    """Closed form for examples/kernels/blocked_matmul.py: which points cannot run, from the
+    kernel's text. Its block is TILES_N moving tiles of 512 columns: ``N // BN`` blocks, so
+    a BN that does not divide N leaves columns unwritten; one fp32 [128, 512] PSUM tile (one
+    2 KiB bank) per moving tile; K/128 resident [128, BN] tiles plus the [128, BN] result row
+    in SBUF."""
+    k, n, tn = p["dim.K"], p["dim.N"], p["param.TILES_N"]
+    arch = get_arch(p["arch"])
+    bn = 512 * tn
+    if n % bn:
+        return "writes only"
+    if tn > arch.psum_banks:
+        return "PSUM is full"
+    if (k // 128 + 1) * bn * ISZ[p["dtype"]] > arch.sbuf_bytes:
+        return "SBUF is full"
+    return None
+
+
+@pytest.fixture(scope="module")
+def clean_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tune") / "clean.sqlite"
+    summary = execute(sw.load_sweep(EXAMPLE), out, workers=2)
+    assert summary.ran == summary.total == 252
+    return out
+
+
+def test_the_first_example_is_a_kernel_sweep_of_at_least_200_points() -> None:
+    spec = sw.load_sweep(EXAMPLE)
+    assert EXAMPLE.name == "blocked_matmul_tune.yaml"
+    assert spec.target.kind == "kernel" and spec.size == 252 >= 200
+    assert {p["arch"] for _, p in spec.points()} == {"trn1", "trn2"}
+    assert len({(p["dim.M"], p["dim.K"], p["dim.N"]) for _, p in spec.points()}) == 3
+
+
+@pytest.mark.parametrize("pick", [
+    {"dim.K": 1024, "arch": "trn2", "dtype": "bf16", "dma_queues": 16, "param.TILES_N": 4},
+    {"dim.K": 4096, "arch": "trn1", "dtype": "fp8_e4m3", "dma_queues": 4, "param.TILES_N": 6},
+    {"dim.K": 512, "arch": "trn1", "dtype": "bf16", "dma_queues": 8, "param.TILES_N": 8},
+], ids=["square-trn2", "deepK-trn1-fp8", "wideN-trn1"])
+def test_a_kernel_point_is_record_kernel_then_time_program(pick: dict[str, Any]) -> None:
+    spec = sw.load_sweep(EXAMPLE)
+    [p] = [p for _, p in spec.points() if all(p[k] == v for k, v in pick.items())]
+    got = evaluate_point(spec.target, p)
+    m, k, n, tn, fmt = p["dim.M"], p["dim.K"], p["dim.N"], p["param.TILES_N"], p["dtype"]
+    arch = dataclasses.replace(get_arch(p["arch"]), dma_queues=p["dma_queues"])
+    rec = record_kernel(str(KERNEL), "blocked_matmul", [f"{fmt}[{k},{m}]", f"{fmt}[{k},{n}]"],
+                        {"TILES_N": tn}, arch)
+    ct = time_program(rec.program, arch)
+    assert got["latency_us"] == ct.latency_us and got["bound"] == ct.bound
+    assert got["busy_tensor"] == ct.busy()["tensor"] and got["dma_bytes"] == ct.dma_bytes
+    counts = rec.counts()
+    assert got["ins_tensor"] == counts["tensor"] and got["ins_dma"] == counts["dma"]
+    assert got["instructions"] == len(rec.program) and got["nki_ops"] == rec.ops
+    # closed forms from the kernel's text, not from the model
+    isz, bn = ISZ[fmt], 512 * tn
+    assert got["flops"] == 2 * m * k * n
+    assert got["hfu"] == pytest.approx(2 * m * k * n / (ct.seconds * arch.peak_flops(fmt)))
+    # lhsT is loaded once per N block, rhs and the result move once
+    assert got["hbm_bytes"] == (n // bn) * k * m * isz + k * n * isz + m * n * isz
+    assert got["sbuf_bytes"] == (k // 128 + 1) * bn * isz
+    assert got["psum_bytes"] == tn * arch.psum_bank_bytes
+    # no point beats the HBM roof or the PE peak
+    assert got["latency_us"] * 1e-6 >= got["hbm_bytes"] / arch.hbm_bytes_per_s
+    assert 0 < got["hfu"] <= 1
+    assert sum(got[f"pct_{c}"] for c in ct.bound_ticks) == pytest.approx(100.0)
+
+
+def test_a_block_that_cannot_run_is_a_failed_point_with_its_reason(clean_store: Path
+                                                                    ) -> None:
+    rows, _ = read_rows(clean_store)
+    assert len(rows) == 252
+    reasons: dict[str | None, int] = {}
+    for r in rows:
+        why = _why_not(r)
+        reasons[why] = reasons.get(why, 0) + 1
+        if why is None:
+            assert r["status"] == "ok" and r["error"] is None, r
+            isz = ISZ[r["dtype"]]
+            assert r["sbuf_bytes"] == (r["dim.K"] // 128 + 1) * 512 * r["param.TILES_N"] * isz
+        else:
+            assert r["status"] == "failed" and why in r["error"], (r, why)
+            assert "\n" not in r["error"]
+    # every kind of failure occurs, and SBUF fails on trn1 only (trn2 has 224 KiB)
+    assert set(reasons) == {None, "writes only", "PSUM is full", "SBUF is full"}
+    assert {r["arch"] for r in rows if _why_not(r) == "SBUF is full"} == {"trn1"}
+
+
+def test_a_parameter_the_kernel_does_not_take_fails_the_point() -> None:
+    rows = sw.run({"run": {"kernel": f"{KERNEL}:blocked_matmul",
+                           "args": {"lhsT": "bf16[128, 128]", "rhs": "bf16[128, 512]"}},
+                   "axes": {"param.TILES_M": [1, 2]}}, executor="serial")
+    rows = rows.to_dict("records") if hasattr(rows, "to_dict") else rows
+    assert [r["status"] for r in rows] == ["failed", "failed"]
+    assert all("unexpected keyword argument 'TILES_M'" in r["error"] for r in rows)
+
+
+def test_the_first_example_killed_with_sigkill_resumes_to_the_uninterrupted_store(
+        tmp_path: Path, clean_store: Path) -> None:
+    killed = tmp_path / "killed.sqlite"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    proc = subprocess.Popen([sys.executable, "-m", "systolic", "sweep", str(EXAMPLE), "--out",
+                             str(killed), "--workers", "2", "--no-progress"], env=env,
+                            start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while _count(killed) < 20 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    os.killpg(proc.pid, signal.SIGKILL)  # the parent and its pool workers, at once
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the sweep finished before it was killed"
+    partial = _sqlite_rows(killed)
+    assert 20 <= len(partial) < 252
+    resumed = execute(sw.load_sweep(EXAMPLE), killed, workers=2)
+    assert resumed.skipped == len(partial) and resumed.ran == 252 - len(partial)
+    final, clean = _sqlite_rows(killed), _sqlite_rows(clean_store)
+    assert len(final) == 252 and len({dict(r)["key"] for r in final}) == 252
+    assert final == clean
+    assert set(partial) <= set(final)  # nothing finished before the kill was lost or redone
