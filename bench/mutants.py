@@ -387,6 +387,13 @@ def _check_import(copy: Path) -> None:
                          f"{PKG} installed non-editable ahead of PYTHONPATH?")
 
 
+def _ordered(tests: Iterable[str], kills: bool = True) -> list[str]:
+    """The test files once each, the kill tests first (they are fast and aimed: with -x a
+    killed mutant stops there); ``kills=False`` drops them (the suite as it was)."""
+    seen = dict.fromkeys(t for t in tests if t != KILLS)
+    return ([KILLS] if kills and KILLS in tests else []) + list(seen)
+
+
 def _pytest(copy: Path, tests: Iterable[str], timeout: float) -> tuple[str, str]:
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests]
     try:
@@ -402,7 +409,7 @@ def _pytest(copy: Path, tests: Iterable[str], timeout: float) -> tuple[str, str]
     return "failed", failed or tail
 
 
-def run_mutant(m: Mutant, copy: Path, timeout: float) -> Outcome:
+def run_mutant(m: Mutant, copy: Path, timeout: float, kills: bool = True) -> Outcome:
     if m.equivalent:
         return Outcome(m, "equivalent", detail=m.equivalent)
     path = copy / "src" / PKG / m.file
@@ -417,7 +424,7 @@ def run_mutant(m: Mutant, copy: Path, timeout: float) -> Outcome:
     t0 = time.perf_counter()
     path.write_text(original.replace(m.old, m.new))
     try:
-        result, detail = _pytest(copy, m.tests, timeout)
+        result, detail = _pytest(copy, _ordered(m.tests, kills), timeout)
     finally:
         path.write_text(original)
     status = {"passed": "survived", "failed": "killed", "timeout": "timeout"}[result]
@@ -450,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list", action="store_true", help="list the catalogue and exit")
     p.add_argument("--timeout", type=float, default=240.0, help="seconds per mutant")
     p.add_argument("--jobs", type=int, default=1, help="mutants run at a time")
+    p.add_argument("--without-kills", action="store_true",
+                   help=f"leave out {KILLS} (the kill rate of the suite without it)")
     p.add_argument("--no-baseline", action="store_true",
                    help="skip the run of the tests on the unmutated copy")
     args = p.parse_args(argv)
@@ -461,27 +470,29 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _check_import(copies[0])
         if not args.no_baseline:
-            tests = sorted({t for m in mutants if not m.equivalent for t in m.tests})
+            tests = _ordered([t for m in mutants if not m.equivalent for t in m.tests],
+                             not args.without_kills)
             status, detail = _pytest(copies[0], tests, 10 * args.timeout)
             if status != "passed":
                 print(f"baseline: the unmutated tests do not pass ({detail}); fix that first")
                 return 1
             print(f"baseline: {len(tests)} test files pass on the unmutated copy")
-        outcomes = _run_all(mutants, copies, args.timeout)
+        outcomes = _run_all(mutants, copies, args.timeout, not args.without_kills)
     finally:
         for c in copies:
             shutil.rmtree(c, ignore_errors=True)
     return _report(outcomes)
 
 
-def _run_all(mutants: list[Mutant], copies: list[Path], timeout: float) -> list[Outcome]:
+def _run_all(mutants: list[Mutant], copies: list[Path], timeout: float,
+             kills: bool) -> list[Outcome]:
     free = list(copies)
     outcomes: list[Outcome] = []
 
     def one(m: Mutant) -> Outcome:
         copy = free.pop()
         try:
-            return run_mutant(m, copy, timeout)
+            return run_mutant(m, copy, timeout, kills)
         finally:
             free.append(copy)
 
