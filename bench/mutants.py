@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -238,12 +239,12 @@ CATALOGUE: tuple[Mutant, ...] = (
       COMPILER, "a ragged last tile is dropped"),
     M("ktile_odd_fits", "compiler/tiling.py",
       "        elif span.size <= arch.rows:  # odd ragged tile that fits unfolded",
-      "        elif span.size < arch.rows:  # odd ragged tile that fits unfolded",
-      COMPILER, "an odd 128-row DoubleRow ragged K tile is split though it fits unfolded"),
+      "        elif span.size < arch.rows - 1:  # odd ragged tile that fits unfolded",
+      COMPILER, "an odd 127-row DoubleRow ragged K tile is split though it fits unfolded"),
     M("ktile_count_odd", "compiler/tiling.py",
       "return full + (1 if rest % fold == 0 or rest <= arch.rows else 2)",
-      "return full + (1 if rest % fold == 0 or rest < arch.rows else 2)",
-      COMPILER, "matmul_count disagrees with tile() for an odd 128-row ragged K tile"),
+      "return full + (1 if rest % fold == 0 or rest < arch.rows - 1 else 2)",
+      COMPILER, "matmul_count disagrees with tile() for an odd 127-row ragged K tile"),
     M("cache_hit_any_weights", "compiler/codegen.py",
       "return any(t.group == group and t.stationary == stationary\n",
       "return any(t.group == group\n",
@@ -255,7 +256,10 @@ CATALOGUE: tuple[Mutant, ...] = (
     M("cache_hit_any_rect", "compiler/codegen.py",
       "and t.perf_mode is perf_mode and t.rect == rect for t in self.tiles)",
       "and t.perf_mode is perf_mode for t in self.tiles)",
-      COMPILER, "the weight-tile cache hits on the same weights latched on other PEs"),
+      COMPILER, "the weight-tile cache hits on the same weights latched on other PEs",
+      equivalent="in a Program that verifies, the group and the SBUF pattern fix the PEs: the "
+                 "row is the pattern's partition and a tile must start at a multiple of its "
+                 "size class, so one group holds one position per tile size"),
     M("cache_writer_ignored", "compiler/codegen.py",
       "        kept = tuple(t for t in self.tiles if not t.region.overlaps(r))\n",
       "        kept = self.tiles\n",
@@ -463,6 +467,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="skip the run of the tests on the unmutated copy")
     args = p.parse_args(argv)
     mutants = _select(args.mutant)
+    # a SIGTERM unwinds like Ctrl-C, so the temporary copies are removed
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.list:
         _print_list(mutants)
         return 0

@@ -189,3 +189,119 @@ def test_the_mx_executor_decodes_each_operand_as_dequantize_does(fmt: str) -> No
     np.testing.assert_array_equal(sim.tiles[key], mx.dequantize(qa))
     got_b = read_operand(sim, mm.moving, mm.scale, mm.fmt).dequantized()
     np.testing.assert_array_equal(got_b, mx.dequantize(qb))
+
+
+# -- tiles on adjacent array rows stay latched ----------------------------------------------
+def test_tiles_on_adjacent_array_rows_are_both_latched() -> None:
+    """latch_evicts_neighbour: two 32-row tiles in row quadrants 0 and 1 share no PE, so
+    loading the second keeps the first; both products are exact (small integers)."""
+    k, m, n = 32, 16, 8
+    rng = np.random.default_rng(6)
+    ws = [rng.integers(-8, 9, (k, m)).astype(np.float32) for _ in range(2)]
+    xs = [rng.integers(-8, 9, (k, n)).astype(np.float32) for _ in range(2)]
+    instrs: list[object] = []
+    sim = FunctionalSimulator("trn2")
+    for q in range(2):
+        w_ap = sbuf(k, 0, m, "bf16", part=32 * q)
+        sim.memory.write(w_ap, ws[q])
+        instrs.append(load(w_ap, m))
+    for q in range(2):
+        x_ap = sbuf(k, 0x1000, n, "bf16", part=32 * q)
+        sim.memory.write(x_ap, xs[q])
+        instrs.append(matmul(x_ap, psum(m, 2048 * q, n), ONE, "bf16"))
+    sim.run(Program(instrs))  # type: ignore[arg-type]
+    for q in range(2):
+        got = sim.memory.read(psum(m, 2048 * q, n))
+        np.testing.assert_array_equal(got, ws[q].astype(np.float64).T @ xs[q])
+
+
+# -- formats: scale bytes and fp4's NaN ------------------------------------------------------
+def test_e8m0_scale_bytes_are_ml_dtypes_powers_of_two() -> None:
+    """e8m0_range: 2**e for e in -127..127 is ml_dtypes' E8M0 byte; 128 and -128 have none
+    (NaN, 0xFF)."""
+    from systolic.dtypes import e8m0_from_exponent
+
+    e = np.arange(-127, 128)
+    want = np.ldexp(np.float32(1.0), e).astype(np.float32).astype(ml_dtypes.float8_e8m0fnu)
+    got = e8m0_from_exponent(e)
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    assert list(e8m0_from_exponent(np.array([128, 129, -128])).view(np.uint8)) == [255] * 3
+
+
+def test_fp4_refuses_a_nan_among_numbers() -> None:
+    """fp4_nan_accepted: ml_dtypes turns NaN into zero for e2m1; one NaN among numbers is
+    refused as a NaN alone is."""
+    from systolic.dtypes import encode
+    from systolic.errors import FormatError
+
+    with pytest.raises(FormatError, match="no NaN"):
+        encode(np.array([1.0, np.nan, 2.0], np.float32), "fp4_e2m1")
+
+
+# -- the verifier ------------------------------------------------------------------------------
+def test_an_integer_matmul_into_fp32_psum_is_refused() -> None:
+    """verify_acc_dtype: integer products accumulate in the INT48 PSUM format."""
+    from systolic import verify
+    from systolic.errors import VerifyError
+
+    w_ap, x_ap = sbuf(32, 0, 16, "int8"), sbuf(32, 0x100, 8, "int8")
+    prog = Program([load(w_ap, 16), matmul(x_ap, psum(16, 0, 8, "fp32"), ONE, "int8")])
+    with pytest.raises(VerifyError, match="int48"):
+        verify(prog, "trn2")
+
+
+def test_a_moving_k_smaller_than_the_tile_is_refused() -> None:
+    """verify_k_mismatch: 16 moving rows against a 32-row tile would leave PEs unfed."""
+    from systolic import verify
+    from systolic.errors import VerifyError
+
+    w_ap = sbuf(32, 0, 16, "bf16")
+    for parts in (16, 31):
+        prog = Program([load(w_ap, 16), matmul(sbuf(parts, 0x100, 8, "bf16"),
+                                                psum(16, 0, 8), ONE, "bf16")])
+        with pytest.raises(VerifyError):
+            verify(prog, "trn2")
+
+
+# -- the weight-tile cache across perf modes ---------------------------------------------------
+def test_the_weight_cache_does_not_hit_across_perf_modes() -> None:
+    """cache_hit_any_perf: the same fp8 weights latched for DoubleRow are not warm for
+    DoubleRowSwInterleave (seed 000: same weights AND same perf signature); the emitted
+    Program must verify (its MatMul's perf mode matches the latched tile's)."""
+    from systolic import verify
+    from systolic.arch import get_arch
+    from systolic.compiler import WeightTileState, calc_flags, emit_nc_matmul
+
+    arch = get_arch("trn2")
+    dims = ((16, 2), (1, 16))
+    w = AccessPattern(Space.SBUF, 0, 32, 0, dims, "fp8_e4m3")
+    x = AccessPattern(Space.SBUF, 0, 32, 0x1000, ((8, 2), (1, 8)), "fp8_e4m3")
+    instrs: list[object] = []
+    state = WeightTileState()
+    for i, mode in enumerate((PerfMode.DOUBLE_ROW, PerfMode.DOUBLE_ROW_SW_INTERLEAVE)):
+        out, state = emit_nc_matmul(state, arch, stationary=w, moving=x,
+                                    dst=psum(16, 2048 * i, 8),
+                                    flags=calc_flags(arch, True, True), perf_mode=mode)
+        instrs += out
+    assert sum(isinstance(i, LoadStationary) for i in instrs) == 2
+    verify(Program(instrs), arch)  # type: ignore[arg-type]
+
+
+# -- bundles: num_active_cols ------------------------------------------------------------------
+def test_num_active_cols_is_halved_for_double_row_only() -> None:
+    """bundle_active_cols_interleave: seed 000 (CoreV2 generateMatMul) divides the
+    destination's elements per partition by 2 only for perf mode 1 ("cmp [rax+0x2D0], 1");
+    DoubleRowSwInterleave (4) keeps the full count."""
+    import struct
+
+    from systolic.compiler.bundle import encode_program
+
+    x = AccessPattern(Space.SBUF, 0, 32, 0x1000, ((100, 2), (1, 100)), "fp8_e4m3")
+    w = AccessPattern(Space.SBUF, 0, 32, 0, ((16, 2), (1, 16)), "fp8_e4m3")
+    for mode, want in ((PerfMode.DOUBLE_ROW, 50), (PerfMode.DOUBLE_ROW_SW_INTERLEAVE, 100),
+                       (PerfMode.NONE, 100)):
+        mv = x if mode.k_fold == 2 else sbuf(32, 0x1000, 100, "fp8_e4m3")
+        ld = load(w if mode.k_fold == 2 else sbuf(32, 0, 16, "fp8_e4m3"), 16, mode=mode)
+        mm = matmul(mv, psum(16, 0, 100), ONE, "fp8_e4m3", mode=mode)
+        data = encode_program(Program([ld, mm]), 3)
+        assert struct.unpack_from("<H", data, 64 + 0x27)[0] == want, mode
