@@ -135,6 +135,12 @@ CATALOGUE: tuple[Mutant, ...] = (
       "return np.where(abits == 0, np.int32(-1000), e.astype(np.int32))",
       MX, "floor(log2 |a|) one too big: frexp's exponent used as is"),
     # -- dtypes (rounding mode, NaN payloads, overflow) -------------------------------------
+    M("bf16_encode_truncates", "dtypes.py",
+      "        return x32.astype(f.storage)\n",
+      "        return (x32.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32).astype(\n"
+      "            f.storage)\n",
+      FUNCTIONAL, "encode truncates to bf16 (and double-rounds fp8/fp16) instead of RNE; "
+      "only the functional tests run, whose references used the package's round_to"),
     M("tf32_truncates", "dtypes.py",
       "rounded = (bits + np.uint32((1 << (drop - 1)) - 1) + lsb) & keep",
       "rounded = bits & keep",
@@ -156,7 +162,13 @@ CATALOGUE: tuple[Mutant, ...] = (
     M("e8m0_range", "dtypes.py",
       "code = np.where((biased < 0) | (biased > 254), 255, biased)",
       "code = np.where((biased < 0) | (biased > 255), 255, biased)",
-      DTYPES + MX, "e8m0_from_exponent lets exponent 128 through as a scale byte"),
+      DTYPES + MX, "e8m0_from_exponent lets exponent 128 through as a scale byte",
+      equivalent="exponent 128 biases to 255, the NaN byte either way, and 129 and above "
+                 "still map to 255"),
+    M("e8m0_smallest", "dtypes.py",
+      "code = np.where((biased < 0) | (biased > 254), 255, biased)",
+      "code = np.where((biased < 1) | (biased > 254), 255, biased)",
+      DTYPES + MX, "e8m0_from_exponent makes 2**-127 (byte 0x00) a NaN scale"),
     M("fp4_nan_accepted", "dtypes.py",
       'if f.name == "fp4_e2m1" and np.isnan(x32).any():',
       'if f.name == "fp4_e2m1" and np.isnan(x32).all():',
@@ -185,7 +197,10 @@ CATALOGUE: tuple[Mutant, ...] = (
       VERIFY, "START may overwrite a finished PSUM result that was never read out"),
     M("verify_k_mismatch", "verify.py",
       "        if tile.k != k:\n", "        if tile.k < k:\n",
-      VERIFY, "a MatMul whose moving K is smaller than the latched tile's verifies"),
+      VERIFY, "a MatMul whose moving K is smaller than the latched tile's verifies",
+      equivalent="unreachable: the tile is found by the moving pattern's own partitions, "
+                 "perf modes must match and the leading dims must equal the fold, so the "
+                 "moving K always equals the tile's"),
     M("verify_acc_dtype", "verify.py",
       "        if dst.dtype != acc:\n", "        if dst.dtype != acc and dst.dtype != 'fp32':\n",
       VERIFY, "an integer MatMul may write an fp32 PSUM region"),

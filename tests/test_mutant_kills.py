@@ -305,3 +305,76 @@ def test_num_active_cols_is_halved_for_double_row_only() -> None:
         mm = matmul(mv, psum(16, 0, 100), ONE, "fp8_e4m3", mode=mode)
         data = encode_program(Program([ld, mm]), 3)
         assert struct.unpack_from("<H", data, 64 + 0x27)[0] == want, mode
+
+
+# -- the functional simulator against references rounded outside the package ------------------
+def _tf32_reference(x: np.ndarray) -> np.ndarray:
+    """x (float32, normal or zero) to 11 significant bits, ties to even: np.round in float64
+    (numpy rounds halves to even) on the value scaled so the kept bits are the integer."""
+    x64 = x.astype(np.float64)
+    with np.errstate(divide="ignore"):
+        e = np.floor(np.log2(np.abs(x64)))
+    q = np.where(x64 == 0, 1.0, np.exp2(e - 10))
+    return (np.round(x64 / q) * q).astype(np.float32)
+
+
+_ML = {"bf16": BF16, "fp16": np.float16, "fp8_e4m3": ml_dtypes.float8_e4m3,
+       "fp8_e5m2": ml_dtypes.float8_e5m2}
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "tf32", "fp32r"])
+@pytest.mark.parametrize("numerics", ["fast", "systolic"])
+def test_products_match_float64_of_operands_rounded_by_ml_dtypes(dtype: str,
+                                                                  numerics: str) -> None:
+    """bf16_encode_truncates and the rounding mutants: test_functional builds its references
+    with the package's own round_to, so a rounding bug shows in both sides there; here the
+    operands are rounded by ml_dtypes (tf32/fp32r: np.round in float64)."""
+    import systolic
+    from helpers import fp32_bound
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((40, 70)).astype(np.float32)
+    b = rng.standard_normal((70, 30)).astype(np.float32)
+    if dtype in _ML:
+        ar, br = (v.astype(_ML[dtype]).astype(np.float32) for v in (a, b))
+    else:
+        ar, br = _tf32_reference(a), _tf32_reference(b)
+    out = systolic.matmul(a, b, dtype=dtype, numerics=numerics).out
+    ref = ar.astype(np.float64) @ br.astype(np.float64)
+    assert np.all(np.abs(out - ref) <= fp32_bound(ar, br))
+
+
+def test_tf32_rounding_is_nearest_even_by_a_closed_form() -> None:
+    """tf32_truncates, tf32_ties_away: round_to against np.round in float64, on random values
+    and on exact ties (1 + 2^-11: even is 1; 1 + 3 * 2^-11: even is 1 + 2^-9)."""
+    from systolic import round_to
+
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal(4000) * 10.0 ** rng.integers(-20, 20, 4000)).astype(np.float32)
+    ties = np.array([1 + 2.0**-11, 1 + 3 * 2.0**-11, -(1 + 2.0**-11), 3 * 2.0**-12],
+                    np.float32)
+    for name in ("tf32", "fp32r"):
+        for v in (x, ties):
+            np.testing.assert_array_equal(round_to(v, name), _tf32_reference(v))
+
+
+# -- the generation table's gate, at its boundary --------------------------------------------
+def test_gen3_writes_the_calc_byte_at_arch_level_40_and_not_above() -> None:
+    """gen3_gate_inclusive: seed 000's generateMatMulAccumulateFlag opens with
+    ``cmp [module+0xAC], 0x28; jg``: it returns early only ABOVE 40, so level 40 itself
+    writes the byte with its ACCUMULATE bit; 41 does not."""
+    import dataclasses
+
+    from systolic.arch import get_arch
+    from systolic.compiler import MatmulSpec, lower
+    from systolic.compiler.bundle import encode_program
+    from systolic.generation import rules
+
+    assert rules(3).writes_calc_byte(40) and not rules(3).writes_calc_byte(41)
+    at40 = dataclasses.replace(get_arch("trn2"), arch_level=40)
+    prog = lower(MatmulSpec(64, 384, 64, "bf16"), at40).program
+    assert [i.flags for i in prog if isinstance(i, MatMul)] == [
+        CalcFlags.START, CalcFlags.ACCUMULATE, CalcFlags.ACCUMULATE | CalcFlags.STOP]
+    data = encode_program(prog, at40)
+    mm = [j for j, i in enumerate(prog) if isinstance(i, MatMul)]
+    assert [data[64 * j + 0x2B] for j in mm] == [1, 4, 6]
