@@ -378,3 +378,66 @@ def test_gen3_writes_the_calc_byte_at_arch_level_40_and_not_above() -> None:
     data = encode_program(prog, at40)
     mm = [j for j, i in enumerate(prog) if isinstance(i, MatMul)]
     assert [data[64 * j + 0x2B] for j in mm] == [1, 4, 6]
+
+
+# -- DoubleRow ragged K tiles ------------------------------------------------------------------
+@pytest.mark.parametrize(("k", "want"), [
+    (127, [(127, "none")]),                       # odd, fits the 128 rows unfolded
+    (256 + 127, [(256, "double_row"), (127, "none")]),
+    (128, [(128, "double_row")]),                 # even: folded into 64 partitions
+    (129, [(128, "double_row"), (1, "none")]),    # odd and too tall: pairs, then one row
+    (255, [(254, "double_row"), (1, "none")]),
+    (257, [(256, "double_row"), (1, "none")]),
+])
+def test_double_row_ragged_k_tiles_by_hand(k: int, want: list[tuple[int, str]]) -> None:
+    """ktile_odd_fits, ktile_count_odd: the K tiles of a DoubleRow product (256 contraction
+    rows per full tile), worked out by hand; matmul_count and the lowering agree with them."""
+    from systolic.arch import get_arch
+    from systolic.compiler import MatmulSpec, lower
+    from systolic.compiler.tiling import matmul_count, tile
+
+    arch = get_arch("trn2")
+    spec = MatmulSpec(8, k, 8, "fp8_e4m3", PerfMode.DOUBLE_ROW)
+    plan = tile(spec, arch)
+    assert [(t.size, t.perf_mode.spelling) for t in plan.k_tiles] == want
+    assert matmul_count(spec, arch) == len(want)
+    prog = lower(spec, arch).program
+    assert sum(isinstance(i, MatMul) for i in prog) == len(want)
+
+
+# -- addresses and the wavefront -------------------------------------------------------------
+def test_start_addresses_fold_the_partition_in_as_seed_000_gives() -> None:
+    """sbuf_partition_shift: seed 000 "Partition Geometry": SBUF part << 18 | offset, PSUM
+    part << 15 | offset, DRAM the byte offset; and the bundle's ADDR4 word (bits 0..27)
+    holds the same address."""
+    import struct
+
+    from systolic.compiler.bundle import encode_program
+
+    mv = sbuf(32, 0x1240, 16, "bf16", part=32)
+    dst = AccessPattern(Space.PSUM, 64, 16, 0x800, ((1, 16),), "fp32")
+    assert mv.start_address() == (32 << 18) | 0x1240
+    assert dst.start_address() == (64 << 15) | 0x800
+    assert dram(4, 0x300, 8, "bf16", 2).start_address() == 0x300
+    ld = LoadStationary(sbuf(32, 0, 16, "bf16", part=32), 64, TileGroup.Q1, TileGroup.Q2)
+    mm = MatMul(mv, dst, ONE, "bf16", 32, TileGroup.Q1, TileGroup.Q2)
+    data = encode_program(Program([ld, mm]), 3)
+    assert struct.unpack_from("<I", data, 64 + 0x04)[0] & 0x0FFFFFFF == mv.start_address()
+    assert struct.unpack_from("<I", data, 64 + 0x30)[0] & 0x0FFFFFFF == dst.start_address()
+
+
+@pytest.mark.parametrize(("n", "k", "m", "period"), [(1, 1, 1, 1), (3, 3, 3, 1), (5, 7, 2, 1),
+                                                      (4, 6, 3, 2), (10, 1, 9, 4)])
+def test_wavefront_cycles_by_brute_force(n: int, k: int, m: int, period: int) -> None:
+    """wavefront_off_by_one: X[k, n] reaches PE(k, m) at cycle period*n + k + m (seed 003),
+    so the instruction spans the last arrival + 1 cycles; enumerated over every MAC, and the
+    timing model's duration of the same MatMul agrees for period 1."""
+    from systolic.arch import get_arch
+    from systolic.geometry import wavefront_cycles
+    from systolic.sim.cost import matmul_duration
+
+    nn, kk, mm = np.meshgrid(np.arange(n), np.arange(k), np.arange(m), indexing="ij")
+    assert wavefront_cycles(n, k, m, period) == int((period * nn + kk + mm).max()) + 1
+    if period == 1:
+        ins = matmul(sbuf(k, 0, n, "bf16"), psum(m, 0, n), ONE, "bf16")
+        assert matmul_duration(ins, get_arch("trn2")) == wavefront_cycles(n, k, m)
