@@ -137,10 +137,11 @@ CATALOGUE: tuple[Mutant, ...] = (
     # -- dtypes (rounding mode, NaN payloads, overflow) -------------------------------------
     M("bf16_encode_truncates", "dtypes.py",
       "        return x32.astype(f.storage)\n",
-      "        return (x32.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32).astype(\n"
-      "            f.storage)\n",
-      FUNCTIONAL, "encode truncates to bf16 (and double-rounds fp8/fp16) instead of RNE; "
-      "only the functional tests run, whose references used the package's round_to"),
+      "        if f.name == \"bf16\":  # truncate: keep the top 16 bits\n"
+      "            x32 = (x32.view(np.uint32) & np.uint32(0xFFFF0000)).view(np.float32)\n"
+      "        return x32.astype(f.storage)\n",
+      FUNCTIONAL, "encode truncates to bf16 instead of rounding to nearest even; only the "
+      "functional tests run, whose references used the package's round_to"),
     M("tf32_truncates", "dtypes.py",
       "rounded = (bits + np.uint32((1 << (drop - 1)) - 1) + lsb) & keep",
       "rounded = bits & keep",
