@@ -441,3 +441,45 @@ def test_wavefront_cycles_by_brute_force(n: int, k: int, m: int, period: int) ->
     if period == 1:
         ins = matmul(sbuf(k, 0, n, "bf16"), psum(m, 0, n), ONE, "bf16")
         assert matmul_duration(ins, get_arch("trn2")) == wavefront_cycles(n, k, m)
+
+
+# -- bounds, argument checks, the SBUF slot policy ---------------------------------------------
+def test_a_pattern_running_off_the_end_of_a_partition_is_refused() -> None:
+    """bytes_start_only: the pattern starts inside SBUF but its last byte lies past the
+    partition's end (sbuf_bytes), so the whole extent must be checked, not its start."""
+    from systolic import verify
+    from systolic.arch import get_arch
+    from systolic.errors import VerifyError
+
+    arch = get_arch("trn2")
+    inside = sbuf(8, arch.sbuf_bytes - 128, 64, "bf16")  # exactly the last 128 bytes
+    past = sbuf(8, arch.sbuf_bytes - 64, 64, "bf16")  # 64 bytes past the end
+    src = dram(8, 0, 64, "bf16", 2)
+    verify(Program([DmaLoad(src, inside)]), arch, 4096)
+    with pytest.raises(VerifyError, match="outside"):
+        verify(Program([DmaLoad(src, past)]), arch, 4096)
+
+
+@pytest.mark.parametrize("zp", [(True, 0), (0, False), (1.0, 0)])
+def test_zero_points_must_be_true_integers(zp: tuple[object, object]) -> None:
+    """zero_points_bool: a bool is not a zero point (True would silently mean 1)."""
+    import systolic
+    from systolic.errors import SystolicError
+
+    a = np.ones((2, 3), np.int8)
+    with pytest.raises(SystolicError, match="zero_points must be two integers"):
+        systolic.matmul(a, a.T, dtype="int8", zero_points=zp)  # type: ignore[arg-type]
+
+
+def test_sbuf_slots_evict_the_least_recently_used_tile() -> None:
+    """slots_fifo_not_lru: with two slots, touching ``a`` again makes ``b`` the one to go."""
+    from systolic.compiler.codegen import SlotCache
+
+    cache = SlotCache(0x100, 64, 2)
+    off_a, hit_a = cache.get("a")
+    off_b, hit_b = cache.get("b")
+    assert not hit_a and not hit_b and {off_a, off_b} == {0x100, 0x140}
+    assert cache.get("a") == (off_a, True)  # a is now the most recent
+    assert cache.get("c") == (off_b, False)  # so c takes b's slot
+    assert cache.get("a") == (off_a, True)
+    assert cache.get("b")[1] is False  # b was evicted
