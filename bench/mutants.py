@@ -69,6 +69,9 @@ class Mutant:
 
 
 M = Mutant
+# the MatmultMx layout lines between its two dtype bytes
+_MX_MIDDLE = ("        Flags(0x2B, rules(gen)),  # the raw accumulate byte, the gen4 rule of the "
+              "table\n        GroupByte(\"row_group\", 0x2C),\n        _MX_COL,\n")
 CATALOGUE: tuple[Mutant, ...] = (
     # -- the functional simulator (issue 13 section 4, items 1-6) ---------------------------
     M("start_adds", "sim/functional.py",
@@ -318,14 +321,21 @@ CATALOGUE: tuple[Mutant, ...] = (
       "    ]\n\n\ndef _matmul",
       BUNDLE, "LoadStationary's fp32_pass byte moved from +0x17"),
     M("bundle_zp_stationary_offset", "compiler/bundle.py",
-      'Int("zp_stationary", 0x1C, 2, signed=True),', 'Int("zp_stationary", 0x3C, 2, signed=True),',
-      BUNDLE, "MatMul's zp_stationary moved from +0x1C"),
+      'Int("zp_stationary", 0x1C, 2, signed=True),', 'Int("zp_stationary", 0x22, 2, signed=True),',
+      BUNDLE, "MatMul's zp_stationary moved from +0x1C to reserved bytes"),
     M("bundle_mx_column_offset", "compiler/bundle.py",
-      'Int("column", 0x28), DtypeByte("fmt", 0x29),', 'Int("column", 0x2A), DtypeByte("fmt", 0x29),',
+      'Int("column", 0x28), DtypeByte("fmt", 0x29),',
+      'Int("column", 0x2A), DtypeByte("fmt", 0x29),',
       BUNDLE, "LdWeightMx's column byte moved from +0x28"),
     M("bundle_psum_zero_offset", "compiler/bundle.py",
       'Int("psum_zero_region", 0x2F),', 'Int("psum_zero_region", 0x3F),',
-      BUNDLE, "MatmultMx's psum_zero_region moved from +0x2F"),
+      BUNDLE, "MatmultMx's psum_zero_region moved from +0x2F (onto the dst dims)"),
+    M("bundle_mx_fmt_bytes_swapped", "compiler/bundle.py",
+      '        DtypeByte("fmt", 0x2A),\n' + _MX_MIDDLE
+      + '        DtypeByte("stationary_fmt", 0x2E),',
+      '        DtypeByte("fmt", 0x2E),\n' + _MX_MIDDLE
+      + '        DtypeByte("stationary_fmt", 0x2A),',
+      BUNDLE, "MatmultMx's fmt and stationary_fmt bytes swapped (round trip still passes)"),
     M("bundle_active_cols_interleave", "compiler/bundle.py",
       'scale = 2 if values["perf_mode"] == PerfMode.DOUBLE_ROW else 1',
       'scale = 2 if values["perf_mode"].k_fold == 2 else 1',

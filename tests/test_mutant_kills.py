@@ -329,8 +329,9 @@ def test_products_match_float64_of_operands_rounded_by_ml_dtypes(dtype: str,
     """bf16_encode_truncates and the rounding mutants: test_functional builds its references
     with the package's own round_to, so a rounding bug shows in both sides there; here the
     operands are rounded by ml_dtypes (tf32/fp32r: np.round in float64)."""
-    import systolic
     from helpers import fp32_bound
+
+    import systolic
 
     rng = np.random.default_rng(7)
     a = rng.standard_normal((40, 70)).astype(np.float32)
