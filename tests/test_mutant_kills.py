@@ -20,6 +20,7 @@ from systolic import (
     Program,
     Space,
 )
+from systolic.geometry import Rect
 from systolic.isa import DmaLoad, Fp32Pass, ReadOut, TileGroup, col_group, row_group
 
 BF16 = ml_dtypes.bfloat16
@@ -132,7 +133,7 @@ def test_fp32_two_pass_latches_exactly_bf16_of_w_and_of_the_remainder() -> None:
         sim = FunctionalSimulator("trn2")
         sim.memory.write(src, w)
         sim.run(Program([load(src, m, split)]))
-        got = sim.tiles[(0, k, 0, m)]
+        got = sim.tiles[Rect(0, k, 0, m)]
         np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
     assert np.any(lo != 0)  # the remainder is not trivially zero
 
@@ -185,9 +186,9 @@ def test_the_mx_executor_decodes_each_operand_as_dequantize_does(fmt: str) -> No
     sim.run(low.program)
     ld = next(i for i in low.program if isinstance(i, LdWeightMx))
     mm = next(i for i in low.program if isinstance(i, MatmultMx))
-    key = (ld.src.partition, ld.src.partitions, ld.column, ld.src.dims[-1][1])
+    key = Rect(ld.src.partition, ld.src.partitions, ld.column, ld.src.dims[-1][1])
     np.testing.assert_array_equal(sim.tiles[key], mx.dequantize(qa))
-    got_b = read_operand(sim, mm.moving, mm.scale, mm.fmt).dequantized()
+    got_b = read_operand(sim.memory, mm.moving, mm.scale, mm.fmt).dequantized()
     np.testing.assert_array_equal(got_b, mx.dequantize(qb))
 
 
@@ -239,14 +240,22 @@ def test_fp4_refuses_a_nan_among_numbers() -> None:
 
 
 # -- the verifier ------------------------------------------------------------------------------
-def test_an_integer_matmul_into_fp32_psum_is_refused() -> None:
-    """verify_acc_dtype: integer products accumulate in the INT48 PSUM format."""
+def test_a_matmul_into_a_psum_format_it_cannot_accumulate_in_is_refused() -> None:
+    """verify_acc_dtype: PSUM accumulates in fp32 (seed 000) or, for integer operands, in
+    seed 004's INT48 as an explicit option; bf16 PSUM or an INT48 float product is refused."""
     from systolic import verify
     from systolic.errors import VerifyError
 
     w_ap, x_ap = sbuf(32, 0, 16, "int8"), sbuf(32, 0x100, 8, "int8")
-    prog = Program([load(w_ap, 16), matmul(x_ap, psum(16, 0, 8, "fp32"), ONE, "int8")])
-    with pytest.raises(VerifyError, match="int48"):
+    for acc in ("fp32", "int48"):
+        verify(Program([load(w_ap, 16), matmul(x_ap, psum(16, 0, 8, acc), ONE, "int8")]),
+               "trn2")
+    prog = Program([load(w_ap, 16), matmul(x_ap, psum(16, 0, 8, "bf16"), ONE, "int8")])
+    with pytest.raises(VerifyError, match="fp32 or int48, not bf16"):
+        verify(prog, "trn2")
+    fw, fx = sbuf(32, 0, 16, "bf16"), sbuf(32, 0x100, 8, "bf16")
+    prog = Program([load(fw, 16), matmul(fx, psum(16, 0, 8, "int48"), ONE, "bf16")])
+    with pytest.raises(VerifyError, match="is fp32, not int48"):
         verify(prog, "trn2")
 
 
