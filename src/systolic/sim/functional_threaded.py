@@ -16,7 +16,9 @@ check it bit for bit) and is faster in three ways:
   exception on a worker is raised in the caller at the next wait.
 * **Decoded moving tiles are kept** for the run (a resident moving tile is read by every
   M tile of a product) and dropped when a DmaLoad writes over any byte of them; the check
-  looks only at the cached tiles in the 1 KiB blocks the DmaLoad touches.
+  looks only at the cached tiles in the 1 KiB blocks the DmaLoad touches. A tile DMA'd
+  from device memory is decoded from its source pattern, once for all the loads of the
+  same bytes (see :class:`_DecodeCache`).
 * **Views are kept** (:meth:`MachineState.view`), so no per-instruction bounds check.
 """
 
@@ -48,6 +50,9 @@ from .products import moving_values, product, stationary_operand, tile_rect
 __all__ = ["default_workers", "run_threaded"]
 
 _BLOCK = 1024  # bytes of a partition per decode-cache bucket
+# decoded device-memory tiles kept at most (oldest dropped first): a 4096^3 bf16 product
+# reloads 256 moving tiles of 256 KiB decoded 32 times each, 64 MiB
+_DRAM_CACHE_BYTES = 256 << 20
 
 
 def default_workers() -> int:
@@ -64,22 +69,79 @@ def _task(view: np.ndarray, flags: CalcFlags, wt: np.ndarray, x: np.ndarray, ord
 
 
 class _DecodeCache:
-    """Decoded SBUF tiles of one run, indexed by the 1 KiB blocks of bytes they cover."""
+    """Decoded SBUF tiles of one run, indexed by the 1 KiB blocks of bytes they cover.
+
+    A DmaLoad from device memory also records where its SBUF bytes came from, so a moving
+    tile that a product DMAs again and again (one whose operand does not fit SBUF: every M
+    tile reloads it) is decoded once, from the device-memory pattern, instead of once per
+    load. decode is elementwise and the copy is ``dst[...] = src.reshape(dst.shape)``, so
+    ``decode(src).reshape(dst.shape)`` is ``decode(dst)`` value for value; the record is
+    dropped when either side's bytes may change (a DmaLoad over the SBUF bytes, a ReadOut
+    into the device-memory bytes, any instruction that runs alone).
+    """
 
     def __init__(self, state: MachineState) -> None:
         self.state = state
-        self.tiles: dict[AccessPattern, tuple[np.ndarray, int, int, int, int]] = {}
+        # SBUF pattern -> (decoded or None while only its source is known, p0, p1, lo, hi)
+        self.tiles: dict[AccessPattern, tuple[np.ndarray | None, int, int, int, int]] = {}
         self.blocks: dict[int, set[AccessPattern]] = {}
+        self.source: dict[AccessPattern, AccessPattern] = {}  # SBUF pattern -> DRAM pattern
+        self.dram: dict[AccessPattern, np.ndarray] = {}  # DRAM pattern -> decoded, in order
+        self.dram_bytes = 0
+        self.hull = (0, 0)  # device-memory bytes every recorded source lies in
 
     def read(self, ap: AccessPattern) -> np.ndarray:
         hit = self.tiles.get(ap)
+        if hit is not None and hit[0] is not None:
+            return hit[0]
+        src = self.source.get(ap) if hit is not None else None
+        if src is not None:
+            values = self.dram.get(src)
+            if values is None:
+                values = self._decode_dram(src)
+            values = np.ascontiguousarray(values.reshape(ap.shape))
+        else:
+            values = decode(self.state.view(ap), ap.dtype)
         if hit is None:
             lo, hi = ap.free_bytes_span
-            hit = self.tiles[ap] = (decode(self.state.view(ap), ap.dtype), ap.partition,
-                                    ap.partition + ap.partitions, lo, hi)
+            hit = (values, ap.partition, ap.partition + ap.partitions, lo, hi)
             for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
                 self.blocks.setdefault(b, set()).add(ap)
-        return hit[0]
+        self.tiles[ap] = (values, *hit[1:])
+        return values
+
+    def _decode_dram(self, src: AccessPattern) -> np.ndarray:
+        values = self.dram[src] = decode(self.state.view(src), src.dtype)
+        self.dram_bytes += values.nbytes
+        while self.dram_bytes > _DRAM_CACHE_BYTES and len(self.dram) > 1:
+            oldest = next(iter(self.dram))
+            self.dram_bytes -= self.dram.pop(oldest).nbytes
+        return values
+
+    def loaded(self, dst: AccessPattern, src: AccessPattern) -> None:
+        """A DmaLoad copied device-memory pattern ``src`` into SBUF pattern ``dst``."""
+        self.forget(dst)
+        lo, hi = dram_span(src)
+        if self.source:
+            lo, hi = min(lo, self.hull[0]), max(hi, self.hull[1])
+        self.hull = (lo, hi)
+        self.source[dst] = src
+        lo, hi = dst.free_bytes_span
+        self.tiles[dst] = (None, dst.partition, dst.partition + dst.partitions, lo, hi)
+        for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
+            self.blocks.setdefault(b, set()).add(dst)
+
+    def dram_written(self, lo: int, hi: int) -> None:
+        """Device-memory bytes [lo, hi) will change: forget every source that reads them."""
+        if not self.source or hi <= self.hull[0] or self.hull[1] <= lo:
+            return
+        for dst, src in list(self.source.items()):
+            a, z = dram_span(src)
+            if a < hi and lo < z:
+                del self.source[dst]
+                self.dram.pop(src, None)
+                if self.tiles[dst][0] is None:
+                    self._drop(dst)
 
     def forget(self, dst: AccessPattern) -> None:
         """Drop every cached tile sharing a byte with ``dst`` (an SBUF pattern)."""
@@ -91,13 +153,20 @@ class _DecodeCache:
             for ap in list(self.blocks.get(b, ())):
                 _, q0, q1, a, z = self.tiles[ap]
                 if q0 < p1 and p0 < q1 and a < hi and lo < z:
-                    del self.tiles[ap]
-                    for c in range(a // _BLOCK, (z - 1) // _BLOCK + 1):
-                        self.blocks[c].discard(ap)
+                    self._drop(ap)
+
+    def _drop(self, ap: AccessPattern) -> None:
+        _, _, _, a, z = self.tiles.pop(ap)
+        self.source.pop(ap, None)
+        for c in range(a // _BLOCK, (z - 1) // _BLOCK + 1):
+            self.blocks[c].discard(ap)
 
     def clear(self) -> None:
         self.tiles.clear()
         self.blocks.clear()
+        self.source.clear()
+        self.dram.clear()
+        self.dram_bytes = 0
 
 
 def _banks(ap: AccessPattern, bank_bytes: int) -> range:
@@ -182,7 +251,12 @@ def run_threaded(state: MachineState, program: Program, workers: int,
                         await_dram(dma.src)
                     execute(state, dma)
                     if dma.dst.space is Space.SBUF:
-                        cache.forget(dma.dst)
+                        if dma.src.space is Space.DRAM:
+                            cache.loaded(dma.dst, dma.src)
+                        else:
+                            cache.forget(dma.dst)
+                    elif dma.dst.space is Space.DRAM:
+                        cache.dram_written(*dram_span(dma.dst))
                 elif kind is ReadOut and len(banks := _banks(
                         (ro := cast(ReadOut, ins)).src, bank_bytes)) == 1 \
                         and ro.dst.space is Space.DRAM:
@@ -190,6 +264,7 @@ def run_threaded(state: MachineState, program: Program, workers: int,
                     # an earlier ReadOut on another worker into the same bytes lands first
                     if writes:
                         await_dram(ro.dst)
+                    cache.dram_written(*dram_span(ro.dst))
                     fut = submit(banks[0] % workers, execute, state, ro)
                     if fut is not None:
                         writes.append((*dram_span(ro.dst), fut))
