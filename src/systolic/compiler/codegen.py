@@ -242,6 +242,22 @@ class DenseState:
     stat: SlotCache
     mov: SlotCache
     weights: WeightTileState = field(default_factory=WeightTileState)
+    # equal patterns built once per emit call and shared: a product names the same few SBUF
+    # slots, PSUM banks and (for a reloaded operand) DRAM tiles thousands of times, and
+    # shared objects make every later dict lookup on them (verify, the simulator) cheaper
+    patterns: dict[tuple[object, ...], AccessPattern] = field(default_factory=dict)
+
+    def ap(self, space: Space, partitions: int, offset: int,
+           dims: tuple[tuple[int, int], ...], dtype: str, partition_step: int = 0
+           ) -> AccessPattern:
+        """``AccessPattern(space, 0, partitions, offset, dims, dtype, partition_step)``, the
+        same object for equal arguments within one emit call."""
+        key = (space, partitions, offset, dims, dtype, partition_step)
+        got = self.patterns.get(key)
+        if got is None:
+            got = self.patterns[key] = AccessPattern(space, 0, partitions, offset, dims, dtype,
+                                                     partition_step)
+        return got
 
     @classmethod
     def for_plan(cls, arch: Arch, plan: TilePlan) -> DenseState:
@@ -276,11 +292,10 @@ def _stationary(st: DenseState, plan: TilePlan, lay: Layout, k: KTile, m: Span,
         dr_dims: tuple[tuple[int, int], ...] = ((1, 2), (s.k, m.size))
     else:
         sb_dims, dr_dims = ((1, m.size),), ((s.k, m.size),)
-    sb = AccessPattern(Space.SBUF, 0, k.partitions, off, sb_dims, s.dtype)
+    sb = st.ap(Space.SBUF, k.partitions, off, sb_dims, s.dtype)
     if not resident:
         start = lay.a_offset + (m.start * s.k + k.start) * isz
-        src = AccessPattern(Space.DRAM, 0, k.partitions, start, dr_dims, s.dtype,
-                            partition_step=k.fold * isz)
+        src = st.ap(Space.DRAM, k.partitions, start, dr_dims, s.dtype, k.fold * isz)
         out.append(DmaLoad(src, sb))
         st.weights = st.weights.written(sb)
     return sb
@@ -296,11 +311,10 @@ def _moving(st: DenseState, plan: TilePlan, lay: Layout, k: KTile, n: Span
         dr_dims: tuple[tuple[int, int], ...] = ((s.n, 2), (1, n.size))
     else:
         sb_dims, dr_dims = ((1, n.size),), ((1, n.size),)
-    sb = AccessPattern(Space.SBUF, 0, k.partitions, off, sb_dims, s.dtype)
+    sb = st.ap(Space.SBUF, k.partitions, off, sb_dims, s.dtype)
     if not resident:
         start = lay.b_offset + (k.start * s.n + n.start) * isz
-        src = AccessPattern(Space.DRAM, 0, k.partitions, start, dr_dims, s.dtype,
-                            partition_step=k.fold * s.n * isz)
+        src = st.ap(Space.DRAM, k.partitions, start, dr_dims, s.dtype, k.fold * s.n * isz)
         # no weights.written(sb): the moving window never holds a stationary tile
         return sb, DmaLoad(src, sb)
     return sb, None
@@ -319,8 +333,8 @@ def emit(arch: Arch, plan: TilePlan, steps: list[Step | ReadStep]
             continue
         sb = _stationary(st, plan, lay, step.k, step.m, out)
         mv, dma = _moving(st, plan, lay, step.k, step.n)
-        dst = AccessPattern(Space.PSUM, 0, step.m.size, step.bank * arch.psum_bank_bytes,
-                            ((1, step.n.size),), plan.acc_dtype)
+        dst = st.ap(Space.PSUM, step.m.size, step.bank * arch.psum_bank_bytes,
+                    ((1, step.n.size),), plan.acc_dtype)
         insts, st.weights = emit_nc_matmul(
             st.weights, arch, stationary=sb, moving=mv, dst=dst,
             flags=calc_flags(arch, step.first, step.last), perf_mode=step.k.perf_mode,
