@@ -80,8 +80,8 @@ class _DecodeCache:
     into the device-memory bytes, any instruction that runs alone).
     """
 
-    def __init__(self, state: MachineState) -> None:
-        self.state = state
+    def __init__(self, state: MachineState, pending: _PendingLoads) -> None:
+        self.state, self.pending = state, pending
         # SBUF pattern -> (decoded or None while only its source is known, p0, p1, lo, hi)
         self.tiles: dict[AccessPattern, tuple[np.ndarray | None, int, int, int, int]] = {}
         self.blocks: dict[int, set[AccessPattern]] = {}
@@ -101,6 +101,7 @@ class _DecodeCache:
                 values = self._decode_dram(src)
             values = np.ascontiguousarray(values.reshape(ap.shape))
         else:
+            self.pending.flush(ap)
             values = decode(self.state.view(ap), ap.dtype)
         if hit is None:
             lo, hi = ap.free_bytes_span
@@ -169,6 +170,72 @@ class _DecodeCache:
         self.dram_bytes = 0
 
 
+class _PendingLoads:
+    """DmaLoads from device memory into SBUF whose copy has not happened yet.
+
+    A product whose moving operand does not fit SBUF reloads every moving tile for every M
+    tile, and its MatMuls read the decoded source (:class:`_DecodeCache`), not the SBUF
+    bytes; so the copy lands only when something reads or writes those SBUF bytes, when its
+    device-memory source is about to change, or at the end of the run. A load into exactly
+    the bytes of a pending one replaces it (the earlier copy would be overwritten whole);
+    pending loads never overlap, so they land in any order with the same result.
+    """
+
+    def __init__(self, state: MachineState,
+                 execute: Callable[[MachineState, Instruction], None]) -> None:
+        self.state, self.execute = state, execute
+        self.loads: dict[AccessPattern, tuple[DmaLoad, int, int, int, int]] = {}
+        self.blocks: dict[int, set[AccessPattern]] = {}
+        self.hull = (0, 0)  # device-memory bytes every pending source lies in
+
+    def defer(self, dma: DmaLoad) -> None:
+        dst = dma.dst
+        old = self.loads.get(dst)
+        if old is not None:
+            self.loads[dst] = (dma, *old[1:])
+        else:
+            self.flush(dst)
+            lo, hi = dst.free_bytes_span
+            self.loads[dst] = (dma, dst.partition, dst.partition + dst.partitions, lo, hi)
+            for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
+                self.blocks.setdefault(b, set()).add(dst)
+        a, z = dram_span(dma.src)
+        self.hull = (min(a, self.hull[0]), max(z, self.hull[1])) if len(self.loads) > 1 \
+            else (a, z)
+
+    def flush(self, ap: AccessPattern) -> None:
+        """Land the pending loads sharing a byte with SBUF pattern ``ap``."""
+        if not self.loads:
+            return
+        lo, hi = ap.free_bytes_span
+        p0, p1 = ap.partition, ap.partition + ap.partitions
+        for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
+            for d in list(self.blocks.get(b, ())):
+                got = self.loads.get(d)
+                if got is not None and got[1] < p1 and p0 < got[2] and got[3] < hi \
+                        and lo < got[4]:
+                    self._land(d)
+
+    def flush_dram(self, lo: int, hi: int) -> None:
+        """Land the pending loads reading device-memory bytes [lo, hi) before they change."""
+        if not self.loads or hi <= self.hull[0] or self.hull[1] <= lo:
+            return
+        for d, got in list(self.loads.items()):
+            a, z = dram_span(got[0].src)
+            if a < hi and lo < z:
+                self._land(d)
+
+    def flush_all(self) -> None:
+        for d in list(self.loads):
+            self._land(d)
+
+    def _land(self, d: AccessPattern) -> None:
+        dma, _, _, a, z = self.loads.pop(d)
+        for c in range(a // _BLOCK, (z - 1) // _BLOCK + 1):
+            self.blocks[c].discard(d)
+        self.execute(self.state, dma)
+
+
 def _banks(ap: AccessPattern, bank_bytes: int) -> range:
     lo, hi = ap.free_bytes_span
     return range(lo // bank_bytes, (hi - 1) // bank_bytes + 1)
@@ -182,7 +249,8 @@ def run_threaded(state: MachineState, program: Program, workers: int,
     instrs = program.instructions
     bank_bytes = state.arch.psum_bank_bytes
     order = state.order
-    cache = _DecodeCache(state)
+    pending = _PendingLoads(state, execute)
+    cache = _DecodeCache(state, pending)
     pools = [ThreadPoolExecutor(max_workers=1) for _ in range(workers - 1)]
     last: list[Future[None] | None] = [None] * workers
     # ReadOuts run on their bank's worker: device-memory bytes they will write, until done
@@ -244,19 +312,30 @@ def run_threaded(state: MachineState, program: Program, workers: int,
                     submit(got[1], _task, got[0], mm.flags, stationary_operand(tile.wt, mm), x,
                            order, got[2])
                 elif kind is LoadStationary:
+                    pending.flush(cast(LoadStationary, ins).src)
                     execute(state, ins)
                 elif kind is DmaLoad and Space.PSUM not in (
                         (dma := cast(DmaLoad, ins)).src.space, dma.dst.space):
-                    if dma.src.space is Space.DRAM and writes:
-                        await_dram(dma.src)
-                    execute(state, dma)
-                    if dma.dst.space is Space.SBUF:
-                        if dma.src.space is Space.DRAM:
-                            cache.loaded(dma.dst, dma.src)
+                    src, dst = dma.src, dma.dst
+                    if src.space is Space.DRAM and writes:
+                        await_dram(src)
+                    if src.space is Space.DRAM and dst.space is Space.SBUF \
+                            and src.dtype == dst.dtype and src.shape == dst.shape:
+                        state.view(src), state.view(dst)  # bounds refused now, as executed
+                        pending.defer(dma)
+                        cache.loaded(dst, src)
+                    else:
+                        if src.space is Space.SBUF:
+                            pending.flush(src)
+                        if dst.space is Space.SBUF:
+                            pending.flush(dst)
                         else:
-                            cache.forget(dma.dst)
-                    elif dma.dst.space is Space.DRAM:
-                        cache.dram_written(*dram_span(dma.dst))
+                            pending.flush_dram(*dram_span(dst))
+                        execute(state, dma)
+                        if dst.space is Space.SBUF:
+                            cache.forget(dst)
+                        else:
+                            cache.dram_written(*dram_span(dst))
                 elif kind is ReadOut and len(banks := _banks(
                         (ro := cast(ReadOut, ins)).src, bank_bytes)) == 1 \
                         and ro.dst.space is Space.DRAM:
@@ -264,12 +343,14 @@ def run_threaded(state: MachineState, program: Program, workers: int,
                     # an earlier ReadOut on another worker into the same bytes lands first
                     if writes:
                         await_dram(ro.dst)
+                    pending.flush_dram(*dram_span(ro.dst))
                     cache.dram_written(*dram_span(ro.dst))
                     fut = submit(banks[0] % workers, execute, state, ro)
                     if fut is not None:
                         writes.append((*dram_span(ro.dst), fut))
                 else:  # anything else may read or write any memory: run it alone
                     wait(every)
+                    pending.flush_all()
                     execute(state, ins)
                     cache.clear()
                 if progress is not None and i + 1 - done >= 256:
@@ -281,3 +362,4 @@ def run_threaded(state: MachineState, program: Program, workers: int,
     finally:
         for pool in pools:
             pool.shutdown(wait=True, cancel_futures=True)
+        pending.flush_all()  # SBUF as program order leaves it, also after a failure
