@@ -114,3 +114,22 @@ def test_a_product_that_reloads_its_moving_tiles_matches_the_reference(workers: 
     a16 = a.astype(ml_dtypes.bfloat16).astype(np.float64)
     b16 = b.astype(ml_dtypes.bfloat16).astype(np.float64)
     assert np.allclose(out.reshape(m, n), a16 @ b16, rtol=1e-5, atol=1e-4)
+
+
+def test_a_dma_handler_of_its_own_is_run_in_place() -> None:
+    # a registered DmaLoad handler that is not the plain copy: the threaded runner must not
+    # decode the tile from its source nor defer the handler
+    from systolic.sim import functional as fsim
+
+    def halving(state: object, ins: DmaLoad) -> None:
+        fsim.dma_load(state, ins)  # type: ignore[arg-type]
+        v = state.view(ins.dst)  # type: ignore[attr-defined]
+        with np.errstate(invalid="ignore"):  # the reloaded bytes hold fp32 bit patterns
+            v[...] = (v.astype(np.float32) * 0.5).astype(v.dtype)
+
+    saved = fsim.HANDLERS[DmaLoad]
+    fsim.register(DmaLoad, halving)
+    try:
+        test_reloaded_and_overwritten_sources_match_the_reference(3)
+    finally:
+        fsim.register(DmaLoad, saved)

@@ -174,7 +174,8 @@ def write_dram(memory: Memory, offset: int, values: np.ndarray, dtype: str) -> N
                             f"of {memory.dram.size} bytes")
     row = arr.size // arr.shape[0] if arr.ndim > 1 and arr.shape[0] else 0
     rows = max(1, _BLOCK_BYTES // max(1, row * 4))
-    if not row or arr.shape[0] <= rows:
+    if not row or arr.shape[0] <= rows or encode(arr[:1], dtype).nbytes != row * \
+            f.container_bytes:  # small, or a format whose stored size is not per element
         _put_encoded(memory, offset, arr, dtype)
         return
     step = row * f.container_bytes

@@ -243,7 +243,8 @@ class FunctionalSimulator(Executor):
         if self.workers == 0:
             run_reference(self.state, program, progress)
         else:
-            run_threaded(self.state, program, self.workers, execute, progress)
+            run_threaded(self.state, program, self.workers, execute, progress,
+                         plain_dma=HANDLERS.get(DmaLoad) is dma_load)
         return Run(executor=self.name, instructions=len(program), memory=self.memory)
 
     def execute(self, ins: Instruction) -> None:

@@ -243,9 +243,13 @@ def _banks(ap: AccessPattern, bank_bytes: int) -> range:
 
 def run_threaded(state: MachineState, program: Program, workers: int,
                  execute: Callable[[MachineState, Instruction], None],
-                 progress: Callable[[int], None] | None = None) -> None:
+                 progress: Callable[[int], None] | None = None, *,
+                 plain_dma: bool = False) -> None:
     """Run ``program`` on ``state`` with ``workers`` threads (see the module docstring);
-    ``execute`` runs any instruction but a MatMul (the handler table's dispatch)."""
+    ``execute`` runs any instruction but a MatMul (the handler table's dispatch).
+    ``plain_dma``: the DmaLoad handler is the plain copy, so a moving tile may be decoded
+    from its source and the copy deferred (:class:`_DecodeCache`, :class:`_PendingLoads`);
+    with a handler of its own, every DmaLoad runs in place and tiles decode from SBUF."""
     instrs = program.instructions
     bank_bytes = state.arch.psum_bank_bytes
     order = state.order
@@ -319,7 +323,7 @@ def run_threaded(state: MachineState, program: Program, workers: int,
                     src, dst = dma.src, dma.dst
                     if src.space is Space.DRAM and writes:
                         await_dram(src)
-                    if src.space is Space.DRAM and dst.space is Space.SBUF \
+                    if plain_dma and src.space is Space.DRAM and dst.space is Space.SBUF \
                             and src.dtype == dst.dtype and src.shape == dst.shape:
                         state.view(src), state.view(dst)  # bounds refused now, as executed
                         pending.defer(dma)
