@@ -201,7 +201,9 @@ class FunctionalSimulator(Executor):
     inputs with ``memory.write`` or :meth:`write_dram`, :meth:`run` a Program (verified
     first), read results from ``memory``. The simulator keeps its state across runs.
 
-    ``workers``: threads computing MatMul products, the calling thread included (default
+    ``workers``: threads running the Program, the calling thread included: it dispatches
+    and the others compute MatMul products by PSUM bank; ``1`` is the calling thread alone
+    (default
     :func:`~systolic.sim.functional_threaded.default_workers`: 3 on 2 cores); ``0`` runs
     :func:`run_reference` (one instruction at a time). Every choice gives the same bits.
     """
