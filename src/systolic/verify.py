@@ -8,9 +8,11 @@ reaches numpy and never yields a silently wrong number.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from math import prod
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .arch import Arch, get_arch
 from .dtypes import accumulator_formats, get_format
@@ -40,7 +42,7 @@ from .isa import (
     tile_position_problem,
 )
 from .memory import check_bounds, psum_bank
-from .verify_engines import check_engine
+from .verify_engines import check_engine, replay_engines
 from .verify_mx import check_ld_weight_mx, check_matmult_mx
 
 __all__ = ["Checker", "Tile", "verify"]
@@ -69,7 +71,13 @@ class Tile:
         return Rect(self.row, self.rows, self.col, self.cols)
 
     def overlaps(self, other: Tile) -> bool:
-        return self.rect.overlaps(other.rect)
+        # Rect.overlaps written out: the verifier asks this for every latched tile per load
+        return (self.row < other.row + other.rows and other.row < self.row + self.rows
+                and self.col < other.col + other.cols and other.col < self.col + self.cols)
+
+
+# A Tile's fields but its index: what a LoadStationary's stateless checks leave to latch
+_TileFields = tuple[int, int, int, int, int, str, PerfMode, Fp32Pass]
 
 
 @dataclass
@@ -81,6 +89,12 @@ class Checker:
     tiles: list[Tile] = field(default_factory=list)
     # PSUM region -> (state, index of the START): state "open" or "done" (awaiting read-out)
     regions: dict[Rect, tuple[str, int]] = field(default_factory=dict)
+    # Instructions whose stateless checks (everything that depends only on the instruction,
+    # the Arch and dram_bytes) passed -> what the stateful checks need. A Program repeats
+    # few distinct instructions (the same SBUF slots, banks and tiles over and over), so an
+    # equal instruction later runs only the checks that depend on the machine state
+    # (latched tiles, PSUM groups): the same checks in the same order, each still made.
+    memo: dict[Instruction, Any] = field(default_factory=dict)
 
     # -- helpers -------------------------------------------------------------------------
     def _fail(self, i: int, msg: str) -> NoReturn:
@@ -137,6 +151,10 @@ class Checker:
             psum_bank(dst, self.arch)
         except ShapeError as exc:
             self._fail(i, str(exc))
+        self._regions(i, reg, flags)
+
+    def _regions(self, i: int, reg: Rect, flags: CalcFlags) -> None:
+        """The accumulation-group bookkeeping of a compute instruction (state)."""
         if CalcFlags.START in flags:
             self._open_region(i, reg)
         else:
@@ -165,27 +183,46 @@ class Checker:
 
     # -- instructions --------------------------------------------------------------------
     def step(self, i: int, ins: Instruction) -> None:
+        replay = _REPLAY.get(type(ins))
+        if replay is not None:
+            try:
+                memo = self.memo.get(ins, _MISS)
+            except TypeError:  # an unhashable field: no memo, every check runs
+                memo = _MISS
+            if memo is not _MISS and _typed(ins):
+                try:
+                    replay(self, i, ins, memo)
+                except VerifyError:
+                    raise
+                except SystolicError as exc:
+                    raise VerifyError(i, str(exc)) from None
+                return
         try:
             if isinstance(ins, LoadStationary):
-                self._load(i, ins)
+                memo = self._load(i, ins)
             elif isinstance(ins, MatMul):
-                self._matmul(i, ins)
+                memo = self._matmul(i, ins)
             elif isinstance(ins, LdWeightMx):
                 self._ld_mx(i, ins)
             elif isinstance(ins, MatmultMx):
                 self._mm_mx(i, ins)
             elif isinstance(ins, DmaLoad):
                 self._dma(i, ins)
+                memo = None
             elif isinstance(ins, ReadOut):
-                self._readout(i, ins)
+                memo = self._readout(i, ins)
             elif isinstance(ins, (*Group.ELEMENTWISE, DmaCopy)):
                 check_engine(self, i, ins)
+                memo = None
             else:
                 self._fail(i, f"unknown instruction {type(ins).__name__}")
         except VerifyError:
             raise
         except SystolicError as exc:
             raise VerifyError(i, str(exc)) from None
+        if replay is not None and _typed(ins):
+            with suppress(TypeError):
+                self.memo[ins] = memo
 
     def _latch(self, tile: Tile) -> None:
         self.tiles = [t for t in self.tiles if not t.overlaps(tile)]
@@ -198,7 +235,7 @@ class Checker:
         self._fail(i, f"no stationary tile latched at rows {row}..{row + rows - 1}, columns "
                       f"{col}..{col + cols - 1}; emit a LoadStationary of that tile first")
 
-    def _load(self, i: int, ins: LoadStationary) -> None:
+    def _load(self, i: int, ins: LoadStationary) -> _TileFields:
         src = ins.src
         self._bounds(i, src, "LoadStationary src", Space.SBUF)
         self._format(i, src.dtype, "stationary")
@@ -217,8 +254,13 @@ class Checker:
             self._fail(i, "the hi/lo split is the fp32 two-pass lowering; use fp32_pass=full")
         self._groups(i, ins.row_group, ins.col_group, src.partition, src.partitions,
                      ins.column, m, force_col=src.dtype in FULL_COL_GROUP_FORMATS)
-        self._latch(Tile(src.partition, src.partitions, ins.column, m, k, src.dtype,
-                         ins.perf_mode, split, i))
+        fields: _TileFields = (src.partition, src.partitions, ins.column, m, k, src.dtype,
+                               ins.perf_mode, split)
+        self._latch(Tile(*fields, i))
+        return fields
+
+    def _load_state(self, i: int, ins: LoadStationary, fields: _TileFields) -> None:
+        self._latch(Tile(*fields, i))
 
     def _position(self, i: int, axis: str, pos: int, size: int) -> None:
         problem = tile_position_problem(pos, size, self.arch.quadrant)
@@ -236,7 +278,7 @@ class Checker:
             self._fail(i, f"tile group (row {rg}, col {cg}) does not match the tile's position: "
                           f"expected (row {want_r}, col {want_c}) by the quadrant rule")
 
-    def _matmul(self, i: int, ins: MatMul) -> None:
+    def _matmul(self, i: int, ins: MatMul) -> tuple[int, Rect]:
         mv, dst = ins.moving, ins.dst
         self._bounds(i, mv, "MatMul moving", Space.SBUF)
         self._bounds(i, dst, "MatMul dst", Space.PSUM)
@@ -267,7 +309,19 @@ class Checker:
         if n > bank_elems or dst.free_elems != n:
             self._fail(i, f"moving N = {n} must equal the destination's {dst.free_elems} and "
                           f"fit one PSUM bank ({bank_elems} {acc}); split N into tiles")
-        tile = self._find_tile(i, mv.partition, mv.partitions, dst.partition, m)
+        self._matmul_tile(i, ins, k)
+        self._groups(i, ins.row_group, ins.col_group, mv.partition, mv.partitions,
+                     dst.partition, m,
+                     force_col=ins.stationary_dtype in FULL_COL_GROUP_FORMATS)
+        self._flags_for_gen(i, ins.flags)
+        self._fp32_pass(i, ins.fp32_pass)
+        self._accumulate(i, dst, ins.flags)
+        return k, dst.rect
+
+    def _matmul_tile(self, i: int, ins: MatMul, k: int) -> None:
+        """The MatMul checks against the latched tile (state)."""
+        mv, dst = ins.moving, ins.dst
+        tile = self._find_tile(i, mv.partition, mv.partitions, dst.partition, dst.partitions)
         if ins.stationary_partition != tile.row or ins.stationary_dtype != tile.dtype:
             self._fail(i, f"MatMul names stationary {ins.stationary_dtype} at partition "
                           f"{ins.stationary_partition}, but the latched tile (instruction "
@@ -277,12 +331,10 @@ class Checker:
                           f"{tile.perf_mode.spelling} (instruction {tile.index})")
         if tile.k != k:
             self._fail(i, f"moving K = {k} differs from the latched tile's K = {tile.k}")
-        self._groups(i, ins.row_group, ins.col_group, mv.partition, mv.partitions,
-                     dst.partition, m,
-                     force_col=ins.stationary_dtype in FULL_COL_GROUP_FORMATS)
-        self._flags_for_gen(i, ins.flags)
-        self._fp32_pass(i, ins.fp32_pass)
-        self._accumulate(i, dst, ins.flags)
+
+    def _matmul_state(self, i: int, ins: MatMul, memo: tuple[int, Rect]) -> None:
+        self._matmul_tile(i, ins, memo[0])
+        self._regions(i, memo[1], ins.flags)
 
     def _ld_mx(self, i: int, ins: LdWeightMx) -> None:
         src = ins.src
@@ -304,7 +356,7 @@ class Checker:
             self._fail(i, f"DmaLoad copies {prod(ins.src.shape)} elements into "
                           f"{prod(ins.dst.shape)}")
 
-    def _readout(self, i: int, ins: ReadOut) -> None:
+    def _readout(self, i: int, ins: ReadOut) -> Rect:
         self._bounds(i, ins.src, "ReadOut src", Space.PSUM)
         self._bounds(i, ins.dst, "ReadOut dst", Space.DRAM)
         if ins.src.dtype != ins.dst.dtype:
@@ -313,6 +365,10 @@ class Checker:
             self._fail(i, f"ReadOut copies {prod(ins.src.shape)} elements into "
                           f"{prod(ins.dst.shape)}")
         reg = ins.src.rect
+        self._readout_state(i, ins, reg)
+        return reg
+
+    def _readout_state(self, i: int, ins: ReadOut, reg: Rect) -> None:
         state = self.regions.get(reg)
         if state is None or state[0] != "done":
             why = "is still open (no STOP yet)" if state else "holds no finished group"
@@ -320,11 +376,38 @@ class Checker:
                           f"after its group's STOP")
         del self.regions[reg]
 
+    def _dma_state(self, i: int, ins: DmaLoad, _memo: None) -> None:
+        """A DmaLoad has no state to check: every rule is about the instruction itself."""
+
     def finish(self) -> None:
         for _reg, (state, start) in self.regions.items():
             if state == "open":
                 raise VerifyError(start, "this accumulation group never saw STOP; flag its "
                                          "last MatMul STOP")
+
+
+_MISS = object()
+
+
+def _typed(ins: Instruction) -> bool:
+    """Whether the enum fields hold their own types: an int equal to an enum member makes an
+    equal instruction whose type checks must run (they fail), so it never uses the memo."""
+    for name, kind in _ENUMS:
+        v = getattr(ins, name, None)
+        if v is not None and type(v) is not kind:
+            return False
+    return True
+
+
+_ENUMS = (("flags", CalcFlags), ("perf_mode", PerfMode), ("fp32_pass", Fp32Pass))
+# The kinds whose stateless checks are memoized, and the stateful part each one replays
+_REPLAY: dict[type, Callable[[Checker, int, Any, Any], None]] = {
+    LoadStationary: Checker._load_state,
+    MatMul: Checker._matmul_state,
+    DmaLoad: Checker._dma_state,
+    ReadOut: Checker._readout_state,
+    **replay_engines(),
+}
 
 
 def verify(program: Program, arch: Arch | str, dram_bytes: int | None = None) -> None:

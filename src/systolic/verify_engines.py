@@ -11,7 +11,8 @@ overlaps to be finished (STOP), and marks them read out, so a START may reuse th
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .errors import ShapeError
 from .isa import (
@@ -31,7 +32,7 @@ from .memory import check_bounds
 if TYPE_CHECKING:
     from .verify import Checker
 
-__all__ = ["check_engine"]
+__all__ = ["check_engine", "replay_engines"]
 
 _ON_CHIP = (Space.SBUF, Space.PSUM)
 _ELEMENTWISE_ENGINES = (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD)
@@ -101,26 +102,50 @@ def check_engine(c: Checker, i: int, ins: Instruction) -> None:
         c._fail(i, f"{type(ins).__name__} runs on Vector, Scalar or GpSimd, not {eng.value}")
     if isinstance(ins, Activation) and eng is not Engine.SCALAR:
         c._fail(i, "Activation runs on the Scalar engine")
-    srcs: tuple[AccessPattern, ...]
-    if isinstance(ins, TensorCopy | Activation):
-        srcs = (ins.src,)
-    elif isinstance(ins, TensorTensor):
-        srcs = (ins.a, ins.b)
-    elif isinstance(ins, Memset):
-        srcs = ()
-    else:  # pragma: no cover - the dispatcher sends only the kinds above
+    srcs = _sources(ins)
+    if srcs is None:  # pragma: no cover - the dispatcher sends only the kinds above
         c._fail(i, f"unknown engine instruction {type(ins).__name__}")
         return
     name = type(ins).__name__
-    for role, ap in (*((f"{name} src", s) for s in srcs), (f"{name} dst", ins.dst)):
+    dst: AccessPattern = ins.dst  # type: ignore[union-attr]
+    for role, ap in (*((f"{name} src", s) for s in srcs), (f"{name} dst", dst)):
         _bounds(c, i, ap, role, _ON_CHIP)
         if eng is Engine.GPSIMD and ap.space is Space.PSUM:
             c._fail(i, f"{name} on GpSimd touches PSUM, which GpSimd cannot access (NKI "
                        f"docs); run it on Vector or Scalar")
     for s in srcs:
-        _same(c, i, s, ins.dst, name)
+        _same(c, i, s, dst, name)
         _read_psum(c, i, s)
-    _write_psum(c, i, ins.dst)
+    _write_psum(c, i, dst)
+
+
+def _sources(ins: Instruction) -> tuple[AccessPattern, ...] | None:
+    if isinstance(ins, TensorCopy | Activation):
+        return (ins.src,)
+    if isinstance(ins, TensorTensor):
+        return (ins.a, ins.b)
+    if isinstance(ins, Memset):
+        return ()
+    return None
+
+
+def _dma_state(c: Checker, i: int, ins: DmaCopy, _memo: None) -> None:
+    """A DmaCopy has no state to check (it never touches PSUM)."""
+
+
+def _elementwise_state(c: Checker, i: int, ins: Instruction, _memo: None) -> None:
+    """The PSUM group checks of an elementwise instruction (state), in check_engine's order;
+    the verifier runs only these for an instruction equal to one that passed before."""
+    for s in _sources(ins) or ():
+        _read_psum(c, i, s)
+    _write_psum(c, i, ins.dst)  # type: ignore[union-attr]
+
+
+def replay_engines() -> dict[type, Callable[[Checker, int, Any, Any], None]]:
+    """The stateful part of each engine kind (QuantizeMx is always checked whole)."""
+    return {DmaCopy: _dma_state, TensorCopy: _elementwise_state,
+            TensorTensor: _elementwise_state, Memset: _elementwise_state,
+            Activation: _elementwise_state}
 
 
 def _quantize_mx(c: Checker, i: int, ins: QuantizeMx) -> None:

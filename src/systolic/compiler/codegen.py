@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 from ..arch import Arch
 from ..generation import rules
@@ -44,6 +45,7 @@ from ..isa import (
     PerfMode,
     ReadOut,
     Space,
+    TileGroup,
     col_group,
     row_group,
 )
@@ -125,8 +127,11 @@ class WeightTileState:
                    perf_mode: PerfMode, rect: Rect) -> bool:
         """True when the tile of ``group`` is ``stationary`` latched on the PEs ``rect`` in
         ``perf_mode`` (seed 000: same weights, same perf signature, no intervening writer)."""
-        return any(t.group == group and t.stationary == stationary
-                   and t.perf_mode is perf_mode and t.rect == rect for t in self.tiles)
+        for t in self.tiles:
+            if (t.group == group and t.stationary == stationary and t.perf_mode is perf_mode
+                    and t.rect == rect):
+                return True
+        return False
 
     def loaded(self, rect: Rect, tile: CachedTile | None = None) -> WeightTileState:
         """After a LoadStationary on the PEs ``rect``: every tile there (and the entry of
@@ -140,9 +145,25 @@ class WeightTileState:
         """After a write into SBUF ``region``: a cached tile read from there is stale."""
         if not self.tiles or region.space is not Space.SBUF:
             return self
-        r = region.rect
-        kept = tuple(t for t in self.tiles if not t.region.overlaps(r))
+        r = _region(region)
+        r0, r1, c0, c1 = r.row, r.row + r.rows, r.col, r.col + r.cols
+        # Rect.overlaps written out: asked for every DMA of a kernel
+        kept = tuple(t for t in self.tiles
+                     if not (t.region.row < r1 and r0 < t.region.row + t.region.rows
+                             and t.region.col < c1 and c0 < t.region.col + t.region.cols))
         return self if len(kept) == len(self.tiles) else WeightTileState(kept)
+
+
+@lru_cache(maxsize=4096)
+def _region(ap: AccessPattern) -> Rect:
+    """``ap.rect``, kept: a kernel writes the same few SBUF slots over and over."""
+    return ap.rect
+
+
+@lru_cache(maxsize=256)
+def _groups(row: int, rows: int, col: int, cols: int, force: bool) -> tuple[TileGroup,
+                                                                            TileGroup]:
+    return row_group(row, rows), col_group(col, cols, force=force)
 
 
 def writes_accumulate_bit(arch: Arch) -> bool:
@@ -155,7 +176,15 @@ def writes_accumulate_bit(arch: Arch) -> bool:
 def calc_flags(arch: Arch, first: bool, last: bool) -> CalcFlags:
     """The calc flags of one MatMul of an accumulation group on ``arch``: START on the first,
     STOP on the last, ACCUMULATE on every other where the generation writes it."""
-    return rules(arch.generation).calc_flags(first, last, arch.arch_level)
+    key = (arch.generation, arch.arch_level, first, last)
+    got = _FLAGS.get(key)
+    if got is None:
+        got = _FLAGS[key] = rules(arch.generation).calc_flags(first, last, arch.arch_level)
+    return got
+
+
+# calc_flags by (generation, arch level, first, last): the generation table's answer, kept
+_FLAGS: dict[tuple[int, int, bool, bool], CalcFlags] = {}
 
 
 def emit_nc_matmul(state: WeightTileState, arch: Arch, *, stationary: AccessPattern,
@@ -199,8 +228,7 @@ def emit_nc_matmul(state: WeightTileState, arch: Arch, *, stationary: AccessPatt
     row, col = (stationary.partition, dst.partition) if tile_position is None else tile_position
     rows, cols = ((stationary.partitions, stationary.dims[-1][1]) if tile_size is None
                   else tile_size)
-    rg = row_group(row, rows)
-    cg = col_group(col, cols, force=dtype in FULL_COL_GROUP_FORMATS)
+    rg, cg = _groups(row, rows, col, cols, dtype in FULL_COL_GROUP_FORMATS)
     rect = Rect(row, rows, col, cols)
     zp_stationary, zp_moving = zero_points
 
@@ -242,6 +270,22 @@ class DenseState:
     stat: SlotCache
     mov: SlotCache
     weights: WeightTileState = field(default_factory=WeightTileState)
+    # equal patterns built once per emit call and shared: a product names the same few SBUF
+    # slots, PSUM banks and (for a reloaded operand) DRAM tiles thousands of times, and
+    # shared objects make every later dict lookup on them (verify, the simulator) cheaper
+    patterns: dict[tuple[object, ...], AccessPattern] = field(default_factory=dict)
+
+    def ap(self, space: Space, partitions: int, offset: int,
+           dims: tuple[tuple[int, int], ...], dtype: str, partition_step: int = 0
+           ) -> AccessPattern:
+        """``AccessPattern(space, 0, partitions, offset, dims, dtype, partition_step)``, the
+        same object for equal arguments within one emit call."""
+        key = (space, partitions, offset, dims, dtype, partition_step)
+        got = self.patterns.get(key)
+        if got is None:
+            got = self.patterns[key] = AccessPattern(space, 0, partitions, offset, dims, dtype,
+                                                     partition_step)
+        return got
 
     @classmethod
     def for_plan(cls, arch: Arch, plan: TilePlan) -> DenseState:
@@ -276,11 +320,10 @@ def _stationary(st: DenseState, plan: TilePlan, lay: Layout, k: KTile, m: Span,
         dr_dims: tuple[tuple[int, int], ...] = ((1, 2), (s.k, m.size))
     else:
         sb_dims, dr_dims = ((1, m.size),), ((s.k, m.size),)
-    sb = AccessPattern(Space.SBUF, 0, k.partitions, off, sb_dims, s.dtype)
+    sb = st.ap(Space.SBUF, k.partitions, off, sb_dims, s.dtype)
     if not resident:
         start = lay.a_offset + (m.start * s.k + k.start) * isz
-        src = AccessPattern(Space.DRAM, 0, k.partitions, start, dr_dims, s.dtype,
-                            partition_step=k.fold * isz)
+        src = st.ap(Space.DRAM, k.partitions, start, dr_dims, s.dtype, k.fold * isz)
         out.append(DmaLoad(src, sb))
         st.weights = st.weights.written(sb)
     return sb
@@ -296,11 +339,10 @@ def _moving(st: DenseState, plan: TilePlan, lay: Layout, k: KTile, n: Span
         dr_dims: tuple[tuple[int, int], ...] = ((s.n, 2), (1, n.size))
     else:
         sb_dims, dr_dims = ((1, n.size),), ((1, n.size),)
-    sb = AccessPattern(Space.SBUF, 0, k.partitions, off, sb_dims, s.dtype)
+    sb = st.ap(Space.SBUF, k.partitions, off, sb_dims, s.dtype)
     if not resident:
         start = lay.b_offset + (k.start * s.n + n.start) * isz
-        src = AccessPattern(Space.DRAM, 0, k.partitions, start, dr_dims, s.dtype,
-                            partition_step=k.fold * s.n * isz)
+        src = st.ap(Space.DRAM, k.partitions, start, dr_dims, s.dtype, k.fold * s.n * isz)
         # no weights.written(sb): the moving window never holds a stationary tile
         return sb, DmaLoad(src, sb)
     return sb, None
@@ -319,8 +361,8 @@ def emit(arch: Arch, plan: TilePlan, steps: list[Step | ReadStep]
             continue
         sb = _stationary(st, plan, lay, step.k, step.m, out)
         mv, dma = _moving(st, plan, lay, step.k, step.n)
-        dst = AccessPattern(Space.PSUM, 0, step.m.size, step.bank * arch.psum_bank_bytes,
-                            ((1, step.n.size),), plan.acc_dtype)
+        dst = st.ap(Space.PSUM, step.m.size, step.bank * arch.psum_bank_bytes,
+                    ((1, step.n.size),), plan.acc_dtype)
         insts, st.weights = emit_nc_matmul(
             st.weights, arch, stationary=sb, moving=mv, dst=dst,
             flags=calc_flags(arch, step.first, step.last), perf_mode=step.k.perf_mode,

@@ -158,7 +158,42 @@ def apply_psum(view: np.ndarray, flags: CalcFlags, res: np.ndarray) -> None:
 
 
 def write_dram(memory: Memory, offset: int, values: np.ndarray, dtype: str) -> None:
-    """Encode ``values`` to ``dtype`` and store them contiguously at byte ``offset``."""
+    """Encode ``values`` to ``dtype`` and store them contiguously at byte ``offset``.
+
+    A large operand is encoded in row blocks of about 1 MiB straight into device memory:
+    encode is elementwise, so the bytes are the same, and its temporaries (magnitudes,
+    overflow masks, the rounded copy) stay small and in cache instead of several full-size
+    fresh arrays. A block that fails encodes the whole operand again, so the error is the
+    one a single call gives (it names the worst value of the whole operand), and device
+    memory is left as it was."""
+    arr = np.asarray(values)
+    f = get_format(dtype)
+    size = arr.size * f.container_bytes
+    if offset < 0 or offset + size > memory.dram.size:
+        raise SystolicError(f"{size} bytes at {offset:#x} do not fit device memory "
+                            f"of {memory.dram.size} bytes")
+    row = arr.size // arr.shape[0] if arr.ndim > 1 and arr.shape[0] else 0
+    rows = max(1, _BLOCK_BYTES // max(1, row * 4))
+    if not row or arr.shape[0] <= rows or encode(arr[:1], dtype).nbytes != row * \
+            f.container_bytes:  # small, or a format whose stored size is not per element
+        _put_encoded(memory, offset, arr, dtype)
+        return
+    step = row * f.container_bytes
+    region = memory.dram[offset:offset + size]
+    old = None if not region.any() else region.copy()  # fresh memory is zeros: no copy
+    try:
+        for r in range(0, arr.shape[0], rows):
+            _put_encoded(memory, offset + r * step, arr[r:r + rows], dtype)
+    except SystolicError:
+        region[...] = 0 if old is None else old  # nothing half-written
+        _put_encoded(memory, offset, arr, dtype)  # raises the whole operand's error
+        raise
+
+
+_BLOCK_BYTES = 1 << 20  # float32 bytes of input per encoded block
+
+
+def _put_encoded(memory: Memory, offset: int, values: np.ndarray, dtype: str) -> None:
     raw = np.ascontiguousarray(encode(values, dtype)).reshape(-1).view(np.uint8)
     if offset < 0 or offset + raw.size > memory.dram.size:
         raise SystolicError(f"{raw.size} bytes at {offset:#x} do not fit device memory "
