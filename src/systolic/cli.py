@@ -18,7 +18,8 @@ COMMANDS = ("matmul", "step", "run", "roofline", "kernel", "sweep", "rtl")
 DESCRIPTION = """\
 Model a weight-stationary systolic matmul engine (Trainium PE / Tensor Engine class):
 lower a matmul to LoadStationary/MatMul instructions, run it bit-accurately, count its
-cycles and explain the gap to peak.
+cycles and explain the gap to peak, time it on the whole NeuronCore (engines, DMA queues,
+HBM), run NKI kernel files unmodified, and sweep params, shapes and Arch fields.
 
 examples:
   systolic matmul 2048 2048 2048 --dtype bf16 --arch trn2 --check
@@ -27,6 +28,9 @@ examples:
   systolic step 4 4 6 --html step.html      # the same as a page to click through
   systolic run examples/swiglu_mlp.yaml --loss-bar loss.png
   systolic roofline --arch trn2 --workload examples/seed003_2048.yaml -o roofline.png
+  systolic kernel examples/kernels/tiled_matmul.py:tiled_matmul --arg lhsT=bf16[512,256] \\
+      --arg rhs=bf16[512,1024]
+  systolic sweep examples/sweeps/fp8_double_row.yaml --out mm.sqlite
   systolic rtl verilog --rows 4 --cols 4 -o pe_array.v
 
 Sizes are numpy's M K N in every command (a[M, K] @ b[K, N]). Every command takes --json

@@ -37,7 +37,7 @@ from .errors import SystolicError, WorkloadError
 from .extrapolate import matmul_report
 from .isa import PerfMode, Program
 from .report import CAUSES, Report
-from .yaml_source import YamlSource, one_line
+from .yaml_source import YamlSource, compose, read_text
 
 __all__ = ["OPERAND_FORMATS", "Op", "OpResult", "Workload", "evaluate", "intensity",
            "load_workload", "parse_workload", "time_op", "workload_json", "workload_totals"]
@@ -215,23 +215,7 @@ def parse_workload(text: str, path: str = "<workload>", *, arch: str | None = No
     if depth > MAX_NESTING:
         raise src.fail(depth_line(text, MAX_NESTING), f"lists or mappings nested "
                        f"{depth:,} deep; a workload needs 3 (ops, an op, its keys)")
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else 1
-        raise src.fail(line, f"YAML syntax error: "
-                             f"{one_line(exc.problem or exc.context)}") from None
-    except yaml.reader.ReaderError as exc:  # a NUL byte or another control character
-        line = text.count("\n", 0, exc.position) + 1
-        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
-        raise src.fail(line, f"character #x{char:04x} is not allowed in YAML "
-                             f"(position {exc.position}); remove it") from None
-    except yaml.YAMLError as exc:
-        raise src.fail(1, f"YAML error: {one_line(str(exc))}") from None
-    except RecursionError:  # nesting the bracket count above missed (block style, anchors)
-        raise src.fail(1, "the YAML is nested too deeply to read; a workload needs 3 "
-                          "levels (ops, an op, its keys)") from None
+    root = compose(src, text, "a workload needs 3 levels (ops, an op, its keys)")
     if root is None:
         raise src.fail(1, "the file is empty; expected a list of ops (see examples/)")
     title = os.path.splitext(os.path.basename(path))[0]
@@ -272,13 +256,7 @@ def parse_workload(text: str, path: str = "<workload>", *, arch: str | None = No
 
 def load_workload(path: str | os.PathLike[str], *, arch: str | None = None) -> Workload:
     """Read and check a workload file (see the module docstring)."""
-    name = os.fspath(path)
-    try:
-        with open(name, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise WorkloadError(f"{name}: cannot read the workload: {reason}") from None
+    name, text = read_text(path, "workload", WorkloadError)
     return parse_workload(text, name, arch=arch)
 
 

@@ -6,6 +6,7 @@ Shared by the workload files (:mod:`systolic.workload`) and the sweep files
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,7 +15,7 @@ from yaml.constructor import SafeConstructor
 
 from .errors import SystolicError, WorkloadError
 
-__all__ = ["YamlSource", "one_line"]
+__all__ = ["YamlSource", "compose", "one_line", "read_text"]
 
 
 class YamlSource:
@@ -58,6 +59,41 @@ class YamlSource:
                 raise self.fail(key_node, f"key {key!r} appears twice in {what}")
             out[key] = (value_node, key_node)
         return out
+
+
+def read_text(path: str | os.PathLike[str], what: str,
+              error_type: type[SystolicError] = WorkloadError) -> tuple[str, str]:
+    """``(name, text)`` of a UTF-8 file; one that cannot be read raises ``error_type``
+    with one line ``NAME: cannot read the WHAT: reason``."""
+    name = os.fspath(path)
+    try:
+        with open(name, encoding="utf-8") as f:
+            return name, f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise error_type(f"{name}: cannot read the {what}: {reason}") from None
+
+
+def compose(src: YamlSource, text: str, levels: str) -> yaml.Node | None:
+    """The root node of ``text`` (None when it is empty); a syntax error, a character YAML
+    forbids, or nesting too deep for the parser raises ``src``'s error on the line it is
+    on. ``levels`` says how deep the file needs to go (for the too-deep message)."""
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else 1
+        raise src.fail(line, f"YAML syntax error: "
+                             f"{one_line(exc.problem or exc.context)}") from None
+    except yaml.reader.ReaderError as exc:  # a NUL byte or another control character
+        line = text.count("\n", 0, exc.position) + 1
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        raise src.fail(line, f"character #x{char:04x} is not allowed in YAML "
+                             f"(position {exc.position}); remove it") from None
+    except yaml.YAMLError as exc:
+        raise src.fail(1, f"YAML error: {one_line(str(exc))}") from None
+    except RecursionError:  # nesting a caller's bracket count missed (block style, anchors)
+        raise src.fail(1, f"the YAML is nested too deeply to read; {levels}") from None
 
 
 def one_line(text: str | None) -> str:

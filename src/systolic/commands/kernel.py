@@ -25,13 +25,14 @@ examples:
       --arg lhsT=bf16[512,256] --arg rhs=bf16[512,1024] --values
   systolic kernel examples/kernels/blocked_matmul.py:blocked_matmul --arch trn2 \\
       --arg lhsT=bf16[2048,2048] --arg rhs=bf16[2048,2048] --param TILES_N=2 --json
-  systolic kernel examples/kernels/tiled_matmul.py:tiled_matmul \
+  systolic kernel examples/kernels/tiled_matmul.py:tiled_matmul \\
       --arg lhsT=bf16[2048,2048] --arg rhs=bf16[2048,2048] --timeline tiled.png
 """
 
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("kernel", help="run an NKI kernel file: its Program, counts, values",
+    p = sub.add_parser("kernel", help="run an NKI kernel file: its Program, counts, "
+                                      "whole-core time, values",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", metavar="FILE.py:FUNCTION")
     p.add_argument("--arch", default="trn2", help="trn1, inf2, trn2 or trn3 (default trn2)")

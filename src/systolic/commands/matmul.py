@@ -29,12 +29,14 @@ from .common import (
 # --check keeps a, b, the result, their float64 reference and the simulator's device memory.
 _CHECK_LIMIT = 1 << 27
 
-HELP = "lower one matmul and report its program, cycles and accuracy"
+HELP = "lower one matmul and report its program, cycles, whole-core time and accuracy"
 DESCRIPTION = """\
 Lower a[M, K] @ b[K, N] onto the array (sizes in numpy's order, M K N, as in every
-command): print the instruction counts, the modelled cycles,
-utilization and where the cycles went. --check also runs the product on seeded random data
-through the functional simulator and reports the error against float64.
+command) and print two views of its time: the Tensor Engine alone (instruction counts,
+cycles, utilization and where the cycles went, seed 003) and the whole NeuronCore (latency,
+TFLOP/s, hfu, what bounds it and its critical path by cause, engine busy shares, HBM
+traffic). --check also runs the product on seeded random data through the functional
+simulator and reports the error against float64.
 
 --trace writes a Perfetto profile and --timeline a PNG/SVG of the same rows: one per engine
 and DMA queue, as a Neuron Explorer profile names them (Tensor (LDWEIGHTS), TensorMatrix

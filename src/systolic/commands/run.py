@@ -37,8 +37,11 @@ A file looks like this (examples/ has more):
 Op keys: name, m, k, n (required); dtype (bf16), arch (trn2), perf_mode (none), repeat (1).
 A malformed file gets one line, FILE:LINE: what is wrong, and exit code 2.
 
---timeline draws one op's LDWEIGHTS/MATMUL/read-out rows (the first op, or --timeline-op);
---loss-bar draws a stacked bar per op of where its cycles went. Both write .png or .svg.
+--timeline draws one op's whole-core timeline (the first op, or --timeline-op): one row per
+engine and DMA queue, as a Neuron Explorer profile names them (Tensor (LDWEIGHTS),
+TensorMatrix (MATMUL), Vector, Scalar, GpSimd, the DMA queues), an overview and a zoom on
+the first MatMuls. --loss-bar draws a stacked bar per op of where its Tensor Engine cycles
+went. Both write .png or .svg.
 
 examples:
   systolic run examples/swiglu_mlp.yaml
@@ -54,10 +57,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("file", metavar="FILE.yaml", help="the workload file")
     p.add_argument("--arch", choices=list(ARCHS), help="run every op on this arch instead")
     p.add_argument("--timeline", metavar="FILE.png", type=plot_path,
-                   help="plot one op's timeline (PNG/SVG)")
+                   help="plot one op's whole-core timeline (PNG/SVG)")
     p.add_argument("--timeline-op", metavar="NAME", help="the op --timeline shows (first)")
     p.add_argument("--loss-bar", metavar="FILE.png", type=plot_path,
-                   help="plot a stacked bar per op of where the cycles went (PNG/SVG)")
+                   help="plot a stacked bar per op of where its Tensor Engine cycles "
+                        "went (PNG/SVG)")
     add_plot_size(p, "timeline 520; loss bar 90 + 42 per bar")
     add_json(p)
     p.set_defaults(run=run)

@@ -31,6 +31,7 @@ import yaml
 
 from ..errors import SweepError, SystolicError
 from ..workload import OPERAND_FORMATS, load_workload
+from ..yaml_source import compose, read_text
 from .axes import NAME as _NAME
 from .axes import Axis, Src, parse_axis, parse_input
 from .evaluate import (
@@ -241,14 +242,7 @@ def parse_sweep(text: str, path: str = "<sweep>") -> SweepSpec:
     """Check a sweep file's YAML text; ``path`` names it in errors and anchors the relative
     paths of ``run:``."""
     src = Src(path)
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        raise src.fail(mark.line + 1 if mark else 1,
-                       f"YAML syntax error: {exc.problem or exc.context}") from None
-    except yaml.YAMLError as exc:
-        raise src.fail(1, f"YAML error: {exc}") from None
+    root = compose(src, text, "a sweep file needs 4 levels (run:, a kernel, its args:, a value)")
     if root is None:
         raise src.fail(1, "the file is empty; expected run:, axes: ... (see examples/sweeps/)")
     top = src.mapping(root, "the sweep", TOP_KEYS)
@@ -325,11 +319,5 @@ def parse_sweep(text: str, path: str = "<sweep>") -> SweepSpec:
 
 def load_sweep(path: str | os.PathLike[str]) -> SweepSpec:
     """Read and check a sweep file."""
-    name = os.fspath(path)
-    try:
-        with open(name, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise SweepError(f"{name}: cannot read the sweep file: {reason}") from None
+    name, text = read_text(path, "sweep file", SweepError)
     return parse_sweep(text, name)
