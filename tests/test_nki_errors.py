@@ -172,3 +172,19 @@ def test_hook_resolves_both_generations() -> None:
     assert nki.isa.nc_matmul is old_isa.nc_matmul is snki.isa.nc_matmul
     assert old_nl.bfloat16 == ml_dtypes.bfloat16
 
+
+
+def test_cli_error_names_the_kernel_file_as_the_user_wrote_it(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The loader would make the path absolute; the error names it as typed (relative)."""
+    from pathlib import Path
+
+    from systolic.cli import main
+
+    monkeypatch.chdir(Path(__file__).resolve().parent.parent)
+    rel = "examples/kernels/fp8_double_row.py"
+    code = main(["kernel", f"{rel}:fp8_double_row", "--arch", "trn1",
+                 "--arg", "lhsT=fp8_e4m3[256,128]", "--arg", "rhs=fp8_e4m3[256,512]"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith(f"systolic: error: {rel}:"), err

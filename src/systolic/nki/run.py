@@ -198,10 +198,19 @@ def load_kernel(path: str, function: str) -> Any:
     if spec is None or spec.loader is None:
         raise SystolicError(f"{path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
+    try:
+        with open(path, "rb") as f:
+            # compiled under the path as the user wrote it (the loader would make it
+            # absolute), so every FILE:LINE error names the file the way it was given
+            code = compile(f.read(), path, "exec")
+    except (OSError, SyntaxError, ValueError) as exc:
+        line = f":{exc.lineno}" if isinstance(exc, SyntaxError) and exc.lineno else ""
+        raise SystolicError(f"{path}{line}: cannot load the kernel file: "
+                            f"{getattr(exc, 'msg', None) or exc}") from None
     folder = os.path.dirname(os.path.abspath(path))
     sys.path.insert(0, folder)  # a kernel file may import its neighbours
     try:
-        spec.loader.exec_module(module)
+        exec(code, module.__dict__)
     finally:
         sys.path.remove(folder)
     fn = getattr(module, function, None)
