@@ -161,9 +161,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_human(out: dict[str, Any], report: Any) -> None:
-    counts = ", ".join(f"{v} {k}" for k, v in out["instructions"].items())
     mode = "" if out["perf_mode"] == "none" else f" {out['perf_mode']}"
-    print(f"{out['m']}x{out['k']}x{out['n']} {out['dtype']}{mode} on {out['arch']}: {counts}")
+    # the instruction counts are the report's "program" row, right below
+    print(f"{out['m']}x{out['k']}x{out['n']} {out['dtype']}{mode} on {out['arch']}")
     print(report.to_text())
     if "max_rel_error" in out:
         print(f"check: max_rel_error {out['max_rel_error']:.3e} against float64 "
