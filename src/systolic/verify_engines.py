@@ -58,19 +58,10 @@ def _same(c: Checker, i: int, a: AccessPattern, b: AccessPattern, what: str) -> 
         c._fail(i, f"{what} keeps the partition dimension: {a.partitions} vs {b.partitions}")
 
 
-def _read_psum(c: Checker, i: int, ap: AccessPattern) -> None:
-    if ap.space is not Space.PSUM:
-        return
-    reg = ap.rect
-    for other, (state, start) in list(c.regions.items()):
-        if other.overlaps(reg):
-            if state == "open":
-                c._fail(i, f"reads PSUM of an accumulation group opened at instruction "
-                           f"{start} that never saw STOP; flag its last MatMul STOP first")
-            del c.regions[other]  # read out: the region may START again
-
-
-def _write_psum(c: Checker, i: int, ap: AccessPattern) -> None:
+def _touch_psum(c: Checker, i: int, ap: AccessPattern, *, write: bool) -> None:
+    """An engine reading or writing PSUM ends every accumulation group it overlaps: a
+    finished one is read out (or overwritten) and may START again; an open one is an
+    error (its STOP must come first)."""
     if ap.space is not Space.PSUM:
         return
     reg = ap.rect
@@ -78,8 +69,10 @@ def _write_psum(c: Checker, i: int, ap: AccessPattern) -> None:
         if other.overlaps(reg):
             if state == "open":
                 c._fail(i, f"writes PSUM inside an accumulation group opened at instruction "
-                           f"{start}; finish the group (STOP) first")
-            del c.regions[other]  # overwritten
+                           f"{start}; finish the group (STOP) first" if write else
+                           f"reads PSUM of an accumulation group opened at instruction "
+                           f"{start} that never saw STOP; flag its last MatMul STOP first")
+            del c.regions[other]
 
 
 def check_engine(c: Checker, i: int, ins: Instruction) -> None:
@@ -115,8 +108,8 @@ def check_engine(c: Checker, i: int, ins: Instruction) -> None:
                        f"docs); run it on Vector or Scalar")
     for s in srcs:
         _same(c, i, s, dst, name)
-        _read_psum(c, i, s)
-    _write_psum(c, i, dst)
+        _touch_psum(c, i, s, write=False)
+    _touch_psum(c, i, dst, write=True)
 
 
 def _sources(ins: Instruction) -> tuple[AccessPattern, ...] | None:
@@ -137,8 +130,8 @@ def _elementwise_state(c: Checker, i: int, ins: Instruction, _memo: None) -> Non
     """The PSUM group checks of an elementwise instruction (state), in check_engine's order;
     the verifier runs only these for an instruction equal to one that passed before."""
     for s in _sources(ins) or ():
-        _read_psum(c, i, s)
-    _write_psum(c, i, ins.dst)  # type: ignore[union-attr]
+        _touch_psum(c, i, s, write=False)
+    _touch_psum(c, i, ins.dst, write=True)  # type: ignore[union-attr]
 
 
 def replay_engines() -> dict[type, Callable[[Checker, int, Any, Any], None]]:
