@@ -21,8 +21,9 @@ from test_timing import ACC, START, STOP, TRN2, Build, readout_bound_case
 from systolic import matmul
 from systolic.arch import get_arch
 from systolic.compiler import MatmulSpec, lower
+from systolic.geometry import interval_union as _merge
 from systolic.isa import PerfMode, Program
-from systolic.report import CAUSES, _merge, build_report, report_fields, timeline_svg
+from systolic.report import CAUSES, build_report, report_fields, timeline_svg
 
 
 def report_of(spec: MatmulSpec, arch=TRN2):
@@ -181,17 +182,19 @@ def test_notebook_html_has_table_and_timeline():
                  rng.standard_normal((300, 600), dtype=np.float32), arch="trn2")
     page = res._repr_html_()
     assert "<table>" in page and "fill and drain" in page
+    assert f"{res.report.core.latency_us:,.2f} us" in page and "bound by" in page
     svg = page[page.index("<svg"):page.index("</svg>") + 6]
     root = ET.fromstring(svg)  # well-formed XML
     labels = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
-    assert "LDWEIGHTS" in labels and "MATMUL" in labels
+    assert "Tensor (LDWEIGHTS)" in labels and "TensorMatrix (MATMUL)" in labels
 
 
 def test_big_timelines_are_binned():
     rep = report_of(MatmulSpec(2048, 2048, 2048, "bf16"))
-    svg = timeline_svg(rep.schedule, bins=100)
+    svg = timeline_svg(rep.core, bins=100)
     root = ET.fromstring(svg)
-    assert len(list(root.iter("{http://www.w3.org/2000/svg}rect"))) <= 3 * 100
+    rows = len(list(root.iter("{http://www.w3.org/2000/svg}text"))) - 2
+    assert len(list(root.iter("{http://www.w3.org/2000/svg}rect"))) <= rows * 100
 
 
 @given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 20)), min_size=1, max_size=30))

@@ -42,10 +42,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .arch import Arch, get_arch
+from .geometry import interval_union
 from .isa import MatMul, MatmultMx, Program
 from .sim.core import CAUSES as CORE_CAUSES
 from .sim.core import CoreTiming, time_program
-from .sim.timing import Cause, Kind, Schedule, schedule
+from .sim.timing import Cause, Schedule, schedule
 
 if TYPE_CHECKING:
     from .api import MatmulResult
@@ -265,6 +266,11 @@ class Report:
         rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
                        f"<td colspan=2>{html.escape(v)}</td></tr>"
                        for k, v in self._summary_rows())
+        core = self.core
+        rows += (f"<tr><th style='text-align:left'>whole NeuronCore</th><td colspan=2>"
+                 f"{core.latency_us:,.2f} us, {core.tflops:.2f} TFLOP/s (hfu "
+                 f"{100 * core.hfu:.2f} %), bound by {html.escape(CORE_CAUSES[core.bound])}"
+                 f"</td></tr>")
         rows += "<tr><th style='text-align:left'>cause</th><th>cycles</th><th>%</th></tr>"
         rows += "".join(f"<tr><td>{html.escape(CAUSES[k])}</td><td style='text-align:right'>"
                         f"{c:,.1f}</td><td style='text-align:right'>{pct[k]:.2f}</td></tr>"
@@ -330,26 +336,38 @@ def report_fields(report: Report) -> dict[str, Any]:
     return {k: d[k] for k in FIELDS}
 
 
-def timeline_svg(sch: Schedule, width: int = 720, bins: int = 360) -> str:
-    """An inline-SVG timeline of the LDWEIGHTS and MATMUL rows (and PSUM read-out).
+_SVG_COLOURS = {"tensor": "#0072b2", "vector": "#009e73", "scalar": "#cc79a7",
+                "gpsimd": "#e69f00"}
+_DMA_COLOUR = "#d55e00"
 
-    Up to ``bins`` intervals per row are drawn as they are; more are drawn as ``bins``
-    columns shaded by the fraction of the column the row is busy."""
-    span = max(sch.cycles + sch.readout_tail, 1)
-    rows = [("LDWEIGHTS", Kind.LOAD, "#e69f00"), ("MATMUL", Kind.COMPUTE, "#0072b2"),
-            ("PSUM read-out", Kind.READOUT, "#009e73")]
-    left, lane, scale = 110, 22, (width - 110) / span
+
+def timeline_svg(core: CoreTiming, width: int = 720, bins: int = 360) -> str:
+    """An inline-SVG timeline of the whole core: the profile's rows (Tensor (LDWEIGHTS),
+    TensorMatrix (MATMUL), Vector, Scalar, GpSimd, the DMA queues; idle rows left out), the
+    same rows as the trace and ``--timeline`` (:mod:`systolic.profile_rows`).
+
+    Up to ``bins`` intervals per row are drawn as they are (at least half a pixel wide); more
+    are drawn as ``bins`` columns shaded by the fraction of the column the row is busy."""
+    from .profile_rows import profile_rows
+
+    rows = [r for r in profile_rows(core) if len(r.ops)]
+    span = max(core.latency, 1)
+    left, lane = 150, 22
+    scale = (width - left) / span
+    us = 1e6 / core.tick_hz
     parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' "
              f"height='{lane * len(rows) + 18}' font-family='sans-serif' font-size='11'>"]
-    for r, (name, kind, colour) in enumerate(rows):
+    for r, row in enumerate(rows):
         y = r * lane + 2
-        parts.append(f"<text x='2' y='{y + 14}'>{name}</text>")
-        idx = sch.rows_of(kind)
-        lo, hi = _merge(sch.starts[idx], sch.ends[idx])
+        colour = "#56b4e9" if row.what == "LDWEIGHTS" else _SVG_COLOURS.get(row.queue,
+                                                                             _DMA_COLOUR)
+        parts.append(f"<text x='2' y='{y + 14}'>{html.escape(row.label)}</text>")
+        lo, hi = interval_union(row.starts, row.ends)
         if len(lo) <= bins:
             parts.extend(f"<rect x='{left + a * scale:.2f}' y='{y}' "
                          f"width='{max((b - a) * scale, 0.5):.2f}' height='{lane - 6}' "
-                         f"fill='{colour}'><title>{name} {a}-{b}</title></rect>"
+                         f"fill='{colour}'><title>{html.escape(row.label)} "
+                         f"{a * us:,.3f}-{b * us:,.3f} us</title></rect>"
                          for a, b in zip(lo.tolist(), hi.tolist(), strict=True))
             continue
         edges = np.linspace(0, span, bins + 1)
@@ -361,22 +379,8 @@ def timeline_svg(sch: Schedule, width: int = 720, bins: int = 360) -> str:
                      for j, f in enumerate(busy.tolist()) if f > 0.005)
     parts.append(f"<text x='{left}' y='{lane * len(rows) + 14}'>0</text>"
                  f"<text x='{width - 4}' y='{lane * len(rows) + 14}' text-anchor='end'>"
-                 f"{span:,} cycles</text></svg>")
+                 f"{core.latency_us:,.2f} us</text></svg>")
     return "".join(parts)
-
-
-def _merge(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals [starts, ends) (sorted by start) as disjoint sorted intervals."""
-    if len(starts) == 0:
-        return starts, ends
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], ends[order]
-    reach = np.maximum.accumulate(e)
-    new = np.ones(len(s), dtype=bool)
-    new[1:] = s[1:] > reach[:-1]
-    first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, len(s) - 1)
-    return s[first], reach[last]
 
 
 def _covered_before(t: np.ndarray, lo: np.ndarray, hi: np.ndarray,
@@ -389,7 +393,8 @@ def _covered_before(t: np.ndarray, lo: np.ndarray, hi: np.ndarray,
 
 
 def result_html(result: MatmulResult) -> str:
-    """Notebook view of a :class:`~systolic.api.MatmulResult`: report table and timeline."""
+    """Notebook view of a :class:`~systolic.api.MatmulResult`: report table and the
+    whole-core timeline."""
     rep = result.report
     return (f"<div><p><code>{html.escape(repr(result))}</code></p>{rep.to_html()}"
-            f"{timeline_svg(rep.schedule)}</div>")
+            f"{timeline_svg(rep.core)}</div>")
