@@ -229,10 +229,10 @@ class Report:
         table.add_section()
         table.add_row("total", f"{self.cycles:,}", "100.00")
         core = self.core
-        # the headline is its own line: a table title would wrap at the table's width
+        # the headline is its own two lines: a table title would wrap at the table's width
         headline = Text(f"whole NeuronCore: {core.latency_us:,.2f} us, "
                         f"{core.tflops:.2f} TFLOP/s (hfu {100 * core.hfu:.2f} %), "
-                        f"bound by {CORE_CAUSES[core.bound]}")
+                        f"\nbound by {CORE_CAUSES[core.bound]}")
         whole = Table(box=box.SIMPLE_HEAD)
         whole.add_column("critical path")
         whole.add_column("us", justify="right")
