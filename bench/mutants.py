@@ -88,8 +88,8 @@ CATALOGUE: tuple[Mutant, ...] = (
       "                            cache.forget(dst)\n",
       "                        if dst.space is Space.SBUF:\n"
       "                            pass\n",
-      FUNCTIONAL, "the decode cache is not cleared after an SBUF-to-SBUF DmaLoad (the path "
-      "that copies in place) writes over a tile"),
+      FUNCTIONAL, "the decode cache is not cleared after a reshaping DmaLoad (one copied in "
+      "place, not deferred) writes over a tile"),
     M("decode_cache_partition_only", "sim/functional_threaded.py",
       "                if q0 < p1 and p0 < q1 and a < hi and lo < z:",
       "                if q0 < p1 and p0 < q1 and a == lo:",
