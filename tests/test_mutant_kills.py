@@ -493,3 +493,39 @@ def test_sbuf_slots_evict_the_least_recently_used_tile() -> None:
     assert cache.get("c") == (off_b, False)  # so c takes b's slot
     assert cache.get("a") == (off_a, True)
     assert cache.get("b")[1] is False  # b was evicted
+
+
+def test_a_reshaping_dma_over_an_address_already_read_is_seen() -> None:
+    """decode_cache_kept_sbuf_dma: a DmaLoad whose source is shaped [K, 2, N/2] and its SBUF
+    destination [K, N] is copied in place (not deferred); the second product reads the SBUF
+    pattern the first one read, after that DmaLoad wrote over it. Small integers make every
+    fp32 sum exact, so float64 is the exact reference."""
+    k, m, n = 32, 16, 64
+    rng = np.random.default_rng(3)
+    w = rng.integers(-8, 9, (k, m)).astype(np.float32)
+    x1 = rng.integers(-8, 9, (k, n)).astype(np.float32)
+    x2 = rng.integers(-8, 9, (k, n)).astype(np.float32)
+    w_off, x1_off, x2_off, out_off = 0, 0x1000, 0x3000, 0x6000
+    x_sb, w_sb, dst = sbuf(k, 0x8000, n, "bf16"), sbuf(k, 0, m, "bf16"), psum(m, 0, n)
+    x2_src = AccessPattern(Space.DRAM, 0, k, x2_off, ((n // 2, 2), (1, n // 2)), "bf16",
+                           partition_step=n * 2)
+    prog = Program([
+        DmaLoad(dram(k, w_off, m, "bf16", 2), w_sb),
+        DmaLoad(dram(k, x1_off, n, "bf16", 2), x_sb),
+        load(w_sb, m),
+        matmul(x_sb, dst, ONE, "bf16"),
+        ReadOut(dst, dram(m, out_off, n, "fp32", 4)),
+        DmaLoad(x2_src, x_sb),
+        matmul(x_sb, dst, ONE, "bf16"),
+        ReadOut(dst, dram(m, out_off + m * n * 4, n, "fp32", 4)),
+    ])
+    for workers in (0, 1, 3):
+        sim = FunctionalSimulator("trn2", dram_bytes=0x10000, workers=workers)
+        sim.write_dram(w_off, w, "bf16")
+        sim.write_dram(x1_off, x1, "bf16")
+        sim.write_dram(x2_off, x2, "bf16")
+        sim.run(prog)
+        out = sim.read_dram(out_off, (2, m, n), "fp32")
+        w64 = w.astype(np.float64)
+        np.testing.assert_array_equal(out[0], w64.T @ x1.astype(np.float64))
+        np.testing.assert_array_equal(out[1], w64.T @ x2.astype(np.float64))
