@@ -31,7 +31,6 @@ telescope, so they sum to the latency exactly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from math import ceil
 from typing import Any
 
@@ -57,123 +56,18 @@ from ..isa import (
     TensorTensor,
 )
 from . import cost
+from .core_timing import CAUSES, QUEUE_NAMES, CoreTiming, queue_names
 from .deps import Tracker, region
 from .dma import DmaCost, dma_cost, queues_for
 from .engines import engine_cycles, engine_hz
 
 __all__ = ["CAUSES", "QUEUE_NAMES", "CoreTiming", "queue_names", "time_prefixes", "time_program"]
 
-# Critical-path causes, in display order, with their labels.
-CAUSES: dict[str, str] = {
-    "pe": "PE compute (Tensor Engine)",
-    "weight_load": "PE weight loads",
-    "dma": "DMA transfers (queues / HBM)",
-    "dma_latency": "DMA fixed cost",
-    "psum_evacuation": "PSUM evacuation",
-    "vector": "Vector engine",
-    "scalar": "Scalar engine",
-    "gpsimd": "GpSimd engine",
-    "sync": "cross-engine synchronisation",
-    "idle": "idle",
-}
 _CAUSE_ID = {k: i for i, k in enumerate(CAUSES)}
 _PE, _WL, _DMA, _DLAT, _EVAC, _VEC, _SCA, _GPS, _SYNC, _IDLE = range(len(CAUSES))
 _ENGINE_Q = {Engine.TENSOR: 0, Engine.VECTOR: 1, Engine.SCALAR: 2, Engine.GPSIMD: 3}
 _ENGINE_CAUSE = {Engine.VECTOR: _VEC, Engine.SCALAR: _SCA, Engine.GPSIMD: _GPS}
-QUEUE_NAMES = ("tensor", "vector", "scalar", "gpsimd")
 _DQ = len(QUEUE_NAMES)  # first DMA queue id
-
-
-def queue_names(arch: Arch) -> tuple[str, ...]:
-    """Queue names by id: the four compute engines, then ``dma0`` ... (Neuron Explorer's
-    per-engine and per-queue rows)."""
-    return QUEUE_NAMES + tuple(f"dma{q}" for q in range(arch.dma_queues))
-
-
-@dataclass(frozen=True, eq=False)
-class CoreTiming:
-    """The whole-core schedule of one Program.
-
-    Per op (program order; a ReadOut is two ops): ``op_instr`` its instruction, ``op_queue``
-    its (first) queue id (:func:`queue_names`), ``op_queues`` how many queues it holds (DMA
-    gangs), ``starts``/``ends`` in ticks of ``tick_hz`` (a DMA's start is its first byte).
-    ``bound_ticks`` is the critical path by cause (sums to ``latency``); ``busy_ticks`` the
-    union of each queue's busy intervals; ``instructions`` ops per queue.
-    """
-
-    arch: Arch
-    tick_hz: int
-    latency: int
-    op_instr: np.ndarray
-    op_queue: np.ndarray
-    op_queues: np.ndarray
-    starts: np.ndarray
-    ends: np.ndarray
-    bound_ticks: dict[str, int]
-    busy_ticks: dict[str, int]
-    instructions: dict[str, int]
-    dma_bytes: int
-    hbm_bytes: int
-    useful_macs: int
-    fmt: str
-    perf_mode: str
-    # per op, the CAUSES index its own time is charged to: on the tensor queue "pe" marks a
-    # MatMul (the profile's MATMUL row, TensorMatrix) and "weight_load" a LoadStationary
-    # (LDWEIGHTS, on the Tensor row); None on timings built without it
-    op_cause: np.ndarray | None = None
-
-    @property
-    def seconds(self) -> float:
-        return self.latency / self.tick_hz
-
-    @property
-    def latency_us(self) -> float:
-        return self.latency * 1e6 / self.tick_hz
-
-    @property
-    def tflops(self) -> float:
-        return 2 * self.useful_macs / self.seconds / 1e12 if self.latency else 0.0
-
-    @property
-    def peak_tflops(self) -> float:
-        return self.arch.peak_flops(self.fmt, self.perf_mode) / 1e12
-
-    @property
-    def hfu(self) -> float:
-        """Useful FLOPs over latency x the format's peak."""
-        return self.tflops / self.peak_tflops if self.peak_tflops else 0.0
-
-    @property
-    def bound(self) -> str:
-        """The cause with the largest share of the critical path."""
-        return max(self.bound_ticks, key=lambda k: self.bound_ticks[k])
-
-    def busy(self) -> dict[str, float]:
-        """Busy fraction of each queue, in [0, 1]."""
-        lat = self.latency or 1
-        return {k: v / lat for k, v in self.busy_ticks.items()}
-
-    def to_dict(self) -> dict[str, Any]:
-        """The whole-core JSON keys: latency_us, tflops, peak_tflops, hfu, engines, dma,
-        bound."""
-        lat = self.latency or 1
-        busy = self.busy()
-        return {
-            "latency_us": self.latency_us, "tflops": self.tflops,
-            "peak_tflops": self.peak_tflops, "hfu": self.hfu,
-            "engines": {k: {"busy": busy[k], "instructions": self.instructions[k]}
-                        for k in self.busy_ticks},
-            "dma": {"bytes": self.dma_bytes, "hbm_bytes": self.hbm_bytes,
-                    "gbps": self.hbm_bytes / self.seconds / 1e9 if self.latency else 0.0},
-            "bound": {"by": self.bound,
-                      "causes": {k: {"us": v * 1e6 / self.tick_hz, "percent": 100 * v / lat}
-                                 for k, v in self.bound_ticks.items()}},
-        }
-
-    def __repr__(self) -> str:
-        return (f"<CoreTiming {self.arch.name}: {self.latency_us:,.2f} us, {self.tflops:.2f} "
-                f"of {self.peak_tflops:.2f} TFLOP/s (hfu {100 * self.hfu:.1f}%), bound by "
-                f"{self.bound}>")
 
 
 def _program_format(program: Program) -> tuple[str, str]:
