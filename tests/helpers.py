@@ -71,3 +71,46 @@ def assert_program_text(got: object, expected: str) -> None:
     if have != want:
         diff = "\n".join(difflib.unified_diff(want, have, "expected", "got", lineterm=""))
         raise AssertionError(f"program text differs from the golden text:\n{diff}")
+
+
+def store_rows(path: object) -> list[tuple[object, ...]]:
+    """A sweep store read with plain sqlite3, not the package's reader: every column but the
+    wall-clock one, in run order; the file must pass SQLite's integrity check."""
+    import sqlite3
+
+    con = sqlite3.connect(str(path))
+    cols = [r[1] for r in con.execute("PRAGMA table_info(points)") if r[1] != "elapsed_s"]
+    rows = con.execute(f"SELECT {', '.join(f'[{c}]' for c in cols)} FROM points "
+                       f"ORDER BY seq").fetchall()
+    assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    con.close()
+    return [tuple(zip(cols, r, strict=True)) for r in rows]
+
+
+def write_kernel(tmp_path: object, body: str) -> object:
+    """``body`` as the kernel file ``tmp_path/k.py``, after the three NKI imports."""
+    from pathlib import Path
+
+    p = Path(str(tmp_path)) / "k.py"
+    p.write_text("import nki\nimport nki.isa as nisa\nimport nki.language as nl\n\n" + body)
+    return p
+
+
+# An NKI kernel that quantizes x [P, F] (bf16) to MX on trn3 and returns the x4 data and
+# the E8M0 scales (nisa.quantize_mx); used for its values and for its cost.
+QUANTIZE_MX_KERNEL = '''
+@nki.jit(platform_target="trn3")
+def k(x):
+    P, F = x.shape
+    t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=t, src=x)
+    q = nl.ndarray((P, F // 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
+    s = nl.ndarray((P, F // 4), dtype=nl.uint8, buffer=nl.sbuf)
+    nisa.memset(dst=s, value=0)
+    nisa.quantize_mx(dst=q, src=t, dst_scale=s)
+    q_out = nl.ndarray((P, F // 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.shared_hbm)
+    s_out = nl.ndarray((P, F // 4), dtype=nl.uint8, buffer=nl.shared_hbm)
+    nisa.dma_copy(dst=q_out, src=q)
+    nisa.dma_copy(dst=s_out, src=s)
+    return q_out, s_out
+'''

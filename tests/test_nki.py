@@ -9,7 +9,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from helpers import fp32_bound
+from helpers import QUANTIZE_MX_KERNEL, fp32_bound, write_kernel
 
 import systolic.nki as snki
 from systolic.errors import KernelError
@@ -97,10 +97,6 @@ def test_weight_cache_hits_when_a_stationary_tile_is_reused() -> None:
     assert rec_t.cache_hits == 0  # every tile is a fresh load into a new SBUF tile
 
 
-def _write(tmp_path: Path, body: str) -> Path:
-    p = tmp_path / "k.py"
-    p.write_text("import nki\nimport nki.isa as nisa\nimport nki.language as nl\n\n" + body)
-    return p
 
 
 ACC = '''
@@ -125,7 +121,7 @@ def k(lhsT, rhs):
 
 @pytest.mark.parametrize("mode,acc,want", [("none", None, "both"), ("zeros_true", True, "both")])
 def test_accumulate_semantics(tmp_path: Path, mode: str, acc: object, want: str) -> None:
-    p = _write(tmp_path, f"MODE = {mode!r}\nACC = {acc!r}\n" + ACC)
+    p = write_kernel(tmp_path, f"MODE = {mode!r}\nACC = {acc!r}\n" + ACC)
     a, b = _operands(256, 128, 512, ml_dtypes.bfloat16)
     out = snki.values(snki.load_kernel(str(p), "k"), [a, b])
     lo = 128 if want == "last" else 0
@@ -133,14 +129,14 @@ def test_accumulate_semantics(tmp_path: Path, mode: str, acc: object, want: str)
 
 
 def test_accumulate_false_over_an_unread_accumulation_is_an_error(tmp_path: Path) -> None:
-    p = _write(tmp_path, "MODE = 'x'\nACC = False\n" + ACC)
+    p = write_kernel(tmp_path, "MODE = 'x'\nACC = False\n" + ACC)
     a, b = _operands(256, 128, 512, ml_dtypes.bfloat16)
     with pytest.raises(KernelError, match="overwrites the PSUM accumulation"):
         snki.record(snki.load_kernel(str(p), "k"), [a, b])
 
 
 def test_accumulate_true_onto_unwritten_psum_is_an_error(tmp_path: Path) -> None:
-    p = _write(tmp_path, "MODE = 'x'\nACC = True\n" + ACC)
+    p = write_kernel(tmp_path, "MODE = 'x'\nACC = True\n" + ACC)
     a, b = _operands(256, 128, 512, ml_dtypes.bfloat16)
     with pytest.raises(KernelError, match="nothing wrote") as exc:
         snki.record(snki.load_kernel(str(p), "k"), [a, b])
@@ -149,7 +145,7 @@ def test_accumulate_true_onto_unwritten_psum_is_an_error(tmp_path: Path) -> None
 
 
 def test_unwritten_memory_reads_as_nan(tmp_path: Path) -> None:
-    p = _write(tmp_path, '''
+    p = write_kernel(tmp_path, '''
 @nki.jit
 def k(x):
     out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
@@ -164,7 +160,7 @@ def k(x):
 
 
 def test_engine_ops_values(tmp_path: Path) -> None:
-    p = _write(tmp_path, '''
+    p = write_kernel(tmp_path, '''
 @nki.jit
 def k(x, y):
     out = nl.ndarray((128, 64), dtype=nl.bfloat16, buffer=nl.shared_hbm)
@@ -286,7 +282,7 @@ def k(lhsT, rhs):
 
 
 def test_row_tiling_places_tiles_on_quadrants(tmp_path: Path) -> None:
-    p = _write(tmp_path, ROWTILE)
+    p = write_kernel(tmp_path, ROWTILE)
     a, b = _operands(128, 64, 512, ml_dtypes.bfloat16)
     rec = snki.record(snki.load_kernel(str(p), "k"), [a, b])
     loads = [i for i in rec.program if isinstance(i, LoadStationary)]
@@ -347,26 +343,10 @@ def k(lhsT, rhs):
     _check(out / 2, a, b)
 
 
-QMX = '''
-@nki.jit(platform_target="trn3")
-def k(x):
-    P, F = x.shape
-    t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    q = nl.ndarray((P, F // 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
-    s = nl.ndarray((P, F // 4), dtype=nl.uint8, buffer=nl.sbuf)
-    nisa.memset(dst=s, value=0)
-    nisa.quantize_mx(dst=q, src=t, dst_scale=s)
-    q_out = nl.ndarray((P, F // 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.shared_hbm)
-    s_out = nl.ndarray((P, F // 4), dtype=nl.uint8, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=q_out, src=q)
-    nisa.dma_copy(dst=s_out, src=s)
-    return q_out, s_out
-'''
 
 
 def test_quantize_mx_matches_the_ocp_rule(tmp_path: Path) -> None:
-    p = _write(tmp_path, QMX)
+    p = write_kernel(tmp_path, QUANTIZE_MX_KERNEL)
     rng = np.random.default_rng(2)
     x = (rng.standard_normal((128, 256)) * np.exp2(rng.integers(-6, 6, (128, 1)))
          ).astype(np.float32).astype(ml_dtypes.bfloat16)

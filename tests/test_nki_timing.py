@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import QUANTIZE_MX_KERNEL, write_kernel
 
 import systolic.nki as snki
 from systolic.arch import get_arch
@@ -34,10 +35,6 @@ def _rec(name: str, k: int, m: int, n: int, arch: str = "trn2", **params: int
                               [f"bf16[{k},{m}]", f"bf16[{k},{n}]"], params, arch=arch)
 
 
-def _write(tmp_path: Path, body: str) -> Path:
-    p = tmp_path / "k.py"
-    p.write_text("import nki\nimport nki.isa as nisa\nimport nki.language as nl\n\n" + body)
-    return p
 
 
 def test_a_kernel_that_reloads_every_tile_is_dma_bound() -> None:
@@ -135,19 +132,6 @@ def test_cli_human_output_shows_latency_bound_and_breakdown(
     assert doc["otherData"]["latency_us"] == ct.latency_us
 
 
-QMX = '''
-@nki.jit(platform_target="trn3")
-def k(x):
-    P, F = x.shape
-    t = nl.ndarray((P, F), dtype=x.dtype, buffer=nl.sbuf)
-    nisa.dma_copy(dst=t, src=x)
-    q = nl.ndarray((P, F // 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.sbuf)
-    s = nl.ndarray((P, F // 4), dtype=nl.uint8, buffer=nl.sbuf)
-    nisa.quantize_mx(dst=q, src=t, dst_scale=s)
-    q_out = nl.ndarray((P, F // 4), dtype=nl.float8_e4m3fn_x4, buffer=nl.shared_hbm)
-    nisa.dma_copy(dst=q_out, src=q)
-    return q_out
-'''
 
 
 def test_quantize_mx_costs_the_one_input_rule(tmp_path: Path) -> None:
@@ -155,7 +139,12 @@ def test_quantize_mx_costs_the_one_input_rule(tmp_path: Path) -> None:
 
     arch = get_arch("trn3")
     x = np.zeros((128, 2048), ml_dtypes.bfloat16)
-    rec = snki.record(snki.load_kernel(str(_write(tmp_path, QMX)), "k"), [x], arch=arch)
+    # without the scale memset the QuantizeMx waits on no Vector op before it, so its
+    # duration is the bare cost rule (no dependency overhead)
+    body = QUANTIZE_MX_KERNEL.replace("    nisa.memset(dst=s, value=0)\n", "")
+    assert body != QUANTIZE_MX_KERNEL
+    kernel = snki.load_kernel(str(write_kernel(tmp_path, body)), "k")
+    rec = snki.record(kernel, [x], arch=arch)
     ct = time_recorded(rec)
     (i,) = [j for j, ins in enumerate(rec.program) if isinstance(ins, QuantizeMx)]
     (op,) = np.flatnonzero(ct.op_instr == i)
@@ -181,7 +170,7 @@ def test_a_casting_dma_is_a_dma_and_a_timed_vector_copy(tmp_path: Path) -> None:
 
     arch = get_arch("trn2")
     x = np.zeros((128, 1024), ml_dtypes.bfloat16)
-    rec = snki.record(snki.load_kernel(str(_write(tmp_path, CAST)), "k"), [x])
+    rec = snki.record(snki.load_kernel(str(write_kernel(tmp_path, CAST)), "k"), [x])
     kinds = [type(ins) for ins in rec.program]
     assert kinds == [DmaCopy, TensorCopy, DmaCopy]
     ct = time_recorded(rec)
@@ -209,7 +198,7 @@ def test_narrow_dma_copies_are_spread_over_the_queues(tmp_path: Path) -> None:
     import ml_dtypes
 
     x = np.zeros((128, 4096), ml_dtypes.bfloat16)
-    rec = snki.record(snki.load_kernel(str(_write(tmp_path, NARROW)), "k"), [x])
+    rec = snki.record(snki.load_kernel(str(write_kernel(tmp_path, NARROW)), "k"), [x])
     loads = [ins for ins in rec.program if isinstance(ins, DmaCopy)][:16]
     assert [ins.queue for ins in loads] == list(range(16))  # band p -> queue p
     ct = time_recorded(rec)

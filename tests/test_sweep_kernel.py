@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import store_rows
 
 import systolic.sweep as sw
 from systolic.arch import get_arch
@@ -34,15 +35,6 @@ KERNEL = ROOT / "examples" / "kernels" / "blocked_matmul.py"
 ISZ = {"bf16": 2, "fp8_e4m3": 1}
 
 
-def _sqlite_rows(path: Path) -> list[tuple[Any, ...]]:
-    """The store read with plain sqlite3: every column but the wall-clock one."""
-    con = sqlite3.connect(path)
-    cols = [r[1] for r in con.execute("PRAGMA table_info(points)") if r[1] != "elapsed_s"]
-    rows = con.execute(f"SELECT {', '.join(f'[{c}]' for c in cols)} FROM points "
-                       f"ORDER BY seq").fetchall()
-    assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    con.close()
-    return [tuple(zip(cols, r, strict=True)) for r in rows]
 
 
 def _count(out: Path) -> int:
@@ -166,11 +158,11 @@ def test_the_first_example_killed_with_sigkill_resumes_to_the_uninterrupted_stor
     os.killpg(proc.pid, signal.SIGKILL)  # the parent and its pool workers, at once
     proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the sweep finished before it was killed"
-    partial = _sqlite_rows(killed)
+    partial = store_rows(killed)
     assert 20 <= len(partial) < 252
     resumed = execute(sw.load_sweep(EXAMPLE), killed, workers=2)
     assert resumed.skipped == len(partial) and resumed.ran == 252 - len(partial)
-    final, clean = _sqlite_rows(killed), _sqlite_rows(clean_store)
+    final, clean = store_rows(killed), store_rows(clean_store)
     assert len(final) == 252 and len({dict(r)["key"] for r in final}) == 252
     assert final == clean
     assert set(partial) <= set(final)  # nothing finished before the kill was lost or redone

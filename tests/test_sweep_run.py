@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import missing_extra
+from helpers import missing_extra, store_rows
 
 import systolic.sweep as sw
 from systolic.api import make_spec
@@ -54,15 +54,6 @@ def _write(tmp_path: Path, text: str, name: str = "sweep.yaml") -> Path:
     return path
 
 
-def _sqlite_rows(path: Path) -> list[tuple[Any, ...]]:
-    """The store read with plain sqlite3, not our reader: every column but the timing."""
-    con = sqlite3.connect(path)
-    cols = [r[1] for r in con.execute("PRAGMA table_info(points)") if r[1] != "elapsed_s"]
-    rows = con.execute(f"SELECT {', '.join(f'[{c}]' for c in cols)} FROM points "
-                       f"ORDER BY seq").fetchall()
-    assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    con.close()
-    return [tuple(zip(cols, r, strict=True)) for r in rows]
 
 
 def test_a_grid_runs_every_point_exactly_once(tmp_path: Path,
@@ -82,7 +73,7 @@ def test_a_grid_runs_every_point_exactly_once(tmp_path: Path,
     assert (first.ran, first.skipped, first.failed) == (24, 0, 0)
     again = execute(spec, out, executor="serial")
     assert (again.ran, again.skipped) == (0, 24) and len(calls) == 24
-    rows = _sqlite_rows(out)
+    rows = store_rows(out)
     assert len(rows) == 24 and len({dict(r)["key"] for r in rows}) == 24
     got = {(d["m"], d["k"], d["arch"], d["dtype"]) for d in map(dict, rows)}
     assert got == set(GRID_POINTS)
@@ -182,7 +173,7 @@ def test_the_pool_and_a_dask_local_cluster_give_identical_stores(tmp_path: Path)
     execute(spec, tmp_path / "dask.sqlite", dask="local:2", dask_processes=False,
             announce=notes.append)
     assert any("dashboard http" in n for n in notes)
-    pool, dask = _sqlite_rows(tmp_path / "pool.sqlite"), _sqlite_rows(tmp_path / "dask.sqlite")
+    pool, dask = store_rows(tmp_path / "pool.sqlite"), store_rows(tmp_path / "dask.sqlite")
     assert len(pool) == 24 and pool == dask
 
 
