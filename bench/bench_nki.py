@@ -8,7 +8,7 @@
    (target >= 50,000), by wall clock and by CPU time (the CPU figure is what a quiet machine
    shows; a loaded one inflates the wall clock).
 2. The same kernel recorded AND timed on the whole NeuronCore (``nki.benchmark``'s path:
-   record + lower + verify, then ``systolic.sim.core.time_program``), target under 5 s,
+   record + lower + verify, then ``systolic.timing.core.time_program``), target under 5 s,
    beside the recording alone (the baseline the timing adds to), in the same run.
 3. The values path of a 2048 x 2048 x 2048 bf16 tiled kernel (record + functional
    simulation) beside numpy's float32 ``a @ b`` of the same operands, in the same run.
@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 import systolic.nki as snki  # noqa: E402
-from systolic.sim.core import time_program  # noqa: E402
+from systolic.timing.core import time_program  # noqa: E402
 
 
 def main() -> None:

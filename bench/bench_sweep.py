@@ -36,10 +36,10 @@ from timer import best_interleaved
 from systolic.api import make_spec
 from systolic.arch import get_arch
 from systolic.nki import record_kernel
-from systolic.sim.core import time_program
 from systolic.sweep import SweepSpec, parse_sweep
 from systolic.sweep.runner import execute
 from systolic.sweep.store import read_rows
+from systolic.timing.core import time_program
 from systolic.workload import time_op
 
 ROOT = Path(__file__).resolve().parents[1]

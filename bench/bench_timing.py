@@ -3,7 +3,7 @@
     python bench/bench_timing.py             # ours on 2048^3 and 8192^3; SCALE-Sim on 512^3, 1024^3
     python bench/bench_timing.py --large     # also SCALE-Sim on 2048^3 (about 14 minutes)
     python bench/bench_timing.py --json out.json
-    python bench/bench_timing.py --core      # the whole-core timing path (sim/core.py)
+    python bench/bench_timing.py --core      # the whole-core timing path (timing/core.py)
     python bench/bench_timing.py --core --large   # also the full schedule at 16384^3
 
 Every measurement runs in its own child process, so that wall time and peak memory
@@ -38,8 +38,8 @@ OURS = r"""
 import json, sys, time
 from systolic.arch import get_arch
 from systolic.compiler import MatmulSpec, lower
-from systolic.report import build_report
-from systolic.sim.timing import schedule
+from systolic.views.report import build_report
+from systolic.timing.tensor_engine import schedule
 n = int(sys.argv[1]); arch = get_arch("trn2")
 t0 = time.perf_counter(); low = lower(MatmulSpec(n, n, n, "bf16"), arch, check=False)
 t1 = time.perf_counter(); sch = schedule(low.program, arch)
@@ -172,7 +172,7 @@ CORE_FULL = r"""
 import json, sys, time
 from systolic.arch import get_arch
 from systolic.compiler import MatmulSpec, lower
-from systolic.sim.core import time_program
+from systolic.timing.core import time_program
 n = int(sys.argv[1]); arch = get_arch("trn2")
 t0 = time.perf_counter(); low = lower(MatmulSpec(n, n, n, "bf16"), arch, check=False)
 t1 = time.perf_counter(); ct = time_program(low.program, arch)
@@ -186,7 +186,7 @@ CORE_ENGINES = r"""
 import json, time
 from systolic.isa import (AccessPattern, Activation, AluOp, DmaCopy, Engine, Program,
                           Space, TensorCopy, TensorTensor)
-from systolic.sim.core import time_program
+from systolic.timing.core import time_program
 def sb(off, n): return AccessPattern(Space.SBUF, 0, 128, off, ((1, n),), "bf16")
 def hbm(off): return AccessPattern(Space.DRAM, 0, 128, off, ((1, 1024),), "bf16",
                                    partition_step=2048)

@@ -1,4 +1,4 @@
-"""The whole-core timing (sim/core.py) against closed forms, brute-force references and the
+"""The whole-core timing (timing/core.py) against closed forms, brute-force references and the
 register-level simulator.
 
 References, each independent of the scheduler's own bookkeeping:
@@ -41,9 +41,9 @@ from systolic.isa import (
     col_group,
     row_group,
 )
-from systolic.sim.core import CAUSES, time_program
-from systolic.sim.dma import contiguous_run, dma_cost
 from systolic.sim.systolic import SystolicSimulator
+from systolic.timing.core import CAUSES, time_program
+from systolic.timing.dma import contiguous_run, dma_cost
 
 TRN2 = get_arch("trn2")
 START, STOP = CalcFlags.START, CalcFlags.STOP
@@ -290,7 +290,7 @@ def test_cross_engine_wait_pays_the_sync_latency():
 
 
 def test_a_prefix_summary_equals_timing_the_prefix_alone():
-    from systolic.sim.core import time_prefixes
+    from systolic.timing.core import time_prefixes
 
     prog = lower(MatmulSpec(600, 300, 900, "bf16"), TRN2).program
     cuts = (1, 20, 51, len(prog))
@@ -323,7 +323,7 @@ def test_small_k_matmul_is_not_near_peak_when_its_data_cannot_arrive():
                                   MatmulSpec(512, 512, 512, "fp32"),
                                   MatmulSpec(256, 4096, 512, "fp8_e4m3")])
 def test_roofline_point_never_exceeds_a_roof(spec):
-    from systolic.report import build_report
+    from systolic.views.report import build_report
 
     rep = build_report(lower(spec, TRN2).program, TRN2, spec)
     tflops = rep.core.tflops
@@ -332,7 +332,7 @@ def test_roofline_point_never_exceeds_a_roof(spec):
 
 
 def test_core_timeline_plot_draws_every_engine_and_queue(tmp_path):
-    from systolic.core_plot import core_timeline_plot, plot_rows
+    from systolic.views.core_plot import core_timeline_plot, plot_rows
 
     ct = time_program(matmul_kernel(6, reload=True), TRN2)
     rows = plot_rows(ct)
@@ -348,8 +348,8 @@ def test_core_timeline_plot_draws_every_engine_and_queue(tmp_path):
 
 
 def test_core_timeline_plot_shades_dense_rows(tmp_path):
-    from systolic.core_plot import core_timeline_plot, plot_rows
-    from systolic.plot_base import MIN_TINT, row_ink
+    from systolic.views.core_plot import core_timeline_plot, plot_rows
+    from systolic.views.plot_base import MIN_TINT, row_ink
 
     ct = time_program(accumulate_kernel(400), TRN2)  # 400 short weight loads, ~6% busy
     ld, mm = plot_rows(ct)[:2]

@@ -9,7 +9,7 @@ import systolic.extrapolate as ex
 from systolic.arch import get_arch
 from systolic.compiler import MatmulSpec, lower
 from systolic.isa import PerfMode
-from systolic.report import build_report
+from systolic.views.report import build_report
 
 
 @pytest.mark.parametrize("arch, spec", [

@@ -225,30 +225,3 @@ def test_parse_errors_name_the_line(text: str, match: str) -> None:
     with pytest.raises(ParseError, match=match) as info:
         Program.parse("# comment\n\n" + text)
     assert info.value.line == 3
-
-
-# modules of the package each ISA layer may import (lower layers only; issue 14)
-LAYERS = {
-    "isa_fields": {"dtypes", "errors", "geometry"},
-    "instructions": {"isa_fields"},
-    "asm": {"errors", "instructions", "isa_fields"},
-    "isa": {"asm", "instructions", "isa_fields"},
-    "generation": {"errors", "isa_fields"},
-}
-
-
-@pytest.mark.parametrize("module", sorted(LAYERS))
-def test_isa_layers_import_only_below_them(module: str) -> None:
-    import ast
-    from pathlib import Path
-
-    import systolic
-
-    path = Path(systolic.__file__).parent / f"{module}.py"
-    used = set()
-    for node in ast.walk(ast.parse(path.read_text())):  # lazy imports count too
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            used.add((node.module or "").split(".")[0])
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("systolic"):
-            used.add((node.module or "").split(".")[1])
-    assert used <= LAYERS[module], f"{module} imports {sorted(used - LAYERS[module])}"

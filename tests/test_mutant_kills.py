@@ -378,7 +378,7 @@ def test_gen3_writes_the_calc_byte_at_arch_level_40_and_not_above() -> None:
     from systolic.arch import get_arch
     from systolic.compiler import MatmulSpec, lower
     from systolic.compiler.bundle import encode_program
-    from systolic.generation import rules
+    from systolic.isa.generation import rules
 
     assert rules(3).writes_calc_byte(40) and not rules(3).writes_calc_byte(41)
     at40 = dataclasses.replace(get_arch("trn2"), arch_level=40)
@@ -444,7 +444,7 @@ def test_wavefront_cycles_by_brute_force(n: int, k: int, m: int, period: int) ->
     timing model's duration of the same MatMul agrees for period 1."""
     from systolic.arch import get_arch
     from systolic.geometry import wavefront_cycles
-    from systolic.sim.cost import matmul_duration
+    from systolic.timing.pe import matmul_duration
 
     nn, kk, mm = np.meshgrid(np.arange(n), np.arange(k), np.arange(m), indexing="ij")
     assert wavefront_cycles(n, k, m, period) == int((period * nn + kk + mm).max()) + 1

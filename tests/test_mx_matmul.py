@@ -296,7 +296,7 @@ def test_scale_offset_4_is_read_from_its_rows() -> None:
 
 # -- timing and the CLI ----------------------------------------------------------------------
 def test_mx_peak_is_four_times_bf16_and_2048_cubed_runs_near_it() -> None:
-    from systolic.report import build_report
+    from systolic.views.report import build_report
 
     spec = MatmulSpec(2048, 2048, 2048, "mxfp8_e4m3")
     rep = build_report(lower(spec, TRN3).program, TRN3, spec)

@@ -18,7 +18,7 @@ from systolic.arch import get_arch
 from systolic.errors import SystolicError
 from systolic.isa import DmaCopy, QuantizeMx, TensorCopy
 from systolic.nki.run import bound_kind, time_recorded, timing_fields
-from systolic.sim.core import time_program
+from systolic.timing.core import time_program
 
 EX = Path(__file__).resolve().parents[1] / "examples" / "kernels"
 VARIANTS = ("tiled_matmul", "hoisted_matmul", "block_free_matmul", "block_all_matmul")

@@ -143,7 +143,7 @@ def test_mixed_arch_workload_needs_arch(tmp_path: Path,
 
 def test_merge_and_busy_bins_against_a_cycle_mask() -> None:
     from systolic.geometry import interval_union as _merge
-    from systolic.plot_base import busy_per_bin as _busy_per_bin
+    from systolic.views.plot_base import busy_per_bin as _busy_per_bin
 
     rng = np.random.default_rng(3)
     lo = rng.integers(0, 1000, 200)
@@ -168,9 +168,9 @@ def test_dense_small_events_are_not_drawn_as_a_solid_band(tmp_path: Path) -> Non
     paint it solid; the caption says how small events are drawn (issue 13, 3.10)."""
     from systolic.arch import get_arch
     from systolic.compiler import MatmulSpec, lower
-    from systolic.core_plot import plot_rows
-    from systolic.plot_base import MIN_TINT, OVERVIEW_NOTE, row_ink
-    from systolic.report import build_report
+    from systolic.views.core_plot import plot_rows
+    from systolic.views.plot_base import MIN_TINT, OVERVIEW_NOTE, row_ink
+    from systolic.views.report import build_report
 
     arch = get_arch("trn2")
     spec = MatmulSpec(2048, 2048, 2048, "bf16")
@@ -236,8 +236,8 @@ def test_one_timeline_for_every_command(tmp_path: Path, monkeypatch: pytest.Monk
                                         ) -> None:
     """matmul --timeline, its older name --core-timeline and run --timeline all draw the
     whole-core timeline (core_plot.core_timeline_plot), sized as asked."""
-    import systolic.core_plot as core_plot
-    from systolic.sim.core import CoreTiming
+    import systolic.views.core_plot as core_plot
+    from systolic.timing.core import CoreTiming
 
     calls: list[object] = []
     real = core_plot.core_timeline_plot
@@ -262,9 +262,9 @@ def test_the_timeline_draws_the_trace_rows(tmp_path: Path) -> None:
     queues whose trace slices are identical, covering every queue once."""
     from systolic.arch import get_arch
     from systolic.compiler import MatmulSpec, lower
-    from systolic.core_plot import plot_rows
-    from systolic.report import build_report
-    from systolic.trace import CORE_PID, write_trace
+    from systolic.views.core_plot import plot_rows
+    from systolic.views.report import build_report
+    from systolic.views.trace import CORE_PID, write_trace
 
     arch = get_arch("trn2")
     program = lower(MatmulSpec(300, 600, 1100, "bf16"), arch).program

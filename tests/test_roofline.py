@@ -72,7 +72,7 @@ def test_no_point_is_above_a_roof(arch: str, tmp_path: Path) -> None:
 
 
 def test_every_ceiling_is_labelled_and_under_the_bf16_roof() -> None:
-    from systolic.plots import _clusters, ceiling_label
+    from systolic.views.plots import _clusters, ceiling_label
 
     for arch in ARCHS:
         data = roofline_data(arch)
@@ -96,7 +96,7 @@ def test_a_products_point_is_under_the_roofs(arch: str, m: int, k: int, n: int,
     the same path the command takes, large products extrapolated from a slice included."""
     from systolic.api import make_spec
     from systolic.extrapolate import matmul_report
-    from systolic.report import report_fields
+    from systolic.views.report import report_fields
 
     a = get_arch(arch)
     rep, _ = matmul_report(make_spec(m, k, n, dtype, a), a)

@@ -17,7 +17,7 @@ import pytest
 from helpers import require_module
 
 from systolic.sim.systolic import step_matmul
-from systolic.web import write_step_page
+from systolic.views.web import write_step_page
 
 pytestmark = pytest.mark.browser
 

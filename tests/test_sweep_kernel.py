@@ -24,10 +24,10 @@ from helpers import store_rows
 import systolic.sweep as sw
 from systolic.arch import get_arch
 from systolic.nki import record_kernel
-from systolic.sim.core import time_program
 from systolic.sweep.evaluate import evaluate_point
 from systolic.sweep.runner import execute
 from systolic.sweep.store import read_rows
+from systolic.timing.core import time_program
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = sorted((ROOT / "examples" / "sweeps").glob("*.yaml"))[0]

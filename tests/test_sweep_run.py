@@ -26,12 +26,12 @@ from systolic.arch import get_arch
 from systolic.compiler import lower
 from systolic.errors import SweepError
 from systolic.isa import DmaLoad, ReadOut
-from systolic.report import build_report
-from systolic.sim.core import time_program
 from systolic.sweep import evaluate as ev
 from systolic.sweep.analysis import pareto
 from systolic.sweep.runner import execute
 from systolic.sweep.store import Store, read_rows
+from systolic.timing.core import time_program
+from systolic.views.report import build_report
 
 ROOT = Path(__file__).resolve().parents[1]
 GRID = """\

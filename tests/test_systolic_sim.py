@@ -29,7 +29,7 @@ from systolic import (
 from systolic.compiler import MatmulSpec, lower
 from systolic.isa import col_group, row_group
 from systolic.sim.systolic import SystolicSimulator, step_matmul
-from systolic.sim.timing import schedule
+from systolic.timing.tensor_engine import schedule
 
 TRN2 = get_arch("trn2")
 # A toy arch the compiler tiles into many instructions: 8 x 8 PEs, 16 fp32 per PSUM bank.
@@ -399,7 +399,8 @@ def test_cycle_counts_equal_the_timing_model() -> None:
 
 # -- one executor interface ------------------------------------------------------------------
 def test_every_executor_runs_a_program_into_one_result_type() -> None:
-    from systolic.sim import Executor, Run, TimingExecutor
+    from systolic.executor import Executor, Run
+    from systolic.timing import CoreExecutor, TimingExecutor, time_program
 
     spec = MatmulSpec(20, 24, 40, "bf16")
     low = lower(spec, TOY)
@@ -410,15 +411,16 @@ def test_every_executor_runs_a_program_into_one_result_type() -> None:
     runs: dict[str, Run] = {}
     executors: list[Executor] = [
         FunctionalSimulator(TOY, order="systolic", dram_bytes=lay.dram_bytes),
-        SystolicSimulator(TOY, dram_bytes=lay.dram_bytes), TimingExecutor(TOY)]
+        SystolicSimulator(TOY, dram_bytes=lay.dram_bytes), TimingExecutor(TOY),
+        CoreExecutor(TOY)]
     for ex in executors:
-        if not isinstance(ex, TimingExecutor):
+        if not isinstance(ex, TimingExecutor | CoreExecutor):
             ex.write_dram(lay.a_offset, a, "bf16")  # type: ignore[attr-defined]
             ex.write_dram(lay.b_offset, b, "bf16")  # type: ignore[attr-defined]
         run = ex.run(low.program, check=True)
         assert isinstance(run, Run) and run.instructions == len(low.program)
         runs[run.executor] = run
-    assert set(runs) == {"functional", "systolic", "timing"}
+    assert set(runs) == {"functional", "systolic", "timing", "core"}
     fun, sys_, tim = runs["functional"], runs["systolic"], runs["timing"]
     # values: the register-level array and the functional systolic order agree bit for bit
     assert fun.memory is not None and sys_.memory is not None and tim.memory is None
@@ -431,3 +433,7 @@ def test_every_executor_runs_a_program_into_one_result_type() -> None:
     np.testing.assert_array_equal(tim.starts, sch.starts)  # type: ignore[arg-type]
     np.testing.assert_array_equal(sys_.starts, sch.starts)  # type: ignore[arg-type]
     assert fun.cycles is None and fun.schedule is None
+    # the whole core: the adapter carries time_program() unchanged, and knows no values
+    core = runs["core"]
+    assert core.memory is None and core.core is not None and fun.core is None
+    assert core.core.latency == time_program(low.program, TOY).latency > 0

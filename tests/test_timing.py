@@ -37,7 +37,7 @@ from systolic.isa import (
     row_group,
 )
 from systolic.sim.systolic import SystolicSimulator
-from systolic.sim.timing import Cause, Kind, schedule
+from systolic.timing.tensor_engine import Cause, Kind, schedule
 
 TRN2 = get_arch("trn2")
 START, STOP, ACC = CalcFlags.START, CalcFlags.STOP, CalcFlags.ACCUMULATE

@@ -13,9 +13,9 @@ from test_timing import START, STOP, TRN2, Build
 from systolic.compiler import MatmulSpec, lower
 from systolic.errors import SystolicError
 from systolic.isa import Program
-from systolic.report import build_report
-from systolic.sim.timing import schedule
-from systolic.trace import CORE_PID, write_trace
+from systolic.timing.tensor_engine import schedule
+from systolic.views.report import build_report
+from systolic.views.trace import CORE_PID, write_trace
 
 
 @pytest.fixture(scope="module")
@@ -153,7 +153,7 @@ def test_a_kernels_trace_has_every_row(tmp_path):
     import numpy as np
 
     import systolic.nki as snki
-    from systolic.sim.core import time_program
+    from systolic.timing.core import time_program
 
     ex = Path(__file__).resolve().parents[1] / "examples" / "kernels" / "tiled_matmul.py"
     a = np.zeros((512, 256), ml_dtypes.bfloat16)

@@ -13,8 +13,8 @@ from systolic.arch import get_arch
 from systolic.cli import main
 from systolic.compiler import lower
 from systolic.errors import WorkloadError
-from systolic.report import build_report
-from systolic.sim.core import time_program
+from systolic.timing.core import time_program
+from systolic.views.report import build_report
 from systolic.workload import parse_workload
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.yaml"))

@@ -28,14 +28,13 @@ from .isa import (
     ReadOut,
     Space,
 )
-from .report import Report, build_report
 from .sim.functional import FunctionalSimulator
 from .sim.systolic import SystolicRun, SystolicSimulator, step_matmul
-from .sim.timing import Schedule, schedule
-from .trace import write_trace
+from .timing.tensor_engine import Schedule, schedule
 from .verify import verify
-
-__version__ = "0.1.0"
+from .version import __version__
+from .views.report import Report, build_report
+from .views.trace import write_trace
 
 __all__ = [
     "ARCHS",

@@ -10,7 +10,7 @@ computed on first use, the timing ``report``. The operands enter device memory b
 * MX formats (``mxfp8_e4m3``, ``mxfp8_e5m2``, ``mxfp4``; gen4 only): K padded to whole
   blocks of 32 with zeros (a zero adds nothing to a block's dot product and changes no other
   element's code), both operands quantized along K with the blocks the hardware sees
-  (:func:`systolic.mx_layout.quantize_hw` of a.T [K, M] and of b [K, N], contiguous layout:
+  (:func:`systolic.mx.layout.quantize_hw` of a.T [K, M] and of b [K, N], contiguous layout:
   the OCP blocks of 32 consecutive k) under ``mx_rule`` (``trainium``, the default, or
   ``ocp``; docs/mx_layout.md), packed four to a container as
   :mod:`systolic.compiler.codegen_mx` lays them out. ``out`` is then the fp32 product of
@@ -32,14 +32,14 @@ from .compiler.codegen_mx import MxLayout
 from .compiler.tiling import padded_k
 from .dtypes import get_format
 from .errors import ArchError, FormatError, ShapeError, SystolicError
-from .generation import UNENCODED_PERF_MODES
 from .isa import PerfMode, Program
-from .mx_layout import pack_x4, quantize_hw
-from .mx_quantize import MXTensor, ScaleRule
+from .isa.generation import UNENCODED_PERF_MODES
+from .mx.layout import pack_x4, quantize_hw
+from .mx.quantize import MXTensor, ScaleRule
 from .sim.functional import FunctionalSimulator
 
 if TYPE_CHECKING:
-    from .report import Report
+    from .views.report import Report
 
 __all__ = ["MatmulResult", "check_spec", "make_spec", "matmul", "quantize_operands",
            "write_operands"]
@@ -139,7 +139,7 @@ class MatmulResult:
     def report(self) -> Report:
         """The timing model's cycles, utilization and loss breakdown for this program."""
         if self._report is None:
-            from .report import build_report
+            from .views.report import build_report
 
             self._report = build_report(self.program, self.arch, self.spec)
         return self._report
@@ -152,7 +152,7 @@ class MatmulResult:
                 f"out {self.out.shape} {self.out.dtype}; {counts}>")
 
     def _repr_html_(self) -> str:
-        from .report import result_html
+        from .views.report import result_html
 
         return result_html(self)
 

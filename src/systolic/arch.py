@@ -91,10 +91,10 @@ class Arch:
     rate_mx: float = 4.0
     mx_formats: tuple[str, ...] = ()
 
-    # -- the whole NeuronCore (sim/core.py; FACTS "The whole NeuronCore": the trn1/trn2/trn3
+    # -- the whole NeuronCore (timing/core.py; FACTS "The whole NeuronCore": the trn1/trn2/trn3
     # architecture guides' engine tables, the NKI DMA bandwidth guide, the nki.isa pages'
     # "estimated instruction cost" sections). Times are in ns, clocks in Hz (integers, so
-    # that sim/core.py can count time in exact ticks of their least common multiple).
+    # that timing/core.py can count time in exact ticks of their least common multiple).
     # Engine clocks (arch guides, engine tables): v2 1.12 / 1.4 / 1.4 GHz.
     vector_hz: int = 1_120_000_000
     scalar_hz: int = 1_400_000_000
@@ -151,7 +151,7 @@ class Arch:
     @property
     def tick_hz(self) -> int:
         """The whole-core timing's time unit: the least common multiple of the engine
-        clocks, so every engine cycle is a whole number of ticks (sim/core.py)."""
+        clocks, so every engine cycle is a whole number of ticks (timing/core.py)."""
         from math import lcm
 
         return lcm(int(self.clock_hz), self.vector_hz, self.scalar_hz, self.gpsimd_hz)

@@ -9,8 +9,8 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from . import __version__
 from .errors import SystolicError
+from .version import __version__
 
 # Subcommand modules, in the order --help lists them.
 COMMANDS = ("matmul", "step", "run", "roofline", "kernel", "sweep", "rtl")

@@ -31,9 +31,9 @@ from .arch import Arch
 from .compiler import MAX_MATMULS, Lowered, MatmulSpec, lower
 from .compiler.tiling import tile
 from .isa import Program, ReadOut
-from .report import Report, _breakdown_units, build_report
-from .sim.core import CoreTiming, time_prefixes
-from .sim.timing import ComputeCosts, Kind, Schedule
+from .timing.core import CoreTiming, time_prefixes
+from .timing.tensor_engine import ComputeCosts, Kind, Schedule
+from .views.report import Report, _breakdown_units, build_report
 
 __all__ = ["FULL_LIMIT", "MAX_SLICE", "matmul_report"]
 

@@ -36,7 +36,7 @@ from .dtypes import FORMATS, get_format
 from .errors import SystolicError, WorkloadError
 from .extrapolate import matmul_report
 from .isa import PerfMode, Program
-from .report import CAUSES, Report
+from .views.report import CAUSES, Report
 from .yaml_source import YamlSource, compose, read_text
 
 __all__ = ["OPERAND_FORMATS", "Op", "OpResult", "Workload", "evaluate", "intensity",

@@ -43,7 +43,7 @@ def add_plot_size(p: argparse.ArgumentParser, height: str) -> None:
 
 def plot_path(text: str) -> str:
     """An argparse type for a .png / .svg output, checked before the work."""
-    from ..plots import check_plot_path
+    from ..views.plots import check_plot_path
 
     try:
         check_plot_path(text)

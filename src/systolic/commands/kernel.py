@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
     if args.trace is not None:
         write_kernel_trace(core, rec, args.trace)
     if args.timeline is not None:
-        from ..core_plot import core_timeline_plot
+        from ..views.core_plot import core_timeline_plot
 
         core_timeline_plot(core, args.timeline, width=args.width,
                            title=f"{os.path.basename(path)}:{func}")
@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_human(target: str, rec: Any, core: Any, info: dict[str, Any]) -> None:
-    from ..sim.core import CAUSES
+    from ..timing.core import CAUSES
 
     counts = ", ".join(f"{k} {v:,}" for k, v in info["counts"].items())
     print(f"{target} on {core.arch.name}: {rec.ops:,} NKI operations -> "

@@ -125,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(text)
         return 0
     from ..extrapolate import matmul_report
-    from ..report import report_fields
+    from ..views.report import report_fields
 
     checked = _check(args) if args.check else {}
     # a large regular product is timed from a slice of its M tiles (systolic.extrapolate);
@@ -138,11 +138,11 @@ def run(args: argparse.Namespace) -> int:
     out.update(report_fields(report))
     out.update(checked)
     if args.trace is not None and lowered is not None:
-        from ..trace import write_trace
+        from ..views.trace import write_trace
 
         write_trace(report, lowered.program, args.trace)
     if args.timeline is not None and lowered is not None:
-        from ..plots import timeline_plot
+        from ..views.plots import timeline_plot
 
         mode = "" if spec.perf_mode.spelling == "none" else f" {spec.perf_mode.spelling}"
         timeline_plot(report, lowered.program, args.timeline, width=args.width,

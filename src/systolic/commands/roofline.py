@@ -27,7 +27,7 @@ from ..arch import ARCHS, Arch, get_arch
 from ..compiler import lower
 from ..errors import SystolicError
 from ..isa import Program, ReadOut
-from ..report import build_report
+from ..views.report import build_report
 from .common import (
     add_json,
     add_plot_size,
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
             results = evaluate(workload, tick)
     data = roofline_data(arch_name, results)
     if args.output is not None:
-        from ..plots import roofline_plot
+        from ..views.plots import roofline_plot
 
         roofline_plot(data, args.output, width=args.width, height=args.height or 800)
     if args.json:

@@ -10,8 +10,8 @@ from rich.markup import escape
 
 from ..arch import ARCHS
 from ..errors import SystolicError
-from ..report import CAUSES
-from ..sim.core import CAUSES as CORE_CAUSES
+from ..timing.core import CAUSES as CORE_CAUSES
+from ..views.report import CAUSES
 from ..workload import evaluate, load_workload, time_op, workload_json
 from .common import add_json, add_plot_size, plot_path, print_rich, progress_bar, wrote
 
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         results = evaluate(workload, tick)
     data = workload_json(workload, results)
     if args.timeline is not None:
-        from ..plots import timeline_plot
+        from ..views.plots import timeline_plot
 
         res = next(r for r in results if r.op.name == (args.timeline_op or r.op.name))
         s = res.op.spec
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
                       height=args.height or 520,
                       title=f"{res.op.name}: {s.m}x{s.k}x{s.n} {s.dtype} on {res.op.arch.name}")
     if args.loss_bar is not None:
-        from ..plots import loss_bar_plot
+        from ..views.plots import loss_bar_plot
 
         loss_bar_plot(data, args.loss_bar, width=args.width, height=args.height)
     if args.json:
@@ -122,7 +122,7 @@ def _loss(d: dict[str, Any]) -> str:
     return "none" if loss["cause"] == "none" else f"{_short(loss['cause'])} {loss['percent']:.2f}%"
 
 
-# Short names of the whole core's critical-path causes (sim/core.py CAUSES has the long ones).
+# Short names of the whole core's critical-path causes (timing/core.py CAUSES has the long ones).
 CORE_SHORT = {"pe": "PE", "weight_load": "weight load", "dma": "DMA", "dma_latency": "DMA fixed",
               "psum_evacuation": "PSUM evac", "vector": "Vector", "scalar": "Scalar",
               "gpsimd": "GpSimd", "sync": "sync", "idle": "idle"}

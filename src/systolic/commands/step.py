@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     period = column_period(args.dtype, args.arch)
     check_size(args.k, args.m, args.n, rows, cols, period)
     if args.html is not None:
-        from ..web import PAGE_LIMIT
+        from ..views.web import PAGE_LIMIT
 
         if args.k * args.m * args.n > PAGE_LIMIT:  # every MAC is one busy cell on the page
             raise SystolicError(f"the page would show K x M x N = "
@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print(args, result, small, period)
     if args.html is not None:
-        from ..web import write_step_page
+        from ..views.web import write_step_page
 
         write_step_page(args.html, result, s, x, args.dtype)
         wrote(args.html, f"{result.cycles} cycles", json_mode=args.json)

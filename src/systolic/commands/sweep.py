@@ -161,7 +161,7 @@ def _show(args: argparse.Namespace) -> int:
     from ..sweep.store import read_rows
 
     if args.plot:
-        from ..plots import check_plot_path
+        from ..views.plots import check_plot_path
 
         check_plot_path(args.plot)
     rows, meta = read_rows(args.results)

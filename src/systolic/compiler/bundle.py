@@ -4,7 +4,7 @@
 this is the compiler's encoding of it); decoding gives back an equal Program. Both take a
 generation (2, 3 or 4, at its preset's arch level) or an :class:`~systolic.arch.Arch`
 (whose arch level decides seed 000's gen3 calc-byte gate). What varies by generation is
-read from :mod:`systolic.generation`.
+read from :mod:`systolic.isa.generation`.
 The full table of offsets, with which ones seed 000 places and which this project places,
 is ``docs/bundles.md``; in short:
 
@@ -42,8 +42,6 @@ import numpy as np
 
 from ..arch import ARCHS, Arch, get_arch
 from ..errors import ArchError, BundleError, SystolicError
-from ..generation import GENERATIONS as GENERATION_RULES
-from ..generation import GenerationRules, rules
 from ..isa import (
     DmaLoad,
     Fp32Pass,
@@ -57,6 +55,8 @@ from ..isa import (
     Program,
     ReadOut,
 )
+from ..isa.generation import GENERATIONS as GENERATION_RULES
+from ..isa.generation import GenerationRules, rules
 from .bundle_fields import (
     Codec,
     Const,

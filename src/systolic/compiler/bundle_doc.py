@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from ..errors import SystolicError
-from ..generation import rules
+from ..isa.generation import rules
 from .bundle import BUNDLE_BYTES, GENERATIONS, OPCODES, layout
 from .bundle_fields import Flags
 
@@ -78,7 +78,7 @@ def _calc_bytes(gens: list[int]) -> str:
         gate = (f" (at arch level <= {r.calc_gate_level}; above it no calc byte is written, "
                 f"so the bundle is refused)" if r.calc_gate_level is not None else "")
         parts.append(f"gen{g} {{{', '.join(map(str, sorted(r.calc_bytes)))}}}{gate}")
-    return "Calc bytes accepted (`systolic.generation`): " + "; ".join(parts) + "."
+    return "Calc bytes accepted (`systolic.isa.generation`): " + "; ".join(parts) + "."
 
 
 def _ranges(offsets: list[int]) -> str:

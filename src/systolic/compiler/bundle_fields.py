@@ -33,8 +33,8 @@ from functools import cache
 from typing import Any
 
 from ..dtypes import FORMATS
-from ..generation import UNENCODED_PERF_MODES, GenerationRules
 from ..isa import CalcFlags, PerfMode
+from ..isa.generation import UNENCODED_PERF_MODES, GenerationRules
 
 __all__ = [
     "DRAM_AP_BYTES",

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from ..arch import Arch
-from ..generation import rules
 from ..geometry import Rect
 from ..isa import (
     FULL_COL_GROUP_FORMATS,
@@ -49,6 +48,7 @@ from ..isa import (
     col_group,
     row_group,
 )
+from ..isa.generation import rules
 from .schedule import ReadStep, Step
 from .tiling import KTile, Span, TilePlan
 
@@ -169,7 +169,7 @@ def _groups(row: int, rows: int, col: int, cols: int, force: bool) -> tuple[Tile
 def writes_accumulate_bit(arch: Arch) -> bool:
     """gen2 writes only START/STOP; gen3 also ACCUMULATE, unless the arch level is above 40
     (seed 000 "The Flag Byte" and its QUIRK); gen4's dense path follows gen3. Read from the
-    generation table, :mod:`systolic.generation`."""
+    generation table, :mod:`systolic.isa.generation`."""
     return rules(arch.generation).writes_accumulate(arch.arch_level)
 
 

@@ -36,9 +36,9 @@ from ..isa import (
     Space,
     row_group,
 )
-from ..mx_layout import BLOCK_PARTITIONS, SLOTS
-from ..mx_quantize import BLOCK
-from ..verify_mx import scale_span
+from ..mx.layout import BLOCK_PARTITIONS, SLOTS
+from ..mx.quantize import BLOCK
+from ..verify.mx import scale_span
 from .codegen import Layout, SlotCache, align, read_out
 from .schedule import ReadStep, Step
 from .tiling import KTile, Span, TilePlan, padded_k

@@ -22,8 +22,8 @@ from ..arch import Arch
 from ..dtypes import accumulator_format, get_format
 from ..errors import ShapeError
 from ..isa import PerfMode
-from ..mx_layout import tile_k
-from ..mx_quantize import BLOCK
+from ..mx.layout import tile_k
+from ..mx.quantize import BLOCK
 
 __all__ = ["MAX_MATMULS", "KTile", "MatmulSpec", "Span", "TilePlan", "check_size",
            "matmul_count", "padded_k", "spans", "tile"]
@@ -165,7 +165,7 @@ def tile(spec: MatmulSpec, arch: Arch) -> TilePlan:
 
 
 def _tile_mx(spec: MatmulSpec, arch: Arch) -> TilePlan:
-    """K tiles of up to :func:`~systolic.mx_layout.tile_k` logical elements over the padded K
+    """K tiles of up to :func:`~systolic.mx.layout.tile_k` logical elements over the padded K
     (KTile sizes are logical K; a tile spans size/4 partitions), M tiles of the array's
     columns, N tiles of one fp32 PSUM bank."""
     k_tiles = tuple(KTile(s.index, s.start, s.size, PerfMode.NONE)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import SystolicError
-from ..sim.core import CoreTiming, time_program
+from ..timing.core import CoreTiming, time_program
 from . import isa, language, typing
 from .build import Recorded
 from .hook import install, uninstall
@@ -55,7 +55,7 @@ class LatencyResult:
 
     The model is deterministic, so every percentile (and every one of ``warmup + iters``
     runs) is the one modelled latency, :attr:`CoreTiming.latency_us
-    <systolic.sim.core.CoreTiming.latency_us>` of ``time_program(program, arch)``."""
+    <systolic.timing.core.CoreTiming.latency_us>` of ``time_program(program, arch)``."""
 
     def __init__(self, timing: CoreTiming) -> None:
         self.timing = timing
@@ -69,7 +69,7 @@ class LatencyResult:
 
 class BenchmarkResult:
     """What ``nki.benchmark`` leaves on the kernel: the recording, its whole-core timing
-    (``timing``: a :class:`~systolic.sim.core.CoreTiming`) and ``nc_latency``."""
+    (``timing``: a :class:`~systolic.timing.core.CoreTiming`) and ``nc_latency``."""
 
     def __init__(self, recorded: Recorded, timing: CoreTiming, warmup: int,
                  iters: int) -> None:
@@ -95,7 +95,7 @@ def benchmark(kernel: Any = None, *, warmup: int = 5, iters: int = 10,
               **options: Any) -> Any:
     """``nki.benchmark(warmup=, iters=)(kernel)(*args)``: records the kernel (arguments may
     be arrays or ``nt.tensor[[shape], dtype]``; no values are computed) and times it on
-    the whole NeuronCore (:func:`systolic.sim.core.time_program`). Then
+    the whole NeuronCore (:func:`systolic.timing.core.time_program`). Then
     ``.benchmark_result.nc_latency.get_latency_percentile(p)`` is the modelled latency in
     microseconds for every ``p``; ``.benchmark_result.timing`` the CoreTiming. ``arch=``
     overrides the kernel's ``platform_target`` and the installed default."""

@@ -33,7 +33,7 @@ from ..isa import (
     TensorCopy,
     TensorTensor,
 )
-from ..sim.dma import first_queue
+from ..timing.dma import first_queue
 from ..verify import verify
 from .alloc import OnChip
 from .lower import emit_nc_matmul, emit_nc_matmul_mx, new_state
@@ -246,7 +246,7 @@ def _make_ap(v: View, base: int, where: tuple[str, int], reorder: bool,
 def _mx_scale(scale: AccessPattern, data: AccessPattern) -> AccessPattern:
     """The E8M0 scale pattern of an MX operand: block g of the data's partitions keeps its
     scale at row 32*(g//4) + g%4 of the scale tile (NKI docs; FACTS "Hardware")."""
-    from ..verify_mx import scale_span
+    from ..verify.mx import scale_span
 
     return AccessPattern(Space.SBUF, scale.partition, scale_span(data.partitions),
                          scale.offset, scale.dims, "e8m0")
@@ -330,7 +330,7 @@ def _emit(op: Op, i: int, st: Any, addr: dict[int, int], starts: set[int],
                           _mx_scale(srcs[3], srcs[1]), dst, first=i in starts,
                           last=i in stops, bank=dst.offset // st.arch.psum_bank_bytes)
         return
-    if k == "dma":  # the compiler's queue spreading (sim/dma.py first_queue)
+    if k == "dma":  # the compiler's queue spreading (timing/dma.py first_queue)
         out.append(DmaCopy(srcs[0], dst, first_queue(srcs[0], dst, st.arch)))
     elif k == "copy":
         out.append(TensorCopy(srcs[0], dst, a["engine"]))

@@ -8,7 +8,7 @@ execute it on the functional simulator.
 * :func:`record_kernel` loads ``FILE.py:FUNCTION`` and records it: the entry point for
   the CLI and for sweeps.
 * :func:`time_recorded` times the recorded Program on the whole NeuronCore
-  (:func:`systolic.sim.core.time_program`); :func:`timing_fields` gives its JSON keys
+  (:func:`systolic.timing.core.time_program`); :func:`timing_fields` gives its JSON keys
   (those of ``systolic kernel --json``), :func:`bound_kind` the coarse answer to "what
   bounds this kernel".
 """
@@ -28,7 +28,7 @@ import numpy as np
 
 from ..arch import Arch, get_arch
 from ..errors import KernelError, SystolicError
-from ..sim.core import CoreTiming, time_program
+from ..timing.core import CoreTiming, time_program
 from . import record as _record
 from .build import Recorded, build
 from .record import Recorder
@@ -236,7 +236,7 @@ def record_kernel(path: str, function: str, args: Sequence[Any],
     return record(fn, specs, params, arch=arch)
 
 
-# The critical-path causes of sim/core.py in four kinds: the answer a kernel engineer acts
+# The critical-path causes of timing/core.py in four kinds: the answer a kernel engineer acts
 # on (make the PE busier, move fewer or larger DMAs, take work off the other engines, cut
 # the waits between engines).
 BOUND_KINDS: dict[str, tuple[str, ...]] = {
@@ -270,12 +270,12 @@ def timing_fields(core: CoreTiming) -> dict[str, Any]:
 
 def write_kernel_trace(core: CoreTiming, rec: Recorded, path: str) -> None:
     """The Perfetto/Chrome trace of a kernel: one row per engine and DMA queue (the
-    "NeuronCore" rows of systolic.trace); each slice names its instruction, and its args
+    "NeuronCore" rows of systolic.views.trace); each slice names its instruction, and its args
     the kernel line it came from."""
     import json
 
     from ..artifacts import open_artifact
-    from ..trace import core_events
+    from ..views.trace import core_events
 
     events = core_events(core, rec.program)
     for e in events:

@@ -1,38 +1,28 @@
-"""One executor interface and one result type, shared by every executor of a Program.
+"""What the value executors share: the machine state and the memory helpers.
 
-Amaranth keeps the engines behind its simulator in ``sim/_base.py``: one small abstract
-surface, many implementations. Here the executors are the functional simulator (values,
-:mod:`systolic.sim.functional`), the register-level simulator (values and every PE per cycle,
-:mod:`systolic.sim.systolic`) and the timing model (cycles only, :mod:`systolic.sim.timed`).
-Each is an :class:`Executor`: build it with an Arch, call ``run(program)``, get a :class:`Run`
-carrying what that executor knows (memory state, cycles, per-instruction starts and ends, the
-timing model's schedule); fields an executor does not know stay ``None``.
-
-:class:`MachineState` is the explicit state the value executors share: the memories and the
-weight tiles latched in the array. Instruction handlers are functions of ``(state,
-instruction)`` (``systolic.sim.functional.HANDLERS``), so an executor or a handler written
-elsewhere never reaches into another object's attributes.
+The one executor interface (:class:`Executor`, :class:`Run`) is :mod:`systolic.executor`,
+re-exported here. :class:`MachineState` is the explicit state the value executors share:
+the memories and the weight tiles latched in the array. Instruction handlers are
+functions of ``(state, instruction)`` (``systolic.sim.functional.HANDLERS``), so an
+executor or a handler written elsewhere never reaches into another object's attributes.
 
 This module imports nothing of the executors (it is the layer below them).
 """
 
 from __future__ import annotations
 
-import abc
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import numpy as np
 
 from ..arch import Arch
 from ..dtypes import encode, get_format
 from ..errors import SystolicError
+from ..executor import Executor, Run
 from ..geometry import Rect
-from ..isa import AccessPattern, CalcFlags, Program
+from ..isa import AccessPattern, CalcFlags
 from ..memory import Memory
-
-if TYPE_CHECKING:
-    from .timing import Schedule
 
 __all__ = ["Executor", "Latched", "MachineState", "Order", "Run", "apply_psum", "dram_span",
            "read_dram", "wrap48", "write_dram"]
@@ -49,40 +39,6 @@ def wrap48(x: np.ndarray) -> np.ndarray:
     """Two's complement wrap of int64 values to 48 bits (seed 004's INT48 accumulator)."""
     x = np.asarray(x, dtype=np.int64)
     return ((x + _SIGN48) & _MASK48) - _SIGN48
-
-
-@dataclass
-class Run:
-    """What one :meth:`Executor.run` did. Fields the executor does not know are ``None``.
-
-    ``memory``: the machine's memories after the run (value executors). ``cycles``: the
-    Tensor Engine's busy span in cycles from 0, ``starts``/``ends``: per instruction index
-    (end exclusive, -1 where the model charges nothing) (timed executors). ``schedule``: the
-    timing model's full :class:`~systolic.sim.timing.Schedule` (timing executor).
-    ``detail``: anything else an executor returns whole (for example a whole-core timing's
-    own result), for executors whose result is not a ``Schedule``.
-    """
-
-    executor: str = ""
-    instructions: int = 0
-    memory: Memory | None = None
-    cycles: int | None = None
-    starts: np.ndarray | None = None
-    ends: np.ndarray | None = None
-    schedule: Schedule | None = None
-    detail: object | None = None
-
-
-class Executor(abc.ABC):
-    """Runs Programs on one Arch. ``run`` verifies first unless ``check=False`` (leave it on
-    unless the Program was just verified, as the compiler's output is)."""
-
-    name: str = ""
-    arch: Arch
-
-    @abc.abstractmethod
-    def run(self, program: Program, *, check: bool = True) -> Run:
-        """Execute ``program`` and return what this executor knows of it."""
 
 
 @dataclass(eq=False, slots=True)

@@ -92,7 +92,7 @@ def activation(mem: Memory, ins: Activation) -> None:
 
 def quantize_mx(mem: Memory, ins: QuantizeMx) -> None:
     from ..dtypes import get_format
-    from ..verify_mx import scale_rows
+    from ..verify.mx import scale_rows
 
     fmt = get_format(ins.dst.dtype)
     elem = get_format(fmt.element or "")

@@ -51,7 +51,7 @@ from ..geometry import Rect
 from ..isa import AccessPattern, LdWeightMx, MatmultMx
 from ..memory import Memory
 from ..mx import BLOCK, SLOTS
-from ..verify_mx import scale_rows
+from ..verify.mx import scale_rows
 from ._base import MachineState
 
 __all__ = ["MxOperand", "block_products", "load_mx", "matmul_mx", "read_operand"]

@@ -13,7 +13,7 @@ the memory, per-instruction (start, end) cycles, busy PEs per cycle and, with
 ``record=True``, every cycle's registers (:class:`Frames`).
 
 How it works: a first pass issues every instruction by the shared rules of
-:mod:`systolic.sim.cost` (start cycles). A second pass executes the Program in order:
+:mod:`systolic.timing.pe` (start cycles). A second pass executes the Program in order:
 DmaLoad / LoadStationary / ReadOut go through the functional simulator's handlers (the
 living definition, :func:`systolic.sim.functional.execute`) on the same
 :class:`~systolic.sim._base.MachineState`; each MatMul is handed to the array, which is
@@ -52,8 +52,8 @@ from ..isa import (
     row_group,
 )
 from ..memory import Memory
+from ..timing import pe as cost
 from ..verify import Checker, Tile
-from . import cost
 from ._base import Executor, MachineState, Run, dram_span, read_dram, write_dram
 from .functional import execute
 from .pe_array import Flight, Frames, Lane, make_flight
@@ -91,7 +91,7 @@ class SystolicRun(Run):
 
 
 def issue(program: Program, arch: Arch) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end cycles of every instruction by the rules of :mod:`systolic.sim.cost`.
+    """Start and end cycles of every instruction by the rules of :mod:`systolic.timing.pe`.
 
     MatMul ends here are planned (start + :func:`cost.matmul_duration`); the simulator
     reports the ends it observes in the array.

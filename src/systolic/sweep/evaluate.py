@@ -9,7 +9,7 @@ says what to run with them:
   single matmul is a one-op workload (:func:`matmul_target`).
 * :class:`KernelTarget`: an NKI kernel ``FILE.py:FUNCTION`` with argument shapes, recorded
   with :func:`systolic.nki.record_kernel` and timed with
-  :func:`systolic.sim.core.time_program` (:func:`kernel_figures`).
+  :func:`systolic.timing.core.time_program` (:func:`kernel_figures`).
 
 :func:`evaluate_point` raises on a point that cannot run; :func:`evaluate_chunk` (what a
 worker runs) turns that into a failed result with the error's text, so the sweep goes on.
@@ -31,8 +31,8 @@ from ..arch import Arch, get_arch
 from ..compiler import MatmulSpec
 from ..errors import SweepError, SystolicError
 from ..nki import record_kernel
-from ..report import Report
-from ..sim.core import time_program
+from ..timing.core import time_program
+from ..views.report import Report
 from ..workload import Op, OpResult, Workload, intensity, time_op, workload_totals
 from .figures import (
     CORE_FIGURES,
@@ -143,7 +143,7 @@ def _ops(target: WorkloadTarget, inputs: dict[str, Any]) -> list[Op]:
 
 
 # Opcodes that are (or end in) one DMA transfer each: a ReadOut is the PSUM evacuation then
-# a DMA store of its bytes (sim/core.py).
+# a DMA store of its bytes (timing/core.py).
 _DMA_OPCODES = ("DmaLoad", "DmaCopy", "ReadOut")
 
 

@@ -2,7 +2,7 @@
 
 Three groups, named so that no figure means two things:
 
-* the whole NeuronCore (every target; :func:`systolic.sim.core.time_program`):
+* the whole NeuronCore (every target; :func:`systolic.timing.core.time_program`):
   ``latency_us``, ``tflops``, ``peak_tflops``, ``hfu``, ``bound`` and ``pct_CAUSE`` (the
   critical path by cause, summing to 100), ``dma_bytes``, ``hbm_bytes``, ``dma_gbps``,
   ``intensity`` (useful FLOPs per HBM byte moved), ``busy_ENGINE`` and ``ins_ENGINE`` (per
@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from ..isa import AccessPattern, Program, Space
-from ..report import CAUSES as PE_CAUSES
-from ..sim.core import CAUSES as CORE_CAUSES
-from ..sim.core import QUEUE_NAMES, CoreTiming
+from ..timing.core import CAUSES as CORE_CAUSES
+from ..timing.core import QUEUE_NAMES, CoreTiming
+from ..views.report import CAUSES as PE_CAUSES
 
 __all__ = ["CORE_FIGURES", "KERNEL_FIGURES", "MAXIMIZE", "PE_FIGURES", "dma_transfers", "flat_core",
            "on_chip_high_water", "unwritten_outputs"]

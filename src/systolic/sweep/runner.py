@@ -15,8 +15,8 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from .. import __version__
 from ..errors import SweepError
+from ..version import __version__
 from .evaluate import KernelTarget
 from .executors import (
     chunked,

@@ -2,7 +2,7 @@
 
 ``write_trace(timing, program, path)`` writes, for a Report or a kernel's CoreTiming, the
 whole-core process first ("NeuronCore", pid 2): one row per engine and per DMA queue,
-named as a Neuron Explorer profile names them (:mod:`systolic.profile_rows`: Tensor
+named as a Neuron Explorer profile names them (:mod:`systolic.views.profile_rows`: Tensor
 (LDWEIGHTS), TensorMatrix (MATMUL), Vector, Scalar, GpSimd, DMA queue 0 ... 15; every row
 is named, idle ones too). Each op is a slice from its start (a DMA's first byte) to its
 end, clipped at the next op's start on the same row (the PE pipelines its MatMuls); a DMA
@@ -33,14 +33,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .asm import format_instruction
-from .errors import SystolicError
-from .isa import LdWeightMx, LoadStationary, MatMul, MatmultMx, Program, ReadOut
-from .sim.timing import Cause, Kind, Schedule
+from ..errors import SystolicError
+from ..isa import LdWeightMx, LoadStationary, MatMul, MatmultMx, Program, ReadOut
+from ..isa.asm import format_instruction
+from ..timing.tensor_engine import Cause, Kind, Schedule
 
 if TYPE_CHECKING:
+    from ..timing.core import CoreTiming
     from .report import Report
-    from .sim.core import CoreTiming
 
 __all__ = ["CORE_PID", "ROWS", "core_events", "trace_events", "write_trace"]
 
@@ -124,7 +124,7 @@ def trace_events(sch: Schedule, program: Program) -> list[dict[str, Any]]:
 
 
 def core_events(core: CoreTiming, program: Program) -> list[dict[str, Any]]:
-    """The whole-core rows (:func:`systolic.profile_rows.profile_rows`: Tensor (LDWEIGHTS),
+    """The whole-core rows (:func:`systolic.views.profile_rows.profile_rows`: Tensor (LDWEIGHTS),
     TensorMatrix (MATMUL), Vector, Scalar, GpSimd, DMA queue 0 ...), metadata first. Every
     row is named, idle ones too."""
     from .profile_rows import profile_rows
@@ -167,11 +167,11 @@ def write_trace(timing: Schedule | Report | CoreTiming, program: Program,
                 path: str | os.PathLike[str]) -> Path:
     """Write the Chrome trace-event JSON of ``program``'s timing to ``path`` atomically.
 
-    ``timing`` is a :class:`~systolic.report.Report` (both processes: the whole core first,
-    then the Tensor Engine alone), a :class:`~systolic.sim.core.CoreTiming` (a kernel's:
-    the whole core only) or a :class:`~systolic.sim.timing.Schedule` (the Tensor Engine
+    ``timing`` is a :class:`~systolic.views.report.Report` (both processes: the whole core first,
+    then the Tensor Engine alone), a :class:`~systolic.timing.core.CoreTiming` (a kernel's:
+    the whole core only) or a :class:`~systolic.timing.tensor_engine.Schedule` (the Tensor Engine
     alone). Returns the path written."""
-    from .sim.core import CoreTiming
+    from ..timing.core import CoreTiming
 
     events: list[dict[str, Any]] = []
     other: dict[str, Any] = {}
@@ -189,7 +189,7 @@ def write_trace(timing: Schedule | Report | CoreTiming, program: Program,
                       "cycles": sch.cycles, "readout_tail_cycles": sch.readout_tail})
     doc = {"traceEvents": events, "displayTimeUnit": "ns",
            "otherData": {**other, "time_unit": "us"}}
-    from .artifacts import open_artifact  # one policy for every output file
+    from ..artifacts import open_artifact  # one policy for every output file
 
     with open_artifact(path, "trace") as f:
         json.dump(doc, f, separators=(",", ":"))

@@ -2,7 +2,7 @@
 
 :func:`schedule` walks the Program once, in program order, and gives every LoadStationary /
 LdWeightMx, MatMul / MatmultMx and ReadOut a start and an end cycle (DmaLoad is free: -1).
-It implements exactly the rules of :mod:`systolic.sim.cost` (its docstring is the spec;
+It implements exactly the rules of :mod:`systolic.timing.pe` (its docstring is the spec;
 docs/timing.md has the picture) and takes every per-instruction number from cost.py's
 helpers, so the register-level simulator, fed the same costs, agrees start for start:
 
@@ -42,7 +42,7 @@ from ..isa import (
     Program,
     ReadOut,
 )
-from .cost import (
+from .pe import (
     array_cols,
     array_rows,
     column_period,
@@ -148,7 +148,7 @@ def _compute_entry(ins: MatMul | MatmultMx, arch: Arch) -> tuple[int, ...]:
 
 
 def schedule(program: Program, arch: Arch | str, *, check: bool = False) -> Schedule:
-    """Schedule ``program`` on ``arch`` by the rules of :mod:`systolic.sim.cost`.
+    """Schedule ``program`` on ``arch`` by the rules of :mod:`systolic.timing.pe`.
 
     ``check`` runs :func:`systolic.verify` first (programs from the compiler are already
     verified). Instructions the model does not know raise :class:`SystolicError`.

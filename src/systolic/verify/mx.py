@@ -29,12 +29,12 @@ from __future__ import annotations
 from math import prod
 from typing import TYPE_CHECKING
 
-from .isa import AccessPattern, LdWeightMx, MatmultMx, Space, row_group
-from .memory import psum_bank
-from .mx import BLOCK, SLOTS, TILE_K
+from ..isa import AccessPattern, LdWeightMx, MatmultMx, Space, row_group
+from ..memory import psum_bank
+from ..mx import BLOCK, SLOTS, TILE_K
 
 if TYPE_CHECKING:
-    from .verify import Checker
+    from . import Checker
 
 __all__ = ["check_ld_weight_mx", "check_matmult_mx", "scale_rows", "scale_span"]
 

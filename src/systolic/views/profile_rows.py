@@ -2,9 +2,9 @@
 "per-engine rows (Tensor, TensorMatrix, Vector, Scalar, GpSimd, Sync, DMA queues)"; one
 nc_matmul is LDWEIGHTS on the Tensor row and MATMUL on the TensorMatrix row).
 
-One function, :func:`profile_rows`, cuts a :class:`~systolic.sim.core.CoreTiming` into
-those rows; the Perfetto trace (:mod:`systolic.trace`) and the timeline plot
-(:mod:`systolic.core_plot`) both draw from it, so they always show the same rows:
+One function, :func:`profile_rows`, cuts a :class:`~systolic.timing.core.CoreTiming` into
+those rows; the Perfetto trace (:mod:`systolic.views.trace`) and the timeline plot
+(:mod:`systolic.views.core_plot`) both draw from it, so they always show the same rows:
 
 * Tensor (LDWEIGHTS): the tensor queue's weight loads;
 * TensorMatrix (MATMUL): the tensor queue's MatMuls;
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .geometry import interval_union
-from .sim.core import CAUSES, QUEUE_NAMES, CoreTiming
+from ..geometry import interval_union
+from ..timing.core import CAUSES, QUEUE_NAMES, CoreTiming
 
 __all__ = ["ENGINE_ROWS", "ProfileRow", "profile_rows"]
 

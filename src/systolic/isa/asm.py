@@ -32,9 +32,8 @@ from collections.abc import Callable, Iterable
 from functools import cache
 from typing import Any
 
-from .errors import ParseError, SystolicError
-from .instructions import OPCODES, Instruction
-from .isa_fields import (
+from ..errors import ParseError, SystolicError
+from .fields import (
     AccessPattern,
     ActivationFunc,
     AluOp,
@@ -45,6 +44,7 @@ from .isa_fields import (
     Space,
     TileGroup,
 )
+from .instructions import OPCODES, Instruction
 
 __all__ = ["format_ap", "format_instruction", "format_program", "parse_ap",
            "parse_instructions"]

@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from .errors import ArchError
-from .isa_fields import CalcFlags, PerfMode
+from ..errors import ArchError
+from .fields import CalcFlags, PerfMode
 
 __all__ = ["GENERATIONS", "UNENCODED_PERF_MODES", "GenerationRules", "rules"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass
 
-from .isa_fields import (
+from .fields import (
     AccessPattern,
     ActivationFunc,
     AluOp,
@@ -30,6 +30,7 @@ from .isa_fields import (
 )
 
 __all__ = [
+    "ACCESS",
     "OPCODES",
     "Activation",
     "DmaCopy",
@@ -45,6 +46,8 @@ __all__ = [
     "ReadOut",
     "TensorCopy",
     "TensorTensor",
+    "reads",
+    "writes",
 ]
 
 
@@ -133,7 +136,7 @@ class MatmultMx:
     containers, dtype ``fmt``; E8M0 scales in each block's quadrant). ``dst`` stays a plain
     pattern (seed 000). ``flags`` is the pre-packed accumulate byte (the same CalcFlags as a
     MatMul's), copied verbatim to bundle byte 0x2B: bit0 START, bit1 STOP, bit2 ACCUMULATE;
-    the gen4 rule of :mod:`systolic.generation` accepts only {0, 1, 2, 3, 4, 6} (seed 000
+    the gen4 rule of :mod:`systolic.isa.generation` accepts only {0, 1, 2, 3, 4, 6} (seed 000
     checkAccumulationFlag), so 5 and 7 are refused by :func:`systolic.verify` and the
     encoder, not here (a Program may hold them until it is verified).
     ``stationary_fmt`` names the latched tile's format (the bundle has no weights address).
@@ -290,3 +293,34 @@ class Group:
     ELEMENTWISE: tuple[type, ...] = (TensorCopy, TensorTensor, Memset, Activation, QuantizeMx)
     READOUT: tuple[type, ...] = (ReadOut,)
 
+
+
+# What each instruction kind reads and writes, by field name, declared once (issue 18): the
+# whole-core timing's dependency tracker, the verifier and the tests' reference scheduler
+# read this table rather than keeping their own. A MatMul's accumulation into ``dst`` is a
+# write (PSUM adds in program order on the one Tensor queue).
+ACCESS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    LoadStationary: (("src",), ()),
+    MatMul: (("moving",), ("dst",)),
+    LdWeightMx: (("src", "scale"), ()),
+    MatmultMx: (("moving", "scale"), ("dst",)),
+    DmaLoad: (("src",), ("dst",)),
+    ReadOut: (("src",), ("dst",)),
+    DmaCopy: (("src",), ("dst",)),
+    TensorCopy: (("src",), ("dst",)),
+    TensorTensor: (("a", "b"), ("dst",)),
+    Memset: ((), ("dst",)),
+    Activation: (("src",), ("dst",)),
+    QuantizeMx: (("src",), ("dst", "scale")),
+}
+assert set(ACCESS) == set(OPCODES), "every instruction kind declares its accesses"
+
+
+def reads(ins: Instruction) -> tuple[AccessPattern, ...]:
+    """The access patterns ``ins`` reads (:data:`ACCESS`)."""
+    return tuple(getattr(ins, f) for f in ACCESS[type(ins)][0])
+
+
+def writes(ins: Instruction) -> tuple[AccessPattern, ...]:
+    """The access patterns ``ins`` writes (:data:`ACCESS`)."""
+    return tuple(getattr(ins, f) for f in ACCESS[type(ins)][1])

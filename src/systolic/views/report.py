@@ -1,7 +1,8 @@
 """The timing report: cycles, time, TFLOP/s, utilization and the gap to peak, by cause.
 
-``build_report(program, arch, spec)`` schedules the Program (:mod:`systolic.sim.timing`) and
-attributes every cycle of the total to exactly one cause. Definitions (docs/timing.md):
+``build_report(program, arch, spec)`` schedules the Program
+(:mod:`systolic.timing.tensor_engine`) and attributes every cycle of the total to exactly one
+cause. Definitions (docs/timing.md):
 
 * ``cycles`` = end of the last MatMul (cost.py); ``seconds`` = cycles / arch.clock_hz.
 * ``utilization = useful MACs / (cycles x R x C x P)``: R x C the array, P the contraction
@@ -41,16 +42,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .arch import Arch, get_arch
-from .geometry import interval_union
-from .isa import MatMul, MatmultMx, Program
-from .sim.core import CAUSES as CORE_CAUSES
-from .sim.core import CoreTiming, time_program
-from .sim.timing import Cause, Schedule, schedule
+from ..arch import Arch, get_arch
+from ..geometry import interval_union
+from ..isa import MatMul, MatmultMx, Program
+from ..timing.core import CAUSES as CORE_CAUSES
+from ..timing.core import CoreTiming, time_program
+from ..timing.tensor_engine import Cause, Schedule, schedule
 
 if TYPE_CHECKING:
-    from .api import MatmulResult
-    from .compiler import MatmulSpec
+    from ..api import MatmulResult
+    from ..compiler import MatmulSpec
 
 __all__ = ["CAUSES", "FIELDS", "Report", "build_report", "report_fields", "result_html",
            "roofline_point"]
@@ -121,7 +122,7 @@ class Report:
 
     @cached_property
     def core(self) -> CoreTiming:
-        """The whole-NeuronCore timing (:func:`systolic.sim.core.time_program`): DMA, PSUM
+        """The whole-NeuronCore timing (:func:`systolic.timing.core.time_program`): DMA, PSUM
         evacuation, dependencies; computed on first use."""
         if self.core_timing is not None:
             return self.core_timing
@@ -314,7 +315,7 @@ def build_report(program: Program, arch: Arch | str,
 
 
 # The keys ``systolic matmul --json`` merges: the Tensor Engine's view (seed 003), then the
-# whole core's (sim/core.py).
+# whole core's (timing/core.py).
 FIELDS = ("cycles", "seconds", "pe_tflops", "utilization", "breakdown", "latency_us", "tflops",
           "peak_tflops", "hfu", "engines", "dma", "bound", "intensity")
 
@@ -344,7 +345,7 @@ _DMA_COLOUR = "#d55e00"
 def timeline_svg(core: CoreTiming, width: int = 720, bins: int = 360) -> str:
     """An inline-SVG timeline of the whole core: the profile's rows (Tensor (LDWEIGHTS),
     TensorMatrix (MATMUL), Vector, Scalar, GpSimd, the DMA queues; idle rows left out), the
-    same rows as the trace and ``--timeline`` (:mod:`systolic.profile_rows`).
+    same rows as the trace and ``--timeline`` (:mod:`systolic.views.profile_rows`).
 
     Up to ``bins`` intervals per row are drawn as they are (at least half a pixel wide); more
     are drawn as ``bins`` columns shaded by the fraction of the column the row is busy."""

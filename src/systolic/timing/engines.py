@@ -16,7 +16,7 @@ The rules (NKI API pages, "estimated instruction cost"; the Trainium guide):
   partitions, wider for 2-byte formats on v3/v4 (Arch ``*_elems_per_cycle``); an
   instruction runs at the rate of its widest operand format;
 * plus ``engine_dep_overhead`` cycles when the instruction reads what the previous
-  instruction of the same engine wrote (the pipeline must drain first); sim/core.py adds it,
+  instruction of the same engine wrote (the pipeline must drain first); timing/core.py adds it,
   since only the scheduler knows the dependency.
 
 The partition count does not enter: the 128 lanes work in parallel.
@@ -55,7 +55,7 @@ def engine_hz(arch: Arch, engine: Engine) -> int:
         return arch.scalar_hz
     if engine is Engine.GPSIMD:
         return arch.gpsimd_hz
-    raise SystolicError(f"{engine.value} is not a compute engine; DMA is timed by sim/dma.py")
+    raise SystolicError(f"{engine.value} is not a compute engine; DMA is timed by timing/dma.py")
 
 
 def elems_per_cycle(arch: Arch, engine: Engine, aps: tuple[AccessPattern, ...]) -> int:

@@ -2,11 +2,11 @@
 
 Every function writes PNG or SVG by the path's suffix, sizes the figure in pixels (exactly
 ``width`` x ``height`` for a PNG) and returns the path written; matplotlib is imported
-only when a figure is drawn (:mod:`systolic.plot_base`).
+only when a figure is drawn (:mod:`systolic.views.plot_base`).
 
 * :func:`timeline_plot` draws a report's whole-core timeline like a hardware profile
   (seed 003, Neuron Explorer): Tensor (LDWEIGHTS), TensorMatrix (MATMUL), Vector, Scalar,
-  GpSimd and the DMA queues (:func:`systolic.core_plot.core_timeline_plot`), with the
+  GpSimd and the DMA queues (:func:`systolic.views.core_plot.core_timeline_plot`), with the
   Tensor Engine's own figures (seed 003's view: cycles, utilization) in the title.
 * :func:`loss_bar_plot` stacks each op's breakdown percentages (``workload_json`` data).
 * :func:`roofline_plot` draws ``systolic roofline --json`` data.
@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from .isa import Program
+from ..isa import Program
 from .plot_base import check_plot_path, figure, save
 from .report import CAUSES, Report
 
@@ -39,7 +39,7 @@ CAUSE_COLOURS = {"useful": "#009e73", "rows_idle": "#56b4e9", "cols_idle": "#007
 def timeline_plot(report: Report, program: Program, path: str | os.PathLike[str], *,
                   width: int = 1200, height: int = 520, title: str | None = None) -> Path:
     """Plot the whole-core timeline of ``report`` (one row per engine and DMA queue, the
-    Tensor Engine split into its LDWEIGHTS and MATMUL rows; :mod:`systolic.core_plot`).
+    Tensor Engine split into its LDWEIGHTS and MATMUL rows; :mod:`systolic.views.core_plot`).
 
     ``program`` is the Program the report timed (its instruction counts go in the title).
     The title's last line is the Tensor Engine's own view (seed 003: DMA free)."""

@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any, NoReturn
 
-from .arch import Arch, get_arch
-from .dtypes import accumulator_formats, get_format
-from .errors import ShapeError, SystolicError, VerifyError
-from .generation import rules
-from .geometry import Rect
-from .isa import (
+from ..arch import Arch, get_arch
+from ..dtypes import accumulator_formats, get_format
+from ..errors import ShapeError, SystolicError, VerifyError
+from ..geometry import Rect
+from ..isa import (
     FULL_COL_GROUP_FORMATS,
     AccessPattern,
     CalcFlags,
@@ -41,9 +40,10 @@ from .isa import (
     row_group,
     tile_position_problem,
 )
-from .memory import check_bounds, psum_bank
-from .verify_engines import check_engine, replay_engines
-from .verify_mx import check_ld_weight_mx, check_matmult_mx
+from ..isa.generation import rules
+from ..memory import check_bounds, psum_bank
+from .engines import check_engine, replay_engines
+from .mx import check_ld_weight_mx, check_matmult_mx
 
 __all__ = ["Checker", "Tile", "verify"]
 

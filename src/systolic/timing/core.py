@@ -5,12 +5,12 @@ answer to "what bounds my kernel" (docs/timing.md "The whole core").
 ``nki.benchmark``, ``systolic.matmul``'s report and the sweep call it).
 
 Model. Each engine is an in-order queue at its own clock: Tensor (the PE rules of
-:mod:`systolic.sim.cost`, unchanged: issue interval, background weight loads), Vector,
-Scalar, GpSimd (costs, QuantizeMx's included: :mod:`systolic.sim.engines`) and
-``arch.dma_queues`` DMA queues (:mod:`systolic.sim.dma`). A ReadOut is two ops: the PSUM
+:mod:`systolic.timing.pe`, unchanged: issue interval, background weight loads), Vector,
+Scalar, GpSimd (costs, QuantizeMx's included: :mod:`systolic.timing.engines`) and
+``arch.dma_queues`` DMA queues (:mod:`systolic.timing.dma`). A ReadOut is two ops: the PSUM
 evacuation on ``arch.readout_engine``, then a DMA store of its bytes. An op starts when its
 queue is free (program order within a queue) and every op it depends on has ended
-(:mod:`systolic.sim.deps`: RAW, WAW, WAR on overlapping regions), plus ``arch.sync_ns`` when
+(:mod:`systolic.timing.deps`: RAW, WAW, WAR on overlapping regions), plus ``arch.sync_ns`` when
 a compute engine waits for another queue; a DMA's first byte comes ``dma_fixed_ns`` after
 its inputs are ready. All DMA bytes to or from HBM pass one shared server at
 ``hbm_bytes_per_s`` in program order. Every dependency points backwards in program order,
@@ -55,11 +55,11 @@ from ..isa import (
     TensorCopy,
     TensorTensor,
 )
-from . import cost
-from .core_timing import CAUSES, QUEUE_NAMES, CoreTiming, queue_names
+from . import pe as cost
 from .deps import Tracker, region
 from .dma import DmaCost, dma_cost, queues_for
 from .engines import engine_cycles, engine_hz
+from .result import CAUSES, QUEUE_NAMES, CoreTiming, queue_names
 
 __all__ = ["CAUSES", "QUEUE_NAMES", "CoreTiming", "queue_names", "time_prefixes", "time_program"]
 

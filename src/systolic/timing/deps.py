@@ -7,7 +7,7 @@ row-strided pattern is a rectangle in the grid of its row pitch (``partition_ste
 any other pattern is its flat byte interval. Two device-memory regions of different pitch
 are compared by their flat extents (conservative: a false overlap only adds a wait).
 
-:class:`Tracker` answers, for each new instruction (an "op" of sim/core.py, in program
+:class:`Tracker` answers, for each new instruction (an "op" of timing/core.py, in program
 order), which earlier ops it must wait for: read after write, write after write and write
 after read on overlapping regions, including a new tenant of a reused allocation. It keeps,
 per region, the last writer and the latest reader of each engine, in buckets of bytes

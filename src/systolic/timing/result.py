@@ -1,7 +1,7 @@
 """The result of the whole-core timing: :class:`CoreTiming` (per-op starts and ends in
 ticks, the critical path by cause, busy time per queue) and the names it is read by
 (:data:`CAUSES`, :data:`QUEUE_NAMES`). The scheduler that builds it is
-:mod:`systolic.sim.core`; docs/timing.md "The whole core" has the rules.
+:mod:`systolic.timing.core`; docs/timing.md "The whole core" has the rules.
 """
 
 from __future__ import annotations

@@ -37,10 +37,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .arch import Arch, get_arch
-from .dtypes import Format
-from .errors import FormatError, ShapeError
-from .mx_quantize import (
+from ..arch import Arch, get_arch
+from ..dtypes import Format
+from ..errors import FormatError, ShapeError
+from .quantize import (
     BLOCK,
     KOrder,
     MXTensor,

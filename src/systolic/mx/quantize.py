@@ -37,7 +37,7 @@ Special cases, chosen here and tested in tests/test_mx.py:
 Input is read as float32 first (ml_dtypes converts float64 through float32; FACTS).
 
 Where the blocks sit in the engine's SBUF (x4 packing, the K layout, scale partitions) is
-:mod:`systolic.mx_layout`'s; this module knows only blocks of 32 along an axis.
+:mod:`systolic.mx.layout`'s; this module knows only blocks of 32 along an axis.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ from typing import Literal
 import ml_dtypes
 import numpy as np
 
-from .dtypes import Format, e8m0_from_exponent, get_format
-from .errors import FormatError, ShapeError
+from ..dtypes import Format, e8m0_from_exponent, get_format
+from ..errors import FormatError, ShapeError
 
 __all__ = [
     "BLOCK",
@@ -81,7 +81,7 @@ class MXTensor:
     ``elements`` has the input's shape in the element format's ml_dtypes storage type (fp4
     one per byte). ``scales`` is uint8 E8M0 codes, the input's shape with ``axis`` divided
     by 32. ``order`` is ``"contiguous"`` (block b = indices 32b..32b+31 along ``axis``) or
-    ``"strided"`` (the vendor layout's blocks, :func:`systolic.mx_layout.hw_blocks`; axis 0
+    ``"strided"`` (the vendor layout's blocks, :func:`systolic.mx.layout.hw_blocks`; axis 0
     only), in which case ``block_of[k]`` is the block of index k along axis 0.
     """
 
@@ -248,7 +248,7 @@ def dequantize(t: MXTensor) -> np.ndarray:
     sv = scale_values(t.scales)
     if t.order == "strided":
         if t.block_of is None:
-            raise ShapeError("a strided MXTensor needs block_of (made by mx_layout.quantize_hw)")
+            raise ShapeError("a strided MXTensor needs block_of (made by mx.layout.quantize_hw)")
         with np.errstate(over="ignore"):
             return vals * np.take(sv, t.block_of, axis=0)
     pre, nb, post = _split(vals.shape, t.axis)

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .artifacts import check_artifact_path, open_artifact
-from .errors import SystolicError
-from .geometry import interval_union
+from ..artifacts import check_artifact_path, open_artifact
+from ..errors import SystolicError
+from ..geometry import interval_union
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .errors import ShapeError
-from .isa import (
+from ..errors import ShapeError
+from ..isa import (
     AccessPattern,
     Activation,
     DmaCopy,
@@ -27,10 +27,10 @@ from .isa import (
     TensorCopy,
     TensorTensor,
 )
-from .memory import check_bounds
+from ..memory import check_bounds
 
 if TYPE_CHECKING:
-    from .verify import Checker
+    from . import Checker
 
 __all__ = ["check_engine", "replay_engines"]
 
@@ -145,8 +145,8 @@ def _quantize_mx(c: Checker, i: int, ins: QuantizeMx) -> None:
     """nki.isa.quantize_mx: gen4, Vector engine, SBUF only; src bf16/fp16 [P, F] with P a
     multiple of 32 up to 128 and F a multiple of 4; dst an fp8 MX format [P, F/4]; scale
     e8m0 spanning the rows of the blocks' scales (block g at 32*(g//4) + g%4)."""
-    from .dtypes import get_format
-    from .verify_mx import scale_span
+    from ..dtypes import get_format
+    from .mx import scale_span
 
     if ins.engine is not Engine.VECTOR:
         c._fail(i, "QuantizeMx runs on the Vector engine (NKI docs)")

@@ -1,5 +1,5 @@
 """The timeline: the rows of a whole-core profile drawn as a PNG or SVG (the same rows as
-``--trace``'s "NeuronCore" process, :mod:`systolic.profile_rows`).
+``--trace``'s "NeuronCore" process, :mod:`systolic.views.profile_rows`).
 
 Rows, top to bottom: Tensor (LDWEIGHTS), TensorMatrix (MATMUL), Vector, Scalar, GpSimd,
 then the DMA queues. DMA queues whose slices are identical (a 128-partition transfer gangs
@@ -8,10 +8,10 @@ every engine and queue is accounted for. A MatMul's bar ends where the next MatM
 (its fill and drain run under the next one), as in the trace.
 
 The top panel spans the whole run (microseconds below, TensorE cycles above) and draws
-small events as :data:`systolic.plot_base.OVERVIEW_NOTE` says (the caption repeats it);
+small events as :data:`systolic.views.plot_base.OVERVIEW_NOTE` says (the caption repeats it);
 when there are more than ``ZOOM_MATMULS`` MatMuls a second panel zooms on the start of
 the run up to the end of that many, one bar per instruction. The title carries the
-latency, the achieved rate, the hfu and what bounds the run (:mod:`systolic.sim.core`).
+latency, the achieved rate, the hfu and what bounds the run (:mod:`systolic.timing.core`).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..timing.core import CAUSES, CoreTiming
 from .plot_base import OVERVIEW_NOTE, check_plot_path, figure, row_ink, save, thousands
 from .profile_rows import ProfileRow, profile_rows
-from .sim.core import CAUSES, CoreTiming
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -83,7 +83,7 @@ def plot_rows(core: CoreTiming) -> list[PlotRow]:
 def _draw(ax: Axes, rows: list[PlotRow], span: tuple[float, float], us: float,
           pixels: int, *, separate: bool) -> None:
     """One broken_barh per row, in microseconds; ``separate`` draws every op with an edge,
-    else what :func:`systolic.plot_base.row_ink` says, with each row's busy share."""
+    else what :func:`systolic.views.plot_base.row_ink` says, with each row's busy share."""
     import matplotlib.colors as mcolors
 
     labels = []

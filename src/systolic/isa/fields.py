@@ -1,8 +1,8 @@
 """The field types of the instruction set: flags, perf modes, fp32 passes, tile groups,
 engines, operators, memory spaces and access patterns.
 
-Every field of an instruction (:mod:`systolic.instructions`) has one of these types, an
-``int``, a ``float`` or a format name (``str``); the text form (:mod:`systolic.asm`)
+Every field of an instruction (:mod:`systolic.isa.instructions`) has one of these types, an
+``int``, a ``float`` or a format name (``str``); the text form (:mod:`systolic.isa.asm`)
 formats and parses each by its type. This module sits at the bottom of the layering: it
 imports only the format table, the errors and the geometry.
 """
@@ -13,9 +13,9 @@ import enum
 from dataclasses import dataclass
 from math import prod
 
-from .dtypes import get_format
-from .errors import ShapeError
-from .geometry import Rect
+from ..dtypes import get_format
+from ..errors import ShapeError
+from ..geometry import Rect
 
 __all__ = [
     "FULL_COL_GROUP_FORMATS",
@@ -38,7 +38,7 @@ class CalcFlags(enum.IntFlag):
     """The 3-bit calc field at bundle byte 0x2B (seed 000 "The Flag Byte").
 
     Which bits a generation writes, and which bytes it accepts, is the generation table's
-    (:mod:`systolic.generation`); every 3-bit value is representable here.
+    (:mod:`systolic.isa.generation`); every 3-bit value is representable here.
     """
 
     NONE = 0

@@ -21,7 +21,7 @@ model:
   memory contiguous along partitions) runs at ``dma_transpose_efficiency`` of that.
 * **Fixed cost.** ``dma_fixed_ns`` passes between the moment the transfer may start (its
   inputs are ready) and its first byte; the queue serves other transfers meanwhile.
-* **HBM.** Every queue of the core shares ``hbm_bytes_per_s``: sim/core.py serves the HBM
+* **HBM.** Every queue of the core shares ``hbm_bytes_per_s``: timing/core.py serves the HBM
   bytes of the transfers in program order at that rate, so no interval ever moves more.
 
 A contiguous run is the longest byte range the pattern touches in order: the innermost

@@ -2,8 +2,8 @@
 
 The two halves live beside each other, named for what they own:
 
-* :mod:`systolic.mx_quantize`: E8M0 block scales, :func:`quantize`, :func:`dequantize`;
-* :mod:`systolic.mx_layout`: x4 packing, the K layout of one tile, scale partitions,
+* :mod:`systolic.mx.quantize`: E8M0 block scales, :func:`quantize`, :func:`dequantize`;
+* :mod:`systolic.mx.layout`: x4 packing, the K layout of one tile, scale partitions,
   :func:`quantize_hw`, :func:`pack_tile`.
 
 Package modules import from those two directly; this one re-exports them so that
@@ -12,8 +12,8 @@ Package modules import from those two directly; this one re-exports them so that
 
 from __future__ import annotations
 
-from .arch import get_arch
-from .mx_layout import (
+from ..arch import get_arch
+from .layout import (
     BLOCK_PARTITIONS,
     SLOTS,
     hw_blocks,
@@ -26,7 +26,7 @@ from .mx_layout import (
     unpack_tile,
     unpack_x4,
 )
-from .mx_quantize import (
+from .quantize import (
     BLOCK,
     NAN_EXPONENT,
     KOrder,

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .artifacts import write_text
-from .errors import SystolicError
-from .sim.systolic import SystolicRun
+from ..artifacts import write_text
+from ..errors import SystolicError
+from ..sim.systolic import SystolicRun
 
 __all__ = ["PAGE_LIMIT", "step_data", "step_page", "write_step_page"]
 

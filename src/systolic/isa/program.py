@@ -1,0 +1,52 @@
+"""The Program: an ordered, immutable sequence of instructions, the pivot every executor
+reads (DESIGN.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .asm import format_program, parse_instructions
+from .instructions import OPCODES, Instruction
+
+__all__ = ["Program"]
+
+
+@dataclass(frozen=True, slots=True)
+class Program:
+    """An ordered, immutable sequence of instructions: the pivot every executor reads."""
+
+    instructions: tuple[Instruction, ...]
+
+    def __init__(self, instructions: object = ()) -> None:
+        object.__setattr__(self, "instructions", tuple(instructions))  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return len(self.instructions)
+
+    def __iter__(self) -> Iterator[Instruction]:
+        return iter(self.instructions)
+
+    def __getitem__(self, i: int) -> Instruction:
+        return self.instructions[i]
+
+    def counts(self) -> dict[str, int]:
+        """Number of instructions per opcode name, in opcode order."""
+        out: dict[str, int] = {}
+        for ins in self.instructions:
+            name = type(ins).__name__
+            out[name] = out.get(name, 0) + 1
+        return {op.__name__: out[op.__name__] for op in OPCODES if op.__name__ in out}
+
+    def text(self) -> str:
+        """The text form (:mod:`systolic.asm`), one instruction a line."""
+        return format_program(self.instructions)
+
+    @classmethod
+    def parse(cls, text: str) -> Program:
+        """The Program of a text form; raises :class:`~systolic.errors.ParseError`."""
+        return cls(parse_instructions(text))
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{k}={v}" for k, v in self.counts().items())
+        return f"Program({len(self)} instructions: {counts})"
