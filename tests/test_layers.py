@@ -16,8 +16,9 @@ PKG = Path(systolic.__file__).parent
 # lowest first; a unit is a top-level module or a subpackage of systolic
 LAYERS: list[set[str]] = [
     {"errors", "geometry", "version"},
-    {"dtypes", "arch", "artifacts", "yaml_source"},
-    {"isa", "mx"},
+    {"dtypes", "artifacts", "yaml_source"},
+    {"isa"},
+    {"arch", "mx"},
     {"memory", "executor"},
     {"verify"},
     {"timing"},

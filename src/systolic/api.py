@@ -41,7 +41,7 @@ from .sim.functional import FunctionalSimulator
 if TYPE_CHECKING:
     from .views.report import Report
 
-__all__ = ["MatmulResult", "check_spec", "make_spec", "matmul", "quantize_operands",
+__all__ = ["MatmulResult", "make_spec", "matmul", "quantize_operands",
            "write_operands"]
 
 
@@ -90,7 +90,7 @@ def make_spec(m: int, k: int, n: int, dtype: str, arch: Arch,
         if mode in UNENCODED_PERF_MODES:
             raise ArchError(f"{mode.spelling} passes the validator but no encoding is known "
                             f"for it (seed 000 GOTCHA); the compiler emits none or double_row")
-        if mode.k_fold == 2 and not dtype.startswith("fp8"):
+        if mode.k_fold == 2 and get_format(dtype).family != "fp8":
             raise FormatError(f"{mode.spelling} packs two fp8 elements per PE; {dtype} is "
                               f"not fp8")
     zp_a, zp_b = _zero_points(zero_points)
@@ -102,11 +102,6 @@ def make_spec(m: int, k: int, n: int, dtype: str, arch: Arch,
             if not info.min <= zp <= info.max:
                 raise FormatError(f"zero point {zp} lies outside {dtype}'s range")
     return MatmulSpec(int(m), int(k), int(n), dtype, mode, int(zp_a), int(zp_b))
-
-
-def check_spec(spec: MatmulSpec, arch: Arch) -> None:
-    make_spec(spec.m, spec.k, spec.n, spec.dtype, arch, spec.perf_mode,
-              (spec.zp_a, spec.zp_b))
 
 
 def _operand(x: Any, name: str) -> np.ndarray:

@@ -17,7 +17,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from .dtypes import get_format
 from .errors import ArchError
+from .isa.fields import PerfMode
+from .isa.generation import rules
 
 __all__ = ["ARCHS", "Arch", "get_arch"]
 
@@ -89,7 +92,6 @@ class Arch:
     rate_fp32: float = 0.25
     rate_double_row: float = 2.0
     rate_mx: float = 4.0
-    mx_formats: tuple[str, ...] = ()
 
     # -- the whole NeuronCore (timing/core.py; FACTS "The whole NeuronCore": the trn1/trn2/trn3
     # architecture guides' engine tables, the NKI DMA bandwidth guide, the nki.isa pages'
@@ -156,6 +158,16 @@ class Arch:
 
         return lcm(int(self.clock_hz), self.vector_hz, self.scalar_hz, self.gpsimd_hz)
 
+    @property
+    def mx_formats(self) -> tuple[str, ...]:
+        """The MX formats of this generation (the generation table; empty before gen4)."""
+        return rules(self.generation).mx_formats
+
+    @property
+    def tile_sizes(self) -> tuple[int, ...]:
+        """The row / column tile sizes of nc_matmul's tile_size (the generation table)."""
+        return rules(self.generation).tile_sizes
+
     def supports_format(self, fmt: str) -> bool:
         return fmt in self.formats or fmt in self.mx_formats
 
@@ -163,12 +175,14 @@ class Arch:
         return mode in self.perf_modes
 
     def rate(self, fmt: str, perf_mode: str = "none") -> float:
-        """MACs per PE per cycle relative to bf16, for a format and perf mode."""
-        if fmt in self.mx_formats:
+        """MACs per PE per cycle relative to bf16, for a format and perf mode: the dtypes
+        table says the format's family and whether it costs as fp32, the Arch the rates."""
+        f = get_format(fmt)
+        if f.family == "mx":
             return self.rate_mx
-        if fmt in ("fp32", "fp32r"):
+        if f.fp32_cost:
             return self.rate_fp32
-        if perf_mode in ("double_row", "double_row_sw_interleave") and fmt.startswith("fp8"):
+        if PerfMode.parse(perf_mode).k_fold == 2 and f.family == "fp8":
             return self.rate_double_row
         return 1.0
 
@@ -215,7 +229,6 @@ _PRESETS: dict[str, Arch] = {
     "trn3": Arch(name="trn3", generation=4, arch_level=40, sbuf_bytes=256 * 1024,
                  clock_hz=2.4e9, perf_modes=_GEN3_PERF, readout_elems_per_cycle=0.4,
                  hbm_bytes_per_s=4.9e12 / 8, formats=(*_DENSE_COMMON, "fp8_e4m3fn"),
-                 mx_formats=("mxfp8_e4m3", "mxfp8_e5m2", "mxfp4"),
                  # trn3 engine table: 1.2 / 1.2 / 1.2 GHz; Vector 512 bf16/fp16/fp8, 256
                  # other; Scalar 256 / 128; GpSimd 128. DMA 33 B/ns per queue (FACTS).
                  vector_hz=1_200_000_000, scalar_hz=1_200_000_000, gpsimd_hz=1_200_000_000,

@@ -57,6 +57,10 @@ __all__ = [
 ]
 
 Kind = Literal["float", "int", "scale", "mx"]
+# Which operands pair and which rules apply (nki.isa.nc_matmul, FACTS "Hardware"): "fp32"
+# (fp32, fp32r, tf32: pair only with each other), "half" (bf16, fp16), "fp8" (the formats
+# DoubleRow folds), "fp4", "int", "scale" (e8m0), "mx" (the gen4 block-scaled formats).
+Family = Literal["fp32", "half", "fp8", "fp4", "int", "scale", "mx"]
 Overflow = Literal["inf", "nan", "saturate", "error"]
 # What encode does with values beyond a format's range (module docstring).
 OverflowPolicy = Literal["error", "saturate", "format"]
@@ -71,7 +75,11 @@ class Format:
     ``storage`` is the numpy dtype one element is stored as (one byte per fp4 element:
     ml_dtypes keeps e2m1 unpacked). ``container_bytes`` is the element's size in SBUF.
     ``codes`` maps generation -> the dtype code written in bundles; ``code_source`` says
-    whether seed 000 gives that code or the project defined it.
+    whether seed 000 gives that code or the project defined it. ``family`` is the pairing
+    class (:data:`Family`); ``fp32_cost`` says the PE streams the format at the Arch's fp32
+    rate (seed 003: fp32 "roughly 4x"; fp32 and fp32r). tf32 pairs as fp32 but runs at the
+    bf16 rate (FACTS: trn1 peaks at 92 TFLOP/s for bf16, fp16, tf32 and cfp8 alike).
+    ``pe_fold`` is how many contraction elements one PE row takes (MX x4 containers: 4).
     """
 
     name: str
@@ -87,6 +95,9 @@ class Format:
     container_bytes: int
     codes: Mapping[int, int]
     code_source: str = "project"
+    family: Family = "half"
+    fp32_cost: bool = False
+    pe_fold: int = 1
     element: str | None = None  # MX formats: the element format
     emax: int | None = None  # MX element formats: exponent of the largest power of two
     max: float = field(init=False)
@@ -140,13 +151,13 @@ def _codes(code: int) -> Mapping[int, int]:
 
 
 def _f(name: str, e: int, m: int, storage: type, cbytes: int, code: int, *, inf: bool,
-       nan: NanPolicy, overflow: Overflow, bias: int | None = None, bits: int | None = None,
-       emax: int | None = None) -> Format:
+       nan: NanPolicy, overflow: Overflow, family: Family, fp32_cost: bool = False,
+       bias: int | None = None, bits: int | None = None, emax: int | None = None) -> Format:
     return Format(
         name=name, kind="float", bits=bits if bits is not None else 1 + e + m, exp_bits=e,
         man_bits=m, bias=bias if bias is not None else (1 << (e - 1)) - 1, inf=inf, nan=nan,
         overflow=overflow, storage=np.dtype(storage), container_bytes=cbytes,
-        codes=_codes(code), emax=emax,
+        codes=_codes(code), family=family, fp32_cost=fp32_cost, emax=emax,
     )
 
 
@@ -154,40 +165,46 @@ def _f(name: str, e: int, m: int, storage: type, cbytes: int, code: int, *, inf:
 # x4 fp4 entry the code 0x05 on gen2/gen3 (colliding with uint16, which this project does
 # not model) and its own MX-era tag 0x10 on gen4.
 _TABLE: list[Format] = [
-    _f("bf16", 8, 7, ml_dtypes.bfloat16, 2, 0x03, inf=True, nan="ieee", overflow="inf"),
-    _f("fp16", 5, 10, np.float16, 2, 0x04, inf=True, nan="ieee", overflow="inf"),
-    _f("fp32", 8, 23, np.float32, 4, 0x0B, inf=True, nan="ieee", overflow="inf"),
+    _f("bf16", 8, 7, ml_dtypes.bfloat16, 2, 0x03, inf=True, nan="ieee", overflow="inf",
+       family="half"),
+    _f("fp16", 5, 10, np.float16, 2, 0x04, inf=True, nan="ieee", overflow="inf",
+       family="half"),
+    _f("fp32", 8, 23, np.float32, 4, 0x0B, inf=True, nan="ieee", overflow="inf",
+       family="fp32", fp32_cost=True),
     # fp32r: the reference model's "float32r", an fp32 operand rounded once before one
     # fp32 product (seed 000, fp32 GOTCHA). Its exact rounding is not public (FACTS,
     # unsure): this project rounds to a 10-bit mantissa (tf32 precision), RNE.
-    _f("fp32r", 8, 10, np.float32, 4, 0x0C, inf=True, nan="ieee", overflow="inf", bits=32),
-    _f("tf32", 8, 10, np.float32, 4, 0x0A, inf=True, nan="ieee", overflow="inf", bits=19),
-    _f("fp8_e4m3", 4, 3, ml_dtypes.float8_e4m3, 1, 0x07, inf=True, nan="ieee", overflow="inf"),
+    _f("fp32r", 8, 10, np.float32, 4, 0x0C, inf=True, nan="ieee", overflow="inf", bits=32,
+       family="fp32", fp32_cost=True),
+    _f("tf32", 8, 10, np.float32, 4, 0x0A, inf=True, nan="ieee", overflow="inf", bits=19,
+       family="fp32"),
+    _f("fp8_e4m3", 4, 3, ml_dtypes.float8_e4m3, 1, 0x07, inf=True, nan="ieee", overflow="inf",
+       family="fp8"),
     _f("fp8_e4m3fn", 4, 3, ml_dtypes.float8_e4m3fn, 1, 0x09, inf=False, nan="fn",
-       overflow="nan", emax=8),
+       overflow="nan", family="fp8", emax=8),
     _f("fp8_e5m2", 5, 2, ml_dtypes.float8_e5m2, 1, 0x08, inf=True, nan="ieee", overflow="inf",
-       emax=15),
+       family="fp8", emax=15),
     Format(name="fp4_e2m1", kind="float", bits=4, exp_bits=2, man_bits=1, bias=1, inf=False,
            nan="none", overflow="saturate", storage=np.dtype(ml_dtypes.float4_e2m1fn),
            container_bytes=1, codes=MappingProxyType({0: 0x05, 2: 0x05, 3: 0x05, 4: 0x10}),
-           code_source="seed 000", emax=2),
+           code_source="seed 000", family="fp4", emax=2),
     Format(name="e8m0", kind="scale", bits=8, exp_bits=8, man_bits=0, bias=127, inf=False,
            nan="e8m0", overflow="error", storage=np.dtype(ml_dtypes.float8_e8m0fnu),
-           container_bytes=1, codes=_codes(0x0E)),
+           container_bytes=1, codes=_codes(0x0E), family="scale"),
     Format(name="int8", kind="int", bits=8, exp_bits=0, man_bits=0, bias=0, inf=False,
            nan="none", overflow="error", storage=np.dtype(np.int8), container_bytes=1,
-           codes=_codes(0x02)),
+           codes=_codes(0x02), family="int"),
     Format(name="uint8", kind="int", bits=8, exp_bits=0, man_bits=0, bias=0, inf=False,
            nan="none", overflow="error", storage=np.dtype(np.uint8), container_bytes=1,
-           codes=_codes(0x01)),
+           codes=_codes(0x01), family="int"),
     Format(name="int16", kind="int", bits=16, exp_bits=0, man_bits=0, bias=0, inf=False,
            nan="none", overflow="error", storage=np.dtype(np.int16), container_bytes=2,
-           codes=_codes(0x06)),
+           codes=_codes(0x06), family="int"),
     # The integer accumulator: seed 004's INT48, stored sign-extended in 8 bytes of PSUM,
     # wrapping as two's complement at 48 bits.
     Format(name="int48", kind="int", bits=48, exp_bits=0, man_bits=0, bias=0, inf=False,
            nan="none", overflow="error", storage=np.dtype(np.int64), container_bytes=8,
-           codes=_codes(0x0D)),
+           codes=_codes(0x0D), family="int"),
 ]
 
 # MX formats (gen4): elements packed x4 along K with one E8M0 scale per 32-element block
@@ -204,8 +221,8 @@ for _name, _elem, _cbytes in _MX:
     _BY_NAME[_name] = Format(
         name=_name, kind="mx", bits=_e.bits, exp_bits=_e.exp_bits, man_bits=_e.man_bits,
         bias=_e.bias, inf=_e.inf, nan=_e.nan, overflow="saturate", storage=_e.storage,
-        container_bytes=_cbytes, codes=_e.codes, code_source=_e.code_source, element=_elem,
-        emax=_e.emax,
+        container_bytes=_cbytes, codes=_e.codes, code_source=_e.code_source, family="mx",
+        pe_fold=4, element=_elem, emax=_e.emax,
     )
 
 FORMATS: Mapping[str, Format] = MappingProxyType(_BY_NAME)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Rect", "interval_union", "rects_overlap", "wavefront_cycles"]
+__all__ = ["Rect", "interval_union", "wavefront_cycles"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,11 +49,6 @@ class Rect:
     def contains(self, other: Rect) -> bool:
         return (self.row <= other.row and other.row_end <= self.row_end
                 and self.col <= other.col and other.col_end <= self.col_end)
-
-
-def rects_overlap(a: Rect, b: Rect) -> bool:
-    """Function form of :meth:`Rect.overlaps`, for use as a key or in comprehensions."""
-    return a.overlaps(b)
 
 
 def interval_union(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -25,6 +25,7 @@ from typing import Any
 from ..api import make_spec
 from ..arch import ARCHS, Arch, get_arch
 from ..compiler import lower
+from ..dtypes import get_format
 from ..errors import SystolicError
 from ..isa import Program, ReadOut
 from ..views.report import build_report
@@ -87,7 +88,8 @@ def _roofs(arch: Arch) -> list[dict[str, Any]]:
             continue
         rate = arch.rate(dtype, mode)
         same = [f for f in (*arch.formats, *arch.mx_formats)
-                if arch.rate(f, mode) == rate and (mode == "none" or f.startswith("fp8"))]
+                if arch.rate(f, mode) == rate
+                and (mode == "none" or get_format(f).family == "fp8")]
         peak = arch.peak_flops(dtype, mode)
         out.append({
             "name": label, "dtype": dtype, "perf_mode": mode, "formats": same, "rate": rate,

@@ -77,9 +77,7 @@ __all__ = [
     "BUNDLE_BYTES",
     "GENERATIONS",
     "OPCODES",
-    "decode_instruction",
     "decode_program",
-    "encode_instruction",
     "encode_program",
 ]
 
@@ -293,11 +291,6 @@ def _encode(ins: Any, t: _Target, base: int, index: int) -> bytearray:
     return buf
 
 
-def encode_instruction(ins: Instruction, generation: int | Arch | str) -> bytes:
-    """One instruction as its 64-byte bundle; raises BundleError if a field does not fit."""
-    return bytes(_encode(ins, _target(generation), 0, 0))
-
-
 def encode_program(program: Program, generation: int | Arch | str) -> bytes:
     """The Program as ``64 * len(program)`` bytes for ``generation`` (2, 3 or 4, or an
     Arch / preset name, whose arch level the gen3 calc-byte gate reads)."""
@@ -345,15 +338,6 @@ def _decode(buf: memoryview, t: _Target, base: int, checksum: int) -> Instructio
         raise BundleError(base, f"{cls.__name__} bundle decodes to no valid instruction: "
                                 f"{exc}") from None
     return ins
-
-
-def decode_instruction(bundle: bytes | bytearray | memoryview,
-                       generation: int | Arch | str) -> Instruction:
-    """The instruction in one 64-byte bundle."""
-    program = decode_program(bundle, generation)
-    if len(program) != 1:
-        raise BundleError(0, f"expected one {BUNDLE_BYTES}-byte bundle, got {len(program)}")
-    return program[0]
 
 
 def decode_program(data: bytes | bytearray | memoryview,

@@ -46,7 +46,16 @@ class GenerationRules:
     calc_why: str
     # the arch level above which the calc byte is not written at all (None: always written)
     calc_gate_level: int | None
-    mx: bool  # the LdWeightMx / MatmultMx pair exists
+    # the MX formats of the LdWeightMx / MatmultMx pair (empty: the pair does not exist)
+    mx_formats: tuple[str, ...]
+    # the row / column tile sizes nc_matmul's tile_size takes (FACTS: 2 x 64 rows on v2,
+    # plus 4 x 32 on v3 and later; nki.isa.nc_matmul)
+    tile_sizes: tuple[int, ...]
+
+    @property
+    def mx(self) -> bool:
+        """The LdWeightMx / MatmultMx pair exists (seed 000: CoreV4 alone)."""
+        return bool(self.mx_formats)
 
     def writes_calc_byte(self, arch_level: int) -> bool:
         """False where seed 000's gen3 gate returns without touching +0x2B."""
@@ -96,13 +105,18 @@ _ALL_BITS = CalcFlags.START | CalcFlags.STOP | CalcFlags.ACCUMULATE
 
 GENERATIONS: Mapping[int, GenerationRules] = MappingProxyType({
     2: GenerationRules(2, "CoreV2", CalcFlags.START | CalcFlags.STOP, frozenset(range(4)),
-                       "gen2 bundles carry only START and STOP", None, mx=False),
+                       "gen2 bundles carry only START and STOP", None, mx_formats=(),
+                       tile_sizes=(64, 128)),
     3: GenerationRules(3, "CoreV3", _ALL_BITS, frozenset(range(8)),
                        "the calc field is 3 bits (START 1, STOP 2, ACCUMULATE 4)", 40,
-                       mx=False),
+                       mx_formats=(), tile_sizes=(32, 64, 128)),
+    # MX formats (FACTS "Hardware", trainium3 guide): MXFP8 (e4m3fn / e5m2 elements) and
+    # MXFP4 (e2m1), the dtypes table's "mx" family
     4: GenerationRules(4, "CoreV4", _ALL_BITS, frozenset({0, 1, 2, 3, 4, 6}),
                        "gen4 accumulate bytes must be one of {0,1,2,3,4,6} (seed 000 "
-                       "checkAccumulationFlag)", None, mx=True),
+                       "checkAccumulationFlag)", None,
+                       mx_formats=("mxfp8_e4m3", "mxfp8_e5m2", "mxfp4"),
+                       tile_sizes=(32, 64, 128)),
 })
 
 

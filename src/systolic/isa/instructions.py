@@ -169,8 +169,9 @@ class MatmultMx:
 
 @dataclass(frozen=True, slots=True)
 class DmaLoad:
-    """Copy device memory to SBUF (another engine's work; the timing model treats it as
-    overlapped). ``src`` and ``dst`` enumerate the same shape, element for element."""
+    """Copy device memory to SBUF on the DMA queues (the Tensor Engine's own view leaves it
+    out, as if it overlapped; the whole-core timing runs it on its queues). ``src`` and
+    ``dst`` enumerate the same shape, element for element."""
 
     src: AccessPattern
     dst: AccessPattern

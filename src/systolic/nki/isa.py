@@ -188,7 +188,7 @@ def activation(*args: Any, **kw: Any) -> Pending | None:
 
 def _mx_gate(what: str) -> None:
     arch = current().arch
-    if arch.generation < 4:
+    if not arch.mx_formats:  # the generation table: the MX pair exists on gen4 alone
         raise fail(f"{what} needs NeuronCore-v4 (trn3); {arch.name} is gen{arch.generation}: "
                    f"run with arch trn3", here())
 

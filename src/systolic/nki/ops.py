@@ -15,7 +15,6 @@ from .types import BUFFERS, to_dtype
 __all__ = ["materialize", "new_result", "record_activation", "record_copy", "record_dma",
            "record_matmul", "record_memset", "record_tensor_tensor", "write_pending"]
 
-_FP32 = frozenset({"fp32", "tf32", "fp32r"})
 
 class _Op:
     """``nl.add`` and friends: usable as ``op=`` and callable as a function (older API)."""
@@ -167,7 +166,7 @@ def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
             raise fail(f"nc_matmul does not take {f} operands on {arch.name} (NKI docs: "
                        f"float8, bfloat16, float16, tfloat32, float32); use one of "
                        f"{', '.join(floats)}", where)
-    if (sf in _FP32) != (mf in _FP32):
+    if (get_format(sf).family == "fp32") != (get_format(mf).family == "fp32"):
         raise fail(f"fp32 operands pair only with fp32: stationary {stat.dtype}, moving "
                    f"{mov.dtype}; cast both with nisa.tensor_copy", where)
     if dst.dtype.fmt != "fp32":
@@ -180,7 +179,7 @@ def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
                    f"gen{arch.generation}: drop perf_mode", where)
     if perf not in (PerfMode.NONE, PerfMode.DOUBLE_ROW):
         raise fail(f"perf_mode {perf.spelling} is not modelled; use none or double_row", where)
-    if fold == 2 and not (sf.startswith("fp8") and mf.startswith("fp8")):
+    if fold == 2 and not (get_format(sf).family == get_format(mf).family == "fp8"):
         raise fail(f"double_row packs two fp8 elements per PE; operands are {stat.dtype} and "
                    f"{mov.dtype}", where)
     want = 2 + (fold == 2)
@@ -213,7 +212,7 @@ def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
                    f"accumulation stays within one {arch.psum_bank_bytes}-byte bank", where)
     size = _tile(tile_size, (arch.rows, arch.cols), "tile_size", where)
     pos = _tile(tile_position, (0, 0), "tile_position", where)
-    allowed = (64, 128) if arch.generation == 2 else (32, 64, 128)
+    allowed = arch.tile_sizes
     for s, p, name, extent, limit in ((size[0], pos[0], "row", k, arch.rows),
                                       (size[1], pos[1], "column", m, arch.cols)):
         if s not in allowed:

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import FormatError
 
 __all__ = ["BUFFERS", "DTYPES", "Buffer", "DType", "ParDim", "TensorSpec", "TileSize",
-           "format_of", "to_dtype"]
+           "to_dtype"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,10 +104,6 @@ def to_dtype(x: object) -> DType:
     except (KeyError, TypeError):
         raise FormatError(f"dtype {x!r} has no NKI equivalent; use one of "
                           f"{', '.join(DTYPES)}") from None
-
-
-def format_of(x: object) -> str:
-    return to_dtype(x).fmt
 
 
 @dataclass(frozen=True, slots=True)

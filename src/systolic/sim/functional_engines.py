@@ -44,7 +44,7 @@ from ..isa import (
 from ..memory import Memory
 from ._base import MachineState
 
-__all__ = ["HANDLERS", "destination", "execute_engine"]
+__all__ = ["HANDLERS"]
 
 # An engine's cast follows the format's own overflow rule (inf, NaN or saturation, as the
 # hardware's convert does), not the input policy that refuses out-of-range user data.
@@ -136,10 +136,3 @@ HANDLERS: dict[type, Callable[[MachineState, Any], None]] = {
     kind: _on_state(fn) for kind, fn in _ON_MEMORY.items()}
 
 
-def destination(ins: Instruction) -> AccessPattern:
-    return ins.dst  # type: ignore[union-attr]
-
-
-def execute_engine(mem: Memory, ins: Instruction) -> None:
-    """Run one engine instruction directly on ``mem`` (no simulator around it)."""
-    _ON_MEMORY[type(ins)](mem, ins)

@@ -29,7 +29,7 @@ from ..errors import ArchError
 __all__ = ["apply_overrides", "check_value", "overridable_fields"]
 
 # Not axes: the preset's identity (use the ``arch`` axis) and its format tables.
-_FIXED = frozenset({"name", "generation", "formats", "perf_modes", "mx_formats"})
+_FIXED = frozenset({"name", "generation", "formats", "perf_modes"})
 # Name parts of fields whose value may be 0: a latency or overhead can be absent.
 _MAY_BE_ZERO = ("latency", "fixed", "overhead", "_cycles", "_ns", "_us", "level")
 

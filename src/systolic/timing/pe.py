@@ -33,6 +33,7 @@ from __future__ import annotations
 from math import ceil, prod
 
 from ..arch import Arch
+from ..dtypes import get_format
 from ..geometry import Rect, wavefront_cycles
 from ..isa import AccessPattern, LdWeightMx, LoadStationary, MatMul, MatmultMx, ReadOut
 
@@ -85,7 +86,7 @@ def column_period(ins: Compute, arch: Arch) -> int:
     """Cycles between moving columns entering the array."""
     if isinstance(ins, MatmultMx):
         return 1
-    if ins.moving.dtype in ("fp32", "fp32r"):
+    if get_format(ins.moving.dtype).fp32_cost:
         if ins.fp32_pass:  # the two passes share the 4x: each streams at half rate
             return arch.fp32_pass_slowdown
         return round(1 / arch.rate_fp32)  # one fp32 pass: seed 003 "roughly 4x"

@@ -47,10 +47,6 @@ from .mx import check_ld_weight_mx, check_matmult_mx
 
 __all__ = ["Checker", "Tile", "verify"]
 
-_FP32_FAMILY = frozenset({"fp32", "fp32r", "tf32"})
-_FP8 = frozenset({"fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn"})
-
-
 @dataclass(frozen=True, slots=True)
 class Tile:
     """A latched weight tile: array rows [row, row+rows), columns [col, col+cols)."""
@@ -121,7 +117,7 @@ class Checker:
         if not self.arch.supports_perf_mode(mode.spelling):
             self._fail(i, f"perf mode {mode.spelling} is not supported on {self.arch.name} "
                           f"(gen{self.arch.generation}); use perf_mode none")
-        if mode.k_fold == 2 and dtype not in _FP8:
+        if mode.k_fold == 2 and get_format(dtype).family != "fp8":
             self._fail(i, f"{mode.spelling} packs two fp8 elements per PE; {dtype} is not fp8")
 
     def _tile_k(self, ap: AccessPattern, mode: PerfMode, i: int, role: str) -> int:
@@ -285,7 +281,7 @@ class Checker:
         self._format(i, mv.dtype, "moving")
         self._format(i, ins.stationary_dtype, "stationary")
         self._perf(i, ins.perf_mode, mv.dtype)
-        fam = {d in _FP32_FAMILY for d in (mv.dtype, ins.stationary_dtype)}
+        fam = {get_format(d).family == "fp32" for d in (mv.dtype, ins.stationary_dtype)}
         if len(fam) > 1:
             self._fail(i, f"fp32-family operands pair only with fp32-family ones: "
                           f"{ins.stationary_dtype} x {mv.dtype}")

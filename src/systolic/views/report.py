@@ -53,8 +53,7 @@ if TYPE_CHECKING:
     from ..api import MatmulResult
     from ..compiler import MatmulSpec
 
-__all__ = ["CAUSES", "FIELDS", "Report", "build_report", "report_fields", "result_html",
-           "roofline_point"]
+__all__ = ["CAUSES", "FIELDS", "Report", "build_report", "report_fields", "result_html"]
 
 # Breakdown keys, in display order, with their labels.
 CAUSES: dict[str, str] = {
@@ -318,17 +317,6 @@ def build_report(program: Program, arch: Arch | str,
 # whole core's (timing/core.py).
 FIELDS = ("cycles", "seconds", "pe_tflops", "utilization", "breakdown", "latency_us", "tflops",
           "peak_tflops", "hfu", "engines", "dma", "bound", "intensity")
-
-
-def roofline_point(report: Report) -> dict[str, float]:
-    """Where a product sits on the roofline, measured: ``intensity`` = useful FLOPs per HBM
-    byte the DMAs moved, ``tflops`` = the whole-core achieved rate, and the two roofs over
-    it (``hbm_bound_tflops`` = intensity x HBM bandwidth, ``peak_tflops``). The point never
-    lies above either roof: the HBM server never beats its rate, the PE never its peak."""
-    x = report.intensity
-    return {"intensity": x, "tflops": report.core.tflops, "pe_tflops": report.tflops,
-            "peak_tflops": report.peak_tflops,
-            "hbm_bound_tflops": x * report.arch.hbm_bytes_per_s / 1e12}
 
 
 def report_fields(report: Report) -> dict[str, Any]:
