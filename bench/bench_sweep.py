@@ -61,7 +61,7 @@ fixed: {{arch: trn2}}
 axes:
   dim.M: [8, 16, 24, 32, 48, 64, 80, 96, 112, 128]
   dim.N: [64, 112, 160, 208, 256, 304, 352, 400, 448, 512]
-  dma_queues: [1, 2, 3, 4, 6, 8, 10, 12, 14, 16]
+  dma_engines: [1, 2, 3, 4, 6, 8, 10, 12, 14, 16]
 """
 
 
@@ -75,7 +75,7 @@ def direct_matmul(points: list[dict[str, Any]]) -> None:
 def direct_kernel(points: list[dict[str, Any]]) -> None:
     base = get_arch("trn2")
     for p in points:
-        arch = dataclasses.replace(base, dma_queues=p["dma_queues"])
+        arch = dataclasses.replace(base, dma_engines=p["dma_engines"])
         rec = record_kernel(str(KERNEL), "basic_matmul",
                             [f"bf16[128,{p['dim.M']}]", f"bf16[128,{p['dim.N']}]"], {}, arch)
         time_program(rec.program, arch)

@@ -154,17 +154,47 @@ def test_pe_part_equals_the_register_level_simulator(spec, changes):
 def test_dma_cost_of_a_full_tile_by_hand():
     src, dst = dram(128, 0, 2048), sb(128, 0, 2048)  # 4 KiB per partition, contiguous
     c = dma_cost(src, dst, TRN2)
-    assert (c.bytes, c.queues, c.descriptors) == (128 * 4096, 16, 128)
-    assert c.queue_ns == pytest.approx(8 * (4096 + 256) / 23.0)
+    assert (c.bytes, len(c.engines), c.descriptors, c.run) == (128 * 4096, 16, 128, 4096)
+    # eight partitions per engine, at 97% of 23 B/ns (the overview's figure at 4 KiB)
+    assert c.engine_ns == pytest.approx(8 * 4096 / (23.0 * 0.97))
     assert not c.transposed
-    # a 32-partition tile uses 4 queues (8 partitions each)
-    assert dma_cost(dram(32, 0, 64), sb(32, 0, 64), TRN2).queues == 4
+    # a 32-partition tile uses 4 engines (8 partitions each); 4 partitions one engine
+    assert dma_cost(dram(32, 0, 64), sb(32, 0, 64), TRN2).engines == (0, 1, 2, 3)
+    assert dma_cost(dram(4, 0, 4096), sb(4, 0, 4096), TRN2).engines == (0,)
+    # partitions 60..67 straddle two bands: engines 7 and 8, four partitions each
+    c = dma_cost(dram(8, 0, 1024), sb(8, 0, 1024, part=60), TRN2)
+    assert c.engines == (7, 8)
+    assert c.engine_ns == pytest.approx(4 * 2048 / (23.0 * 0.81))
+
+
+def test_the_throughput_curve_at_its_documented_points():
+    from systolic.timing.dma import curve_fraction
+
+    # nki-dma-overview.rst figure, read at its points (FACTS)
+    for nbytes, frac in ((32, 0.014), (128, 0.05), (256, 0.10), (512, 0.21), (1024, 0.42),
+                         (2048, 0.81), (4096, 0.97), (32768, 1.0)):
+        assert curve_fraction(TRN2, nbytes) == pytest.approx(frac)
+    assert curve_fraction(TRN2, 1 << 20) == 1.0  # the plateau
+    assert curve_fraction(TRN2, 16) == pytest.approx(0.007)  # constant time per descriptor
+    # between points: linear in log2(bytes), so 1.5 KiB sits between 1 and 2 KiB's
+    mid = curve_fraction(TRN2, 1536)
+    assert 0.42 < mid < 0.81 and mid == pytest.approx(0.42 + 0.39 * np.log2(1.5))
+
+
+def test_a_1kib_per_partition_load_runs_at_42_percent_of_the_plateau_on_trn1():
+    # issue 18: a [128, 512] bf16 HBM->SBUF load on trn1 ran at 217.6 GB/s before; the
+    # overview's figure gives ~42% of the 16 x 17 B/ns plateau
+    trn1 = get_arch("trn1")
+    c = dma_cost(dram(128, 0, 512), sb(128, 0, 512), trn1)
+    gbps = c.bytes / c.engine_ns
+    assert gbps == pytest.approx(16 * 17 * 0.42)
 
 
 def test_short_runs_cost_more_per_byte():
     long = dma_cost(dram(128, 0, 2048), sb(128, 0, 2048), TRN2)
     short = dma_cost(dram(128, 0, 64, pitch=4096), sb(128, 0, 64), TRN2)
-    assert short.queue_ns / short.bytes > 1.5 * long.queue_ns / long.bytes
+    assert short.engine_ns / short.bytes == pytest.approx(
+        long.engine_ns / long.bytes * 0.97 / 0.05)
 
 
 def test_transposing_pattern_is_detected():
@@ -281,12 +311,14 @@ def test_same_engine_dependency_pays_the_static_overhead():
     assert indep.latency == 2 * 64 * per
 
 
-def test_cross_engine_wait_pays_the_sync_latency():
+def test_cross_engine_wait_pays_the_sync_latency_and_the_access_overhead():
     a, b, c = sb(128, 0, 64), sb(128, 4096, 64), sb(128, 8192, 64)
     ct = time_program(Program([TensorCopy(a, b), TensorCopy(b, c, Engine.GPSIMD)]), TRN2)
     sync = ceil(TRN2.sync_ns * TRN2.tick_hz / 1e9)
-    assert ct.starts[1] == ct.ends[0] + sync
-    assert ct.bound_ticks["sync"] == sync
+    # the producer's SBUF write lands ~60 of its cycles after it ends (v2 guide)
+    access = TRN2.engine_access_overhead * (TRN2.tick_hz // TRN2.vector_hz)
+    assert ct.starts[1] == ct.ends[0] + sync + access
+    assert ct.bound_ticks["sync"] == sync + access
 
 
 def test_a_prefix_summary_equals_timing_the_prefix_alone():
@@ -340,8 +372,8 @@ def test_core_timeline_plot_draws_every_engine_and_queue(tmp_path):
     assert labels[:5] == ["Tensor (LDWEIGHTS)", "TensorMatrix (MATMUL)", "Vector", "Scalar",
                           "GpSimd"]
     # the DMA rows account for every queue exactly once (identical queues share a row)
-    assert sum(r.queues for r in rows[5:]) == TRN2.dma_queues
-    assert all(r.label.startswith("DMA queue") for r in rows[5:])
+    assert sum(r.queues for r in rows[5:]) == TRN2.dma_engines
+    assert all(r.label.startswith("DMA engine") for r in rows[5:])
     assert len(rows[1].lo) == 6 and len(rows[0].lo) == 6  # 6 MatMuls, 6 weight loads
     out = core_timeline_plot(ct, tmp_path / "t.png", width=600)
     assert out.stat().st_size > 1000 and out.read_bytes()[:4] == b"\x89PNG"

@@ -192,11 +192,10 @@ def test_dense_small_events_are_not_drawn_as_a_solid_band(tmp_path: Path) -> Non
     for a, b in zip(mm.lo.tolist(), mm.hi.tolist(), strict=True):
         mmask[a:b] = True
     how, blo, bhi = row_ink(mm.lo, mm.hi, (0, end), 300)
-    # every busy tick is inked; widening adds at most a pixel per bar
-    inked = np.zeros(end, bool)
-    for a, b in zip(blo.tolist(), bhi.tolist(), strict=True):
-        inked[int(a):int(np.ceil(b))] = True
-    if how == "bars":
+    if how == "bars":  # every busy tick is inked; widening adds at most a pixel per bar
+        inked = np.zeros(end, bool)
+        for a, b in zip(blo.tolist(), bhi.tolist(), strict=True):
+            inked[int(a):int(np.ceil(b))] = True
         assert not np.any(mmask & ~inked)
         assert inked.sum() <= mmask.sum() + len(blo) * (end / 300 + 1)
     else:  # each pixel's tint is its true busy share (from the tick mask), floored
@@ -280,8 +279,8 @@ def test_the_timeline_draws_the_trace_rows(tmp_path: Path) -> None:
     us = 1e6 / rep.core.tick_hz
     covered = []
     for r in rows:
-        members = ([r.label] if not r.label.startswith("DMA queues") else
-                   [f"DMA queue {q}" for q in range(int(r.label.split()[-1].split("-")[0]),
+        members = ([r.label] if not r.label.startswith("DMA engines") else
+                   [f"DMA engine {q}" for q in range(int(r.label.split()[-1].split("-")[0]),
                                                     int(r.label.split("-")[-1]) + 1)])
         covered += members
         for name in members:

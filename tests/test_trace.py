@@ -63,7 +63,7 @@ def test_events_carry_the_instruction_and_microseconds(case, tmp_path):
 
 
 PROFILE_ROWS = ["Tensor (LDWEIGHTS)", "TensorMatrix (MATMUL)", "Vector", "Scalar", "GpSimd",
-                *(f"DMA queue {q}" for q in range(TRN2.dma_queues))]
+                *(f"DMA engine {q}" for q in range(TRN2.dma_engines))]
 
 
 def row_names(doc, pid):
@@ -116,7 +116,7 @@ def test_whole_core_rows_one_per_engine_and_dma_queue(case, tmp_path):
     assert rows["TensorMatrix (MATMUL)"] == counts["MatMul"]
     assert rows["Vector"] == counts["ReadOut"]
     assert rows["Scalar"] == rows["GpSimd"] == 0
-    dma = sum(v for k, v in rows.items() if k.startswith("DMA queue"))
+    dma = sum(v for k, v in rows.items() if k.startswith("DMA engine"))
     assert dma >= counts["DmaLoad"] + counts["ReadOut"]
     for e in ev:
         if e["ph"] == "X":
@@ -171,8 +171,8 @@ def test_a_kernels_trace_has_every_row(tmp_path):
     assert rows["Tensor (LDWEIGHTS)"] == counts["LoadStationary"] > 0
     for engine in ("vector", "scalar", "gpsimd"):  # one slice per op of each engine queue
         assert rows[engine.title().replace("Gpsimd", "GpSimd")] == core.instructions[engine]
-    for q in range(TRN2.dma_queues):
-        assert rows[f"DMA queue {q}"] == core.instructions[f"dma{q}"]
+    for q in range(TRN2.dma_engines):
+        assert rows[f"DMA engine {q}"] == core.instructions[f"dma{q}"]
     assert doc["otherData"]["latency_us"] == pytest.approx(core.latency_us)
 
 

@@ -101,41 +101,80 @@ class Arch:
     vector_hz: int = 1_120_000_000
     scalar_hz: int = 1_400_000_000
     gpsimd_hz: int = 1_400_000_000
-    # Elements per partition per engine cycle, (2-byte formats, other formats): the data-path
-    # width over 128 partitions (FACTS table: v2 128 in/out on all three engines).
-    vector_elems_per_cycle: tuple[int, int] = (1, 1)
-    scalar_elems_per_cycle: tuple[int, int] = (1, 1)
-    gpsimd_elems_per_cycle: tuple[int, int] = (1, 1)
-    # A one-input engine instruction (tensor_copy, activation) costs max(MIN_II, N) cycles
-    # for N elements per partition; tensor_tensor (two inputs) about 2N (NKI "estimated
-    # instruction cost", v2 guide; FACTS). MIN_II = 64.
+    # Engine instruction costs are the "Estimated instruction cost" formulas of the nki.isa
+    # pages (aws-neuron-sdk nki/api/nki/isa/__init__.py at 7c165a3e; timing/costs.py has one
+    # row per instruction kind). MIN_II, the minimum initiation interval: "roughly 64
+    # engine cycles".
     engine_min_ii: int = 64
-    # Static overhead of an engine instruction that reads the previous instruction's output
-    # on the same engine, cycles (NKI "estimated instruction cost": about 100; FACTS).
+    # "add a static instruction overhead of 100 engine cycles" when an instruction depends
+    # on the output tile of the previous instruction (trainium_inferentia2_arch.rst, Vector
+    # engine cost model): a read-after-write on the same engine waits this long.
     engine_dep_overhead: int = 100
+    # "Initiating a tensor access request from an engine to its SBUF/PSUM read/write
+    # interface incurs a static overhead approximately 60 cycles on NeuronCore-v2 ...
+    # Compute engines can typically hide some of this latency through instruction level
+    # parallelism" (trainium_inferentia2_arch.rst ~L773): modelled as latency before another
+    # engine sees an engine instruction's output, never as occupancy (unsure on v3/v4).
+    engine_access_overhead: int = 60
+    # GpSimd instruction start-up, cycles ("GPSIMD_START ... roughly 150 engine cycles":
+    # iota, affine_select).
+    gpsimd_start: int = 150
+    # Vector engine performance mode (trainium2_arch.rst "Vector Engine Performance Mode"):
+    # the formats it applies to (v2 has none). tensor_copy / tensor_scalar 4x SBUF->SBUF
+    # contiguous, 2x strided or with PSUM; tensor_tensor 2x with both inputs in SBUF.
+    # trn3 (trainium3_arch.rst) keeps it and its engine table adds fp8 to the 512-wide
+    # formats (unsure for fp8's mode).
+    vector_perf_formats: tuple[str, ...] = ()
+    # Scalar engine 2x performance mode for BF16/FP16 tensor_copy / tensor_scalar /
+    # activation data (trainium3_arch.rst "Performance mode"; v2/v3 have none).
+    scalar_perf_formats: tuple[str, ...] = ()
+    # On NeuronCore-v2, Vector and GpSimd cannot access SBUF in parallel, and Vector and
+    # Scalar cannot access PSUM in parallel; v3 lifts both except that Vector and Scalar
+    # must not collide on the same PSUM bank (trainium2_arch.rst, memory hierarchy).
+    shared_engine_ports: bool = True
     # Cross-engine semaphore wait: an instruction that waits for another engine's result
     # starts this long after that result (unsure: the docs name the semaphores but give no
     # latency; taken as 64 ns).
     sync_ns: float = 64.0
-    # DMA: 16 queues (engines) per NeuronCore at 17 B/ns each on v2 (FACTS; the v2 guide
-    # also says 27 GiB/s per engine: unsure), 23 on v3, 33 on v4.
-    dma_queues: int = 16
-    dma_queue_bytes_per_ns: float = 17.0
-    # One dma_copy is split over the queues by partitions: the v2 guide shows a 128-partition
-    # load as 16 transfers of 8 partitions, so fewer partitions use fewer queues (FACTS).
-    dma_partitions_per_queue: int = 8
+    # DMA (nki-dma-overview.rst): 16 DMA engines per NeuronCore, 16 queues per engine; a
+    # transfer is submitted to one queue ID on the engines it uses, FIFO within a queue on
+    # one engine, round-robin between queues (v2/v3; QoS classes on v4).
+    dma_engines: int = 16
+    dma_queues_per_engine: int = 16
+    # Bandwidth per engine, bytes/ns: the overview's table (Trainium1 17, Trainium2 23,
+    # Trainium3 33 B/ns). Its text says 27.2 GB/s per engine on v2/v3 and 38.4 on v4: a
+    # conflict kept here (``dma_engine_bytes_per_ns_text``); the table is used, because its
+    # v3 figure agrees with the overview's own measurement (32 KiB in 1,416 ns = 23.1 B/ns):
+    # calibrated, a choice made on that published latency (docs/VALIDATION.md). Unsure.
+    dma_engine_bytes_per_ns: float = 17.0
+    dma_engine_bytes_per_ns_text: float = 27.2
+    # "each DMA engine is typically responsible for moving data for eight SBUF partitions
+    # (128 partitions / 16 DMA engines)" (overview): partitions p..p+7 go to one engine.
+    dma_partitions_per_engine: int = 8
+    # Throughput against bytes per descriptor (the contiguous bytes of one partition), as a
+    # fraction of the plateau: the overview's figure nki-dma-intro-1.jpg for 128 partitions,
+    # read at its points (FACTS "Compiler-side and cost facts"; the y-axis is unlabelled).
+    # Interpolated linearly in log2(bytes); below the first point the time per descriptor is
+    # constant (the figure's flat region: "a constant time per DMA").
+    dma_curve: tuple[tuple[int, float], ...] = (
+        (32, 0.014), (128, 0.05), (256, 0.10), (512, 0.21), (1024, 0.42), (2048, 0.81),
+        (4096, 0.97), (32768, 1.0))
     # Fixed cost of one DMA: descriptor setup, synchronisation and semaphore-to-start, about
-    # 1300 ns (DMA bandwidth guide; FACTS). Modelled as latency from ready to first byte; the
-    # queue keeps moving other transfers meanwhile (else >= 4 KiB could not saturate).
+    # 1300 ns (nki-dma-bandwidth-guide.rst; FACTS). Latency from ready to first byte; the
+    # engines keep moving other transfers meanwhile (else >= 4 KiB could not saturate).
     dma_fixed_ns: float = 1300.0
-    # Per-descriptor cost, in bytes of queue time: every contiguous run costs its bytes plus
-    # this. Unsure: chosen from the guide's thresholds, not fitted to a latency (a 256 B run
-    # is then half efficient, "severely overhead-bound"; 2 KiB 89%, "approaches peak";
-    # 4 KiB 94%, "saturates").
-    dma_descriptor_bytes: int = 256
-    # A transposing DMA (DRAM partitions contiguous) runs at this fraction of copy
-    # throughput (Trainium2 guide: DMA transpose HBM->SBUF up to 90%; unsure on v2 and v4).
+    # A transposing DMA runs at this fraction of copy throughput: HBM->SBUF "up to 90%",
+    # SBUF->SBUF "up to 50%" (trainium2_arch.rst "DMA Transpose"; unsure on v2 and v4).
     dma_transpose_efficiency: float = 0.9
+    dma_transpose_sbuf_efficiency: float = 0.5
+    # Descriptor generation (nki-dge.rst): static patterns use descriptors pre-computed on
+    # the host (dge none: "zero on-device overhead"); hardware DGE (v3+, two instances per
+    # core) takes "approximately 600 ns" per DMA instruction; software DGE runs on GpSimd,
+    # whose cost the docs do not give (unsure: taken as MIN_II_DYNAMIC, "roughly 600 engine
+    # cycles", of the dynamic tensor_copy formulas).
+    dge_hw_ns: float = 600.0
+    dge_instances: int = 0
+    dge_sw_cycles: int = 600
     # The engine that evacuates PSUM for a ReadOut before its DMA store (unsure: NKI kernels
     # use tensor_copy on Vector, the default engine of nisa.tensor_copy).
     readout_engine: str = "vector"
@@ -223,7 +262,8 @@ _PRESETS: dict[str, Arch] = {
                  # partition), 256 other; Scalar 128; GpSimd not given (unsure: 128). DMA
                  # 23 B/ns per queue (FACTS).
                  vector_hz=960_000_000, scalar_hz=1_200_000_000, gpsimd_hz=1_200_000_000,
-                 vector_elems_per_cycle=(4, 2), dma_queue_bytes_per_ns=23.0),
+                 vector_perf_formats=("bf16", "fp16"), shared_engine_ports=False,
+                 dma_engine_bytes_per_ns=23.0, dge_instances=2),
     # Trainium3: NeuronCore-v4, 2.4 GHz, 256 KiB SBUF per partition, adds fp8_e4m3fn and
     # the MX path (FACTS; seed 000 "MX ... gen4 only").
     "trn3": Arch(name="trn3", generation=4, arch_level=40, sbuf_bytes=256 * 1024,
@@ -232,8 +272,10 @@ _PRESETS: dict[str, Arch] = {
                  # trn3 engine table: 1.2 / 1.2 / 1.2 GHz; Vector 512 bf16/fp16/fp8, 256
                  # other; Scalar 256 / 128; GpSimd 128. DMA 33 B/ns per queue (FACTS).
                  vector_hz=1_200_000_000, scalar_hz=1_200_000_000, gpsimd_hz=1_200_000_000,
-                 vector_elems_per_cycle=(4, 2), scalar_elems_per_cycle=(2, 1),
-                 dma_queue_bytes_per_ns=33.0),
+                 vector_perf_formats=("bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fn"),
+                 scalar_perf_formats=("bf16", "fp16"), shared_engine_ports=False,
+                 dma_engine_bytes_per_ns=33.0, dma_engine_bytes_per_ns_text=38.4,
+                 dge_instances=2),
 }
 
 ARCHS: Mapping[str, Arch] = MappingProxyType(_PRESETS)

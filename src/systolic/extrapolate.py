@@ -132,6 +132,30 @@ def _steady(values: list[dict[str, int]]) -> dict[str, int] | None:
     return inc
 
 
+def _shifted(ct: CoreTiming, cuts: tuple[int, ...]) -> bool:
+    """The last two full blocks repeat the one before them op for op: the same queues and
+    the same starts and ends, shifted by one time. Equal totals alone are not enough: a
+    list schedule can settle into a pattern that repeats every few blocks (for example two
+    blocks fast, one slow), whose increments agree over two blocks by chance."""
+    lo, mid, hi = (int(np.searchsorted(ct.op_instr, c)) for c in cuts)
+    if mid - lo != hi - mid or mid == lo:
+        return False
+    prev = slice(2 * lo - mid, lo) if 2 * lo - mid >= 0 else None
+    blocks = [b for b in (prev, slice(lo, mid), slice(mid, hi)) if b is not None]
+    if len(blocks) < 3:
+        return False
+    base = blocks[0]
+    for b in blocks[1:]:
+        if not np.array_equal(ct.op_queue[b], ct.op_queue[base]):
+            return False
+        shift = ct.starts[b][0] - ct.starts[base][0]
+        if not (np.array_equal(ct.starts[b] - shift, ct.starts[base])
+                and np.array_equal(ct.ends[b] - shift, ct.ends[base])):
+            return False
+        base = b
+    return True
+
+
 def _from_slice(spec: MatmulSpec, arch: Arch, mt: int, j: int) -> Report | None:
     plan = tile(spec, arch)
     m_slice = (j - 1) * arch.cols + plan.m_tiles[-1].size
@@ -145,14 +169,17 @@ def _from_slice(spec: MatmulSpec, arch: Arch, mt: int, j: int) -> Report | None:
     pack = sl.pack
     full_last = plan.m_tiles[-1].size == arch.cols
     full_cuts = tuple(cuts if full_last else cuts[:j - 1])  # prefixes of the full blocks
+    # no what-if re-runs: a prefix's what-if latencies would each need their own re-run,
+    # and the extrapolated timing leaves them out (``what_if`` empty) rather than report
+    # the slice's
     cts = time_prefixes(prog, arch, (*full_cuts, len(prog)), fmt=sl.fmt,
-                        perf_mode=sl.perf_mode)
+                        perf_mode=sl.perf_mode, what_if=False)
     sch = sl.schedule
     counts = [_counts(prog, c) for c in full_cuts]
     pre = [{**_core_numbers(ct), **_pe_prefix(sch, c, pack), **n}
            for ct, c, n in zip(cts, full_cuts, counts, strict=False)]
     inc = _steady(pre[-3:])  # the last two full blocks: increments must agree
-    if inc is None:
+    if inc is None or not _shifted(cts[-1], full_cuts[-3:]):
         return None
     whole = {**_core_numbers(cts[-1]), **_pe_prefix(sch, len(prog), pack),
              **_counts(prog, len(prog))}
@@ -165,7 +192,7 @@ def _from_slice(spec: MatmulSpec, arch: Arch, mt: int, j: int) -> Report | None:
         useful_macs=q["useful_macs"],
         bound_ticks={k: q["b_" + k] for k in cts[-1].bound_ticks},
         busy_ticks={k: q["busy_" + k] for k in cts[-1].busy_ticks},
-        instructions={k: q["n_" + k] for k in cts[-1].instructions})
+        instructions={k: q["n_" + k] for k in cts[-1].instructions}, what_if={})
     return dataclasses.replace(
         sl, cycles=q["cycles"], readout_tail=q["readout_tail"], useful_macs=q["macs2"] // 2,
         counts={k[2:]: q[k] for k in q if k.startswith("c_")},

@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import SystolicError
+from ..nki.alloc import DEFAULT_BUFFERS
+from ..timing.core import SCHEDULES
 from .common import add_json, output_path, plot_path, positive_int, wrote
 
 HELP = """\
@@ -44,7 +46,15 @@ def add_parser(sub: Any) -> None:
                    help="fill the inputs with seeded random data and run the functional "
                         "simulator")
     p.add_argument("--seed", type=int, default=0, help="seed of --values (default 0)")
-    p.add_argument("--program", action="store_true", help="print the Program text")
+    p.add_argument("--program", action="store_true",
+                   help="print the Program text, as the compiler stage allocated it")
+    p.add_argument("--buffers", type=positive_int, default=DEFAULT_BUFFERS, metavar="N",
+                   help="physical buffers per tile made in an affine_range body (the "
+                        f"compiler's rotation; default {DEFAULT_BUFFERS}; 1 turns it off)")
+    p.add_argument("--schedule", choices=SCHEDULES, default="list",
+                   help="list: engines issue ready instructions ahead of blocked ones, as "
+                        "the Neuron compiler schedules (default); program-order: each "
+                        "queue in program order")
     p.add_argument("--trace", metavar="FILE.json", type=output_path("trace"),
                    help="write a Chrome/Perfetto trace: one row per engine and DMA queue")
     p.add_argument("--timeline", metavar="FILE.png", type=plot_path,
@@ -115,12 +125,13 @@ def run(args: argparse.Namespace) -> int:
     specs = [parse_arg(_split(a, "--arg")[1]) for a in args.arg]
     params = dict((k, _value(v)) for k, v in (_split(p, "--param") for p in args.param))
     kernel = load_kernel(path, func)
-    rec = record(kernel, specs, params, arch=arch)
-    core = time_recorded(rec)
+    rec = record(kernel, specs, params, arch=arch, buffers=args.buffers)
+    core = time_recorded(rec, args.schedule)
     info: dict[str, Any] = {
         "kernel": args.target, "arch": arch.name, "nki_ops": rec.ops,
         "instructions": len(rec.program), "counts": rec.counts(),
         "opcodes": rec.program.counts(), "weight_cache_hits": rec.cache_hits,
+        "allocation": _allocation(rec),
     }
     info.update(timing_fields(core))
     if args.values:
@@ -151,6 +162,16 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _allocation(rec: Any) -> dict[str, Any]:
+    """The compiler stage's report as JSON (nki/build.py Allocation)."""
+    a = rec.allocation
+    return {"buffers": a.buffers, "memsets_to_start": a.memsets_to_start,
+            "rotations": [{"line": f"{os.path.basename(r.where[0])}:{r.where[1]}",
+                           "buffer": r.buffer, "bytes_per_partition": r.bytes,
+                           "tiles": r.tiles, "physical": r.buffers, "did_not_fit": r.short}
+                          for r in a.rotations]}
+
+
 def _print_human(target: str, rec: Any, core: Any, info: dict[str, Any]) -> None:
     from ..timing.core import CAUSES
 
@@ -159,6 +180,8 @@ def _print_human(target: str, rec: Any, core: Any, info: dict[str, Any]) -> None
           f"{len(rec.program):,} instructions ({counts})")
     print("  " + ", ".join(f"{k}={v:,}" for k, v in info["opcodes"].items()))
     print(f"  weight-tile cache hits: {rec.cache_hits:,}")
+    for line in rec.allocation.lines():
+        print(line)
     b = info["bound"]
     print(f"whole NeuronCore: {core.latency_us:,.2f} us, {core.tflops:.2f} of "
           f"{core.peak_tflops:.2f} TFLOP/s (hfu {100 * core.hfu:.1f}%), bound by "
@@ -167,6 +190,10 @@ def _print_human(target: str, rec: Any, core: Any, info: dict[str, Any]) -> None
     for cause, part in b["causes"].items():
         print(f"  {CAUSES[cause]:<30} {part['us']:>12,.3f} {part['percent']:>7.2f}")
     print(f"  {'total':<30} {core.latency_us:>12,.3f} {100.0:>7.2f}")
+    what = info.get("what_if_us", {})
+    if what:
+        print("  what if (the same schedule, one cost set to zero): " + ", ".join(
+            f"{k.replace('_', ' ')} {v:,.2f} us" for k, v in what.items()))
     busy = core.busy()
     engines = ", ".join(f"{k} {100 * busy[k]:.0f}%" for k in ("tensor", "vector", "scalar",
                                                                "gpsimd"))

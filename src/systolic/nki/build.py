@@ -16,11 +16,12 @@ Three passes over the recorded operations:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..arch import Arch
-from ..errors import KernelError, VerifyError
+from ..errors import KernelError, SystolicError, VerifyError
 from ..isa import (
     AccessPattern,
     Activation,
@@ -33,9 +34,9 @@ from ..isa import (
     TensorCopy,
     TensorTensor,
 )
-from ..timing.dma import first_queue
+from ..timing.dma import queue_for
 from ..verify import verify
-from .alloc import OnChip
+from .alloc import DEFAULT_BUFFERS, OnChip, Rotation
 from .lower import emit_nc_matmul, emit_nc_matmul_mx, new_state
 from .record import Op, Recorder
 from .tensor import Tensor, View
@@ -44,6 +45,30 @@ __all__ = ["Recorded", "build"]
 
 _HBM_ALIGN = 64
 _SPACE = {"sbuf": Space.SBUF, "psum": Space.PSUM}
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What the compiler stage did: ``buffers`` asked per rotating tile, the rotation of
+    each declaration made in an affine_range body, and the PSUM memsets replaced by START."""
+
+    buffers: int
+    rotations: list[Rotation]
+    memsets_to_start: int
+
+    def lines(self) -> list[str]:
+        """The report ``systolic kernel`` prints (one line per rotating declaration)."""
+        out = [f"compiler: {self.memsets_to_start} PSUM memset(s) lowered to the matmul "
+               f"START flag; a tile made in an affine_range body rotates over "
+               f"{self.buffers} physical copies (of all its declaration's tiles live at "
+               f"once)"]
+        for r in self.rotations:
+            fit = (f"; did not fit {self.buffers} times over: {r.short} held copy(ies) "
+                   f"given up for room" if r.short else "")
+            out.append(f"  {os.path.basename(r.where[0])}:{r.where[1]}  {r.buffer} "
+                       f"{r.bytes:,} B/partition  {r.tiles:,} tiles at {r.buffers} "
+                       f"distinct address(es){fit}")
+        return out
 
 
 @dataclass
@@ -65,6 +90,7 @@ class Recorded:
     lines: list[tuple[str, int]] = field(default_factory=list)
     cache_hits: int = 0
     checked: bool = True
+    allocation: Allocation | None = None
 
     def counts(self) -> dict[str, int]:
         """Instructions per engine (tensor, vector, scalar, gpsimd, dma)."""
@@ -104,10 +130,14 @@ class _Group:
         self.rect, self.read, self.where = rect, False, where
 
 
-def _groups(ops: list[Op]) -> tuple[set[int], set[int]]:
-    """Pass 1: the indices of matmuls that START and STOP their group."""
+def _groups(ops: list[Op]) -> tuple[set[int], set[int], set[int]]:
+    """Pass 1: the indices of matmuls that START and STOP their group, and of the PSUM
+    memsets a group's START makes dead (``nl.zeros(psum)`` then ``+=``: the compiler
+    lowers the zeroing to the START flag, which overwrites; FACTS "PSUM accumulation")."""
     starts: set[int] = set()
     stops: set[int] = set()
+    zero_by: dict[tuple[int, tuple[int, int, int, int]], int] = {}  # (t, rect) -> memset
+    dead: set[int] = set()
     open_: dict[int, list[_Group]] = {}  # PSUM tensor id -> open groups
     closed: list[_Group] = []
     closed_by: dict[int, list[_Group]] = {}  # PSUM tensor id -> its finished groups
@@ -148,6 +178,9 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int]]:
                 raise KernelError(*op.where, (
                     f"accumulate=True onto a PSUM region {why}; use accumulate=None (the "
                     f"first matmul overwrites) or add partial results on the Vector engine"))
+            j = zero_by.pop((t, r), None)
+            if j is not None and r in zeroed.get(t, ()):  # zeroed whole, nothing read it
+                dead.add(j)
             zeroed[t] = [z for z in zeroed.get(t, []) if not _overlap(z, r)]
             groups.append(_Group(i, r, op.where))
             continue
@@ -163,10 +196,13 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int]]:
             for g in closed_by.get(t, ()):
                 if not is_dst and _overlap(g.rect, r):
                     g.read = True
+            for key in [k for k in zero_by if k[0] == t and _overlap(k[1], r)]:
+                del zero_by[key]  # the zeros were read or overwritten: the memset stays
             if is_dst:
                 zs = [z for z in zeroed.get(t, []) if not _overlap(z, r)]
                 if op.kind == "memset" and op.attrs["value"] == 0.0:
                     zs.append(r)
+                    zero_by[(t, r)] = i
                 zeroed[t] = zs
                 written.setdefault(t, []).append(r)
     for t, groups in open_.items():
@@ -177,7 +213,7 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int]]:
             raise KernelError(*ops[g.last].where, (
                 "the result of this nc_matmul is never read out of PSUM; copy it out "
                 "(nisa.tensor_copy) or drop the matmul"))
-    return starts, stops
+    return starts, stops, dead
 
 
 def _merge(dims: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -252,11 +288,15 @@ def _mx_scale(scale: AccessPattern, data: AccessPattern) -> AccessPattern:
                          scale.offset, scale.dims, "e8m0")
 
 
-def build(rec: Recorder, result: Any, outputs: list[Tensor], check: bool = True) -> Recorded:
+def build(rec: Recorder, result: Any, outputs: list[Tensor], check: bool = True,
+          buffers: int = DEFAULT_BUFFERS) -> Recorded:
     """Passes 1-3; ``check`` verifies the Program (leave it on unless it is verified
-    later, e.g. by an executor that runs :func:`systolic.verify.verify` itself)."""
+    later, e.g. by an executor that runs :func:`systolic.verify.verify` itself);
+    ``buffers`` physical tiles per tile made in an affine_range body (nki/alloc.py)."""
+    if not isinstance(buffers, int) or isinstance(buffers, bool) or buffers < 1:
+        raise SystolicError(f"buffers must be a whole number of at least 1, not {buffers!r}")
     arch, ops = rec.arch, rec.ops
-    starts, stops = _groups(ops)
+    starts, stops, dead = _groups(ops)
     # pass 2: lifetimes of on-chip tensors
     first: dict[int, int] = {}
     last: dict[int, int] = {}
@@ -266,6 +306,8 @@ def build(rec: Recorder, result: Any, outputs: list[Tensor], check: bool = True)
         hbm.append(t)
         seen_hbm.add(t.id)
     for i, op in enumerate(ops):
+        if i in dead:
+            continue
         for v in (op.dst, *op.srcs):
             t = v.tensor
             if t.buffer.on_chip:
@@ -289,11 +331,18 @@ def build(rec: Recorder, result: Any, outputs: list[Tensor], check: bool = True)
         if t.id in last:
             ends.setdefault(last[t.id], []).append(t)
     # pass 3: placement and emission
-    chip = OnChip(arch)
+    chip = OnChip(arch, buffers)
+    loop_ends: dict[int, list[int]] = {}
+    for lid, at in rec.loop_ends.items():
+        loop_ends.setdefault(at, []).append(lid)
     out: list[Instruction] = []
     lines: list[tuple[str, int]] = []
     st = new_state(arch, out)
     for i, op in enumerate(ops):
+        for lid in loop_ends.get(i, ()):
+            chip.end_loop(lid)
+        if i in dead:  # a PSUM memset the group's START replaces
+            continue
         for v in (op.dst, *op.srcs):
             t = v.tensor
             if t.buffer.on_chip and first[t.id] == i and t.id not in addr:
@@ -311,7 +360,8 @@ def build(rec: Recorder, result: Any, outputs: list[Tensor], check: bool = True)
         path, line = lines[exc.index]
         raise KernelError(path, line, exc.message) from None
     return Recorded(program, arch, list(rec.inputs), outputs, result, addr, dram_bytes,
-                    len(ops), lines, st.hits, check)
+                    len(ops), lines, st.hits, check,
+                    Allocation(buffers, list(chip.report.values()), len(dead)))
 
 
 def _emit(op: Op, i: int, st: Any, addr: dict[int, int], starts: set[int],
@@ -330,8 +380,8 @@ def _emit(op: Op, i: int, st: Any, addr: dict[int, int], starts: set[int],
                           _mx_scale(srcs[3], srcs[1]), dst, first=i in starts,
                           last=i in stops, bank=dst.offset // st.arch.psum_bank_bytes)
         return
-    if k == "dma":  # the compiler's queue spreading (timing/dma.py first_queue)
-        out.append(DmaCopy(srcs[0], dst, first_queue(srcs[0], dst, st.arch)))
+    if k == "dma":  # the compiler's queue assignment (timing/dma.py queue_for)
+        out.append(DmaCopy(srcs[0], dst, queue_for(srcs[0], dst)))
     elif k == "copy":
         out.append(TensorCopy(srcs[0], dst, a["engine"]))
     elif k == "tt":

@@ -150,7 +150,7 @@ def memset(*args: Any, **kw: Any) -> Tensor | None:
         dtype = args[2] if len(args) > 2 else kw.pop("dtype")
         buf = kw.pop("buffer", BUFFERS["sbuf"])
         t = Tensor(tuple(shape), to_dtype(dtype), buf, where)
-        current().tensors.append(t)
+        current().add_tensor(t)
         record_memset(t.full, value, eng, where)
         return t
     dst = args[0] if args else kw.pop("dst")
@@ -245,7 +245,7 @@ def nc_matmul_mx(dst: Any = None, stationary: Any = None, moving: Any = None,
     # bf16 PSUM: the fp32 accumulation lands in a staging bank, then rounds into dst (the
     # model's PSUM holds fp32 matmul results only)
     tmp = Tensor((mm, n), to_dtype("float32"), BUFFERS["psum"], where, "mx_fp32")
-    current().tensors.append(tmp)
+    current().add_tensor(tmp)
     _add("mmx", tmp.full, srcs, where, accumulate=None)
     record_copy(d, tmp.full, None, where)
 

@@ -3,6 +3,7 @@ operations (``nl.load``, ``nl.store``, ``nl.matmul``, ``nl.copy``, ``nl.zeros`` 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from ..isa import ActivationFunc, AluOp
@@ -25,13 +26,48 @@ def par_dim(size: int) -> ParDim:
     return ParDim(int(size))
 
 
-# Loops are Python loops: the kernel unrolls as it runs (NKI's affine/sequential/static
-# ranges differ only in what NKI's compiler may reorder, which a recording does not need).
-def affine_range(*args: int, **kw: Any) -> range:
-    return range(*args)
+class _Range:
+    """A loop range: Python iterates it (the kernel unrolls as it runs) and the recording
+    notes which loop each tile is made in, because the kinds differ in what the Neuron
+    compiler may do with them: ``affine_range`` iterations carry no dependency, so tiles
+    made in its body get rotating physical buffers (nki/alloc.py); ``sequential_range``
+    keeps its iterations' dependencies; ``static_range`` is unrolled as written."""
+
+    __slots__ = ("kind", "range")
+
+    def __init__(self, kind: str, args: tuple[int, ...]) -> None:
+        self.kind, self.range = kind, range(*args)
+
+    def __len__(self) -> int:
+        return len(self.range)
+
+    def __getitem__(self, i: int) -> int:
+        return self.range[i]
+
+    def __iter__(self) -> Iterator[int]:
+        from .record import _STACK
+
+        if not _STACK:
+            yield from self.range
+            return
+        rec = _STACK[-1]
+        loop = rec.enter_loop(self.kind)
+        try:
+            yield from self.range
+        finally:
+            rec.exit_loop(loop)
 
 
-sequential_range = static_range = affine_range
+def affine_range(*args: int, **kw: Any) -> _Range:
+    return _Range("affine", args)
+
+
+def sequential_range(*args: int, **kw: Any) -> _Range:
+    return _Range("sequential", args)
+
+
+def static_range(*args: int, **kw: Any) -> _Range:
+    return _Range("static", args)
 
 
 def ndarray(shape: Any, dtype: Any = None, buffer: Any = None, name: str = "",
@@ -47,7 +83,7 @@ def ndarray(shape: Any, dtype: Any = None, buffer: Any = None, name: str = "",
         raise fail(f"partition dimension {t.partitions} exceeds {rec.arch.rows} "
                    f"(nl.tile_size.pmax); put the larger dimension in the free dimensions or "
                    f"split it over several tiles", where)
-    rec.tensors.append(t)
+    rec.add_tensor(t)
     return t
 
 

@@ -85,12 +85,12 @@ def _casting_dma(dst: View, src: View, where: tuple[str, int]) -> None:
     so the cast is a Vector-engine copy through an SBUF staging tile on the SBUF side."""
     if src.buffer.on_chip:
         tmp = Tensor(src.shape, dst.dtype, BUFFERS["sbuf"], where, "dma_cast")
-        current().tensors.append(tmp)
+        current().add_tensor(tmp)
         record_copy(tmp.full, src, None, where)
         record_dma(dst, tmp.full, where)
     elif dst.buffer.on_chip:
         tmp = Tensor(dst.shape, src.dtype, BUFFERS["sbuf"], where, "dma_cast")
-        current().tensors.append(tmp)
+        current().add_tensor(tmp)
         record_dma(tmp.full, src, where)
         record_copy(dst, tmp.full, None, where)
     else:
@@ -251,7 +251,7 @@ def new_result(p: Pending) -> Tensor:
         src = as_view(a["src"] if "src" in a else a["a"])
         dtype = to_dtype(a["dtype"]) if a.get("dtype") is not None else src.dtype
         t = Tensor(src.shape, dtype, BUFFERS["sbuf"], p.where)
-    rec.tensors.append(t)
+    rec.add_tensor(t)
     return t
 
 

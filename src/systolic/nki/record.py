@@ -20,7 +20,7 @@ from ..errors import KernelError
 if TYPE_CHECKING:
     from .tensor import Tensor, View
 
-__all__ = ["Op", "Recorder", "current", "fail", "here"]
+__all__ = ["Loop", "Op", "Recorder", "current", "fail", "here"]
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -52,6 +52,18 @@ class Op:
     attrs: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class Loop:
+    """One run of an ``nl.affine_range`` / ``sequential_range`` / ``static_range`` loop:
+    its kind, a number unique in the recording, and the loop it runs in. ``end`` is set on
+    the Recorder (``loop_ends``) when the loop finishes: the index of the first operation
+    after it."""
+
+    kind: str
+    id: int
+    parent: Loop | None
+
+
 class Recorder:
     """The operations of one kernel run, and the tensors they touch, in program order."""
 
@@ -61,6 +73,26 @@ class Recorder:
         self.tensors: list[Tensor] = []
         self.inputs: list[Tensor] = []
         self.pending: list[Any] = []  # lazy results of the older API (nl.load, nl.matmul)
+        self.loops: list[Loop] = []  # the loops the kernel is in now, innermost last
+        self.loop_ends: dict[int, int] = {}  # loop id -> index of the first op after it
+        self._loop_ids = 0
+
+    def add_tensor(self, t: Tensor) -> None:
+        """A tensor the kernel made, tagged with the loop it was made in (the compiler's
+        buffer rotation, nki/alloc.py, keys on it)."""
+        t.loop = self.loops[-1] if self.loops else None
+        self.tensors.append(t)
+
+    def enter_loop(self, kind: str) -> Loop:
+        self._loop_ids += 1
+        loop = Loop(kind, self._loop_ids, self.loops[-1] if self.loops else None)
+        self.loops.append(loop)
+        return loop
+
+    def exit_loop(self, loop: Loop) -> None:
+        if loop in self.loops:  # a loop left by break/return/exception closes here too
+            del self.loops[self.loops.index(loop):]
+        self.loop_ends.setdefault(loop.id, len(self.ops))
 
     def add(self, op: Op) -> None:
         if self.pending:

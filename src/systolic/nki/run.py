@@ -30,6 +30,7 @@ from ..arch import Arch, get_arch
 from ..errors import KernelError, SystolicError
 from ..timing.core import CoreTiming, time_program
 from . import record as _record
+from .alloc import DEFAULT_BUFFERS
 from .build import Recorded, build
 from .record import Recorder
 from .tensor import Tensor
@@ -86,9 +87,11 @@ def _kernel_line(tb: Any) -> tuple[str, int]:
 
 
 def record(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = None, *,
-           arch: str | Arch | None = None, check: bool = True) -> Recorded:
+           arch: str | Arch | None = None, check: bool = True,
+           buffers: int = DEFAULT_BUFFERS) -> Recorded:
     """Record ``kernel(*args, **kwargs)``: arrays and tensor specs become HBM tensors.
-    ``check=False`` skips verifying the built Program (``Recorded.checked`` says which)."""
+    ``check=False`` skips verifying the built Program (``Recorded.checked`` says which);
+    ``buffers``: physical tiles per tile made in an affine_range body (nki/alloc.py)."""
     func, karch = _unwrap(kernel)
     rec = Recorder(_arch(karch, arch))
     targs: list[Any] = []
@@ -121,7 +124,7 @@ def record(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = Non
                                         "tensor and return that")
     gc.disable()
     try:
-        return build(rec, result, outputs, check)
+        return build(rec, result, outputs, check, buffers)
     finally:
         if collecting:
             gc.enable()
@@ -220,8 +223,8 @@ def load_kernel(path: str, function: str) -> Any:
 
 
 def record_kernel(path: str, function: str, args: Sequence[Any],
-                  params: dict[str, Any] | None = None, arch: str | Arch = "trn2"
-                  ) -> Recorded:
+                  params: dict[str, Any] | None = None, arch: str | Arch = "trn2",
+                  buffers: int = DEFAULT_BUFFERS) -> Recorded:
     """Load ``path:function`` and record it for ``args`` (TensorSpec, ``(shape, dtype)``,
     ``"DTYPE[D0,...]"`` or arrays) and keyword ``params`` on ``arch``; no values."""
     fn = load_kernel(path, function)
@@ -233,7 +236,7 @@ def record_kernel(path: str, function: str, args: Sequence[Any],
             specs.append(TensorSpec(tuple(int(s) for s in a[0]), to_dtype(a[1])))
         else:
             specs.append(a)
-    return record(fn, specs, params, arch=arch)
+    return record(fn, specs, params, arch=arch, buffers=buffers)
 
 
 # The critical-path causes of timing/core.py in four kinds: the answer a kernel engineer acts
@@ -253,9 +256,10 @@ def bound_kind(core: CoreTiming) -> str:
     return max(share, key=lambda k: share[k])
 
 
-def time_recorded(rec: Recorded) -> CoreTiming:
-    """The whole-core timing of a recorded kernel (no values are computed)."""
-    return time_program(rec.program, rec.arch)
+def time_recorded(rec: Recorded, schedule: str = "list") -> CoreTiming:
+    """The whole-core timing of a recorded kernel (no values are computed); ``schedule``
+    is ``list`` (the compiler's, default) or ``program-order`` (timing/core.py)."""
+    return time_program(rec.program, rec.arch, schedule=schedule)
 
 
 def timing_fields(core: CoreTiming) -> dict[str, Any]:

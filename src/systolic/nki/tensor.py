@@ -20,7 +20,7 @@ from math import prod
 from typing import Any, NamedTuple
 
 from .index import Expr, Grid
-from .record import HOOKS, Op, current, fail, here
+from .record import HOOKS, Loop, Op, current, fail, here
 from .types import Buffer, DType, ParDim
 
 __all__ = ["Axis", "Expr", "Grid", "Pending", "Tensor", "View", "as_view", "same_shape"]
@@ -61,6 +61,8 @@ class Tensor:
         self.where = where
         self.name = name
         self.is_input = is_input
+        # the innermost loop the kernel was in when it made the tensor (Recorder.add_tensor)
+        self.loop: Loop | None = None
         self.pdim: int | None = pdim if buffer.on_chip else None
         strides, acc = [0] * len(dims), 1
         for i in range(len(dims) - 1, -1, -1):

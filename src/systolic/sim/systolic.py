@@ -91,35 +91,32 @@ class SystolicRun(Run):
 
 
 def issue(program: Program, arch: Arch) -> tuple[np.ndarray, np.ndarray]:
-    """Start and end cycles of every instruction by the rules of :mod:`systolic.timing.pe`.
+    """Start and end cycles of every instruction by the issue rules of
+    :mod:`systolic.timing.pe` (its step functions, the same the timing model calls).
 
     MatMul ends here are planned (start + :func:`cost.matmul_duration`); the simulator
-    reports the ends it observes in the array.
+    reports the ends it observes in the array, which tests compare with closed forms.
     """
     starts = np.full(len(program), -1, dtype=np.int64)
     ends = np.full(len(program), -1, dtype=np.int64)
-    mm_next = 0  # earliest start of the next MatMul (issue interval)
-    mm_last_start: int | None = None
-    load_free = 0  # the load queue
-    load_end: int | None = None  # a load since the last MatMul
+    pe = cost.PE_IDLE
     ro_free = 0  # the read-out engine's queue
     group_end: dict[Rect, int] = {}  # region -> its group's last end
     reads: list[tuple[Rect, int]] = []  # (region, end) of ReadOuts
     for i, ins in enumerate(program):
         if isinstance(ins, Group.LOAD):
             load = cast(cost.Load, ins)  # Group tuples do not narrow for mypy
-            s = max(load_free, mm_last_start or 0)
-            starts[i], ends[i] = s, s + cost.load_cycles(load, arch)
-            load_free = load_end = int(ends[i])
+            c = cost.load_cycles(load, arch)
+            s, _, pe = cost.load_step(pe, c)
+            starts[i], ends[i] = s, s + c
         elif isinstance(ins, Group.COMPUTE):
             comp = cast(cost.Compute, ins)
-            s = max(mm_next, load_end or 0)
+            ready = 0
             if CalcFlags.START in comp.flags:
                 reg = comp.dst.rect
-                s = max([s, *(e for r, e in reads if r.overlaps(reg))])
+                ready = max((e for r, e in reads if r.overlaps(reg)), default=0)
+            s, _, pe = cost.compute_step(pe, cost.matmul_interval(comp, arch), ready)
             starts[i], ends[i] = s, s + cost.matmul_duration(comp, arch)
-            mm_last_start, load_end = s, None
-            mm_next = s + cost.matmul_interval(comp, arch)
             dreg = comp.dst.rect
             if CalcFlags.START in comp.flags or ends[i] > group_end.get(dreg, -1):
                 group_end[dreg] = int(ends[i])

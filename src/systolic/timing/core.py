@@ -1,38 +1,61 @@
-"""The whole-NeuronCore scheduler: every engine and DMA queue, dependencies, HBM, and the
+"""The whole-NeuronCore scheduler: every engine and DMA engine, dependencies, HBM, and the
 answer to "what bounds my kernel" (docs/timing.md "The whole core").
 
 ``time_program(program, arch) -> CoreTiming`` is the one entry point (the NKI front end's
 ``nki.benchmark``, ``systolic.matmul``'s report and the sweep call it).
 
-Model. Each engine is an in-order queue at its own clock: Tensor (the PE rules of
-:mod:`systolic.timing.pe`, unchanged: issue interval, background weight loads), Vector,
-Scalar, GpSimd (costs, QuantizeMx's included: :mod:`systolic.timing.engines`) and
-``arch.dma_queues`` DMA queues (:mod:`systolic.timing.dma`). A ReadOut is two ops: the PSUM
-evacuation on ``arch.readout_engine``, then a DMA store of its bytes. An op starts when its
-queue is free (program order within a queue) and every op it depends on has ended
-(:mod:`systolic.timing.deps`: RAW, WAW, WAR on overlapping regions), plus ``arch.sync_ns`` when
-a compute engine waits for another queue; a DMA's first byte comes ``dma_fixed_ns`` after
-its inputs are ready. All DMA bytes to or from HBM pass one shared server at
-``hbm_bytes_per_s`` in program order. Every dependency points backwards in program order,
-so one pass in program order is exact for these rules (no event queue is needed).
+Model.
+
+* **Queues.** Tensor (the PE issue rules of :mod:`systolic.timing.pe`: issue interval,
+  background weight loads; always in program order, since the latched weights are machine
+  state the compiler keeps paired with their MatMuls), Vector, Scalar, GpSimd (the costs of
+  :mod:`systolic.timing.costs`), ``arch.dma_engines`` DMA engines and one HBM server
+  (:mod:`systolic.timing.dma`). A ReadOut is two ops: the PSUM evacuation on
+  ``arch.readout_engine``, then a DMA store of its bytes.
+* **Dependencies** (:mod:`systolic.timing.deps`, RAW/WAW/WAR on overlapping regions): an
+  op starts no sooner than each dependency's end, plus ``sync_ns`` when a compute engine
+  waits for another queue, plus ``engine_access_overhead`` cycles of the producer when the
+  producer is a Vector/Scalar/GpSimd instruction (its SBUF/PSUM write latency), plus
+  ``engine_dep_overhead`` cycles on a read-after-write on the same engine; a DMA's first
+  byte comes ``dma_fixed_ns`` after its inputs are ready.
+* **Scheduling** (``schedule=``): ``"list"`` (the default) places every op, in program
+  order of priority, at the earliest time its dependencies and its resources allow, into
+  an idle gap before a later reservation if one fits: an instruction issues ahead of an
+  earlier one on the same engine when no dependency orders them, as the Neuron compiler's
+  list scheduler reorders each engine's stream (so a store waiting on compute does not
+  block the next block's prefetch). DMA transfers on one queue of one DMA engine stay in
+  order (FIFO); another queue's transfer may use the engine meanwhile (round-robin).
+  ``"program-order"`` never fills a gap: every engine and DMA engine serves its ops in
+  program order (the first release's in-order queues).
+* **Resources** besides the queues: on NeuronCore-v2 Vector and GpSimd share SBUF access,
+  Vector and Scalar PSUM access; on v3+ Vector and Scalar must not use one PSUM bank at
+  once (``Arch.shared_engine_ports``).
+
+Placement depends only on earlier instructions, so a prefix's schedule is the schedule's
+prefix (:func:`time_prefixes`, used by systolic.extrapolate).
+
+What-if (``what_if=True``, issue 18 part 5): the same schedule re-run with one set of costs
+at zero (DMA transfers and their fixed cost, the Vector/Scalar/GpSimd instructions, or the
+Tensor Engine's): every op keeps its dependencies and its place in each resource's order,
+and is timed again; so a what-if latency is never above the real one, and says how far
+removing that cost alone could take the kernel.
 
 Time is counted in integer ticks of ``arch.tick_hz`` (the least common multiple of the
 engine clocks: every engine cycle is a whole number of ticks; DMA times round up to a
 tick), so the breakdown adds up exactly.
 
-Critical path. Each op records which constraint set its start (its binder: the previous op
-on its queue, a dependency, the HBM server, or the PE's issue interval / weight load) and
-the time on that binder the constraint refers to. Walking back from the op that ends last,
-each op's own time is charged to its cause (``pe``, ``weight_load``, ``dma``,
-``psum_evacuation``, ``vector``, ``scalar``, ``gpsimd``) and each wait between a binder and
-the op to ``sync`` (semaphore latency) or ``dma_latency`` (the DMA fixed cost). The parts
-telescope, so they sum to the latency exactly.
+Critical path. Each op records which constraint set its start (its binder: a dependency,
+the op that held its resource, the HBM server, or the PE's issue interval / weight load)
+and the time on that binder the constraint refers to. Walking back from the op that ends
+last, each op's own time is charged to its cause and each wait between a binder and the
+op to ``sync`` (semaphore latency, access and dependency overheads) or ``dma_latency``
+(the DMA fixed cost). The parts telescope, so they sum to the latency exactly.
 """
 
 from __future__ import annotations
 
 from math import ceil
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,7 +63,7 @@ from ..arch import Arch, get_arch
 from ..errors import SystolicError
 from ..geometry import interval_union
 from ..isa import (
-    Activation,
+    AccessPattern,
     DmaCopy,
     DmaLoad,
     Engine,
@@ -48,26 +71,46 @@ from ..isa import (
     LoadStationary,
     MatMul,
     MatmultMx,
-    Memset,
     Program,
-    QuantizeMx,
     ReadOut,
-    TensorCopy,
-    TensorTensor,
+    Space,
+    reads,
+    writes,
 )
-from . import pe as cost
+from . import pe as pe_rules
+from .costs import engine_cycles, engine_hz
 from .deps import Tracker, region
-from .dma import DmaCost, dma_cost, queues_for
-from .engines import engine_cycles, engine_hz
-from .result import CAUSES, QUEUE_NAMES, CoreTiming, queue_names
+from .dma import dma_cost, queue_for
+from .result import CAUSES, QUEUE_NAMES, WHAT_IF, Cause, CoreTiming, queue_names
+from .timeline import Timeline
 
-__all__ = ["CAUSES", "QUEUE_NAMES", "CoreTiming", "queue_names", "time_prefixes", "time_program"]
+__all__ = ["CAUSES", "QUEUE_NAMES", "SCHEDULES", "CoreTiming", "queue_names", "time_prefixes",
+           "time_program"]
 
-_CAUSE_ID = {k: i for i, k in enumerate(CAUSES)}
-_PE, _WL, _DMA, _DLAT, _EVAC, _VEC, _SCA, _GPS, _SYNC, _IDLE = range(len(CAUSES))
+SCHEDULES = ("list", "program-order")
+_TENSOR = 0
 _ENGINE_Q = {Engine.TENSOR: 0, Engine.VECTOR: 1, Engine.SCALAR: 2, Engine.GPSIMD: 3}
-_ENGINE_CAUSE = {Engine.VECTOR: _VEC, Engine.SCALAR: _SCA, Engine.GPSIMD: _GPS}
-_DQ = len(QUEUE_NAMES)  # first DMA queue id
+_ENGINE_CAUSE = {Engine.VECTOR: Cause.VECTOR, Engine.SCALAR: Cause.SCALAR,
+                 Engine.GPSIMD: Cause.GPSIMD}
+_DQ = len(QUEUE_NAMES)  # the first DMA engine's queue id
+_COMPUTE = (MatMul, MatmultMx)
+_LOADS = (LoadStationary, LdWeightMx)
+
+
+class OpRecord(NamedTuple):
+    """One timed op of the real schedule: its instruction, how many queues it holds, its
+    start, the cause of its own time, its binder (-1: a root) with the time ``ref`` on the
+    binder the constraint refers to, when it entered (``enter``) and the cause of the wait
+    ``ref -> enter``."""
+
+    instr: int
+    queues: int
+    start: int
+    own: Cause
+    binder: int
+    ref: int
+    enter: int
+    lag: Cause
 
 
 def _program_format(program: Program) -> tuple[str, str]:
@@ -80,26 +123,31 @@ def _program_format(program: Program) -> tuple[str, str]:
 
 
 def time_program(program: Program, arch: Arch | str, *, fmt: str | None = None,
-                 perf_mode: str | None = None) -> CoreTiming:
+                 perf_mode: str | None = None, schedule: str = "list",
+                 what_if: bool = True) -> CoreTiming:
     """Schedule ``program`` on the whole NeuronCore of ``arch`` (module docstring).
 
     ``fmt``/``perf_mode`` name the peak the ``hfu`` is measured against (default: those of
-    the Program's first MatMul). Instructions the model does not know raise
-    :class:`SystolicError`."""
-    arch = get_arch(arch)
-    return time_prefixes(program, arch, (len(program),), fmt=fmt, perf_mode=perf_mode)[0]
+    the Program's first MatMul). ``schedule`` is ``"list"`` or ``"program-order"``;
+    ``what_if`` adds the latencies with DMA, engines or PE free. Instructions the model
+    does not know raise :class:`SystolicError`."""
+    return time_prefixes(program, arch, (len(program),), fmt=fmt, perf_mode=perf_mode,
+                         schedule=schedule, what_if=what_if)[0]
 
 
 def time_prefixes(program: Program, arch: Arch | str, cuts: tuple[int, ...], *,
-                  fmt: str | None = None, perf_mode: str | None = None
-                  ) -> list[CoreTiming]:
+                  fmt: str | None = None, perf_mode: str | None = None,
+                  schedule: str = "list", what_if: bool = True) -> list[CoreTiming]:
     """One schedule of ``program``, summarised for each prefix ``program[:cut]``.
 
     Every decision depends only on earlier instructions, so the prefix's summary is exactly
     what :func:`time_program` gives for the prefix alone (tested); extrapolating a long
     regular program from its first blocks uses this (systolic.extrapolate)."""
     arch = get_arch(arch)
-    sch = _Scheduler(arch)
+    if schedule not in SCHEDULES:
+        raise SystolicError(f"schedule must be one of {', '.join(SCHEDULES)}, not "
+                            f"{schedule!r}")
+    sch = _Scheduler(arch, schedule, what_if)
     sch.run(program)
     if fmt is None:
         fmt, mode = _program_format(program)
@@ -108,31 +156,51 @@ def time_prefixes(program: Program, arch: Arch | str, cuts: tuple[int, ...], *,
     return [sch.assemble(cut, fmt, perf_mode or mode) for cut in cuts]
 
 
+class _Plan(NamedTuple):
+    """What the what-if pass needs of one op: its kind (``pe``, ``load``, ``engine``,
+    ``dma``), its dependencies as (op, latency in ticks), the resources it holds in the
+    real schedule's order, its duration(s) and, for the PE, its issue interval."""
+
+    kind: str
+    deps: tuple[tuple[int, int], ...]
+    resources: tuple[object, ...]
+    dur: int
+    interval: int = 0
+    hbm: int = 0
+
+
 class _Scheduler:
-    def __init__(self, arch: Arch) -> None:
+    def __init__(self, arch: Arch, mode: str, what_if: bool) -> None:
         self.arch = arch
+        self.mode = mode
+        self.what_if = what_if
+        self.fill = mode == "list"
         self.tick = arch.tick_hz
         self.r_pe = self.tick // int(arch.clock_hz)
-        self.nq = _DQ + arch.dma_queues
         self.sync = ceil(arch.sync_ns * self.tick / 1e9)
         self.fixed = ceil(arch.dma_fixed_ns * self.tick / 1e9)
         self.hbm_rate = arch.hbm_bytes_per_s / self.tick  # bytes per tick
+        self.per = {q: self.tick // engine_hz(arch, e) for e, q in _ENGINE_Q.items()}
+        self.access = {q: arch.engine_access_overhead * self.per[q] for q in (1, 2, 3)}
+        self.dep_overhead = {q: arch.engine_dep_overhead * self.per[q] for q in (1, 2, 3)}
         # per op
-        self.queue: list[int] = []
+        self.queue: list[int] = []  # its (first) queue id
+        self.records: list[OpRecord] = []
         self.ends: list[int] = []
-        # per op: (instruction, queue count, start, own cause, binder (-1: a root), ref,
-        # enter, lag cause): the cause of the op's own time, and of the wait ref -> enter
-        self.rest: list[tuple[int, int, int, int, int, int, int, int]] = []
-        self.rest_arr: np.ndarray | None = None
-        self.tracker = Tracker(self.ends, self.queue)
-        self.last = [-1] * self.nq  # last op per queue
-        self.free = [0] * self.nq
-        self.rmemo: dict[object, int] = {}
-        self.idmemo: dict[int, int] = {}
-        self.cmemo: dict[object, Any] = {}
-        self.qmemo: dict[tuple[int, int], list[int]] = {}
-        self.hbm_free = 0
-        self.hbm_last = -1
+        self.plans: list[_Plan] = []
+        self.tracker = Tracker(self.queue, _TENSOR)
+        # the resources of the real schedule
+        self.timelines: dict[object, Timeline] = {}
+        self.hbm = Timeline(self.fill)
+        self.fifo: dict[tuple[int, int], tuple[int, int]] = {}  # (engine, queue) -> end, op
+        self.pe = pe_rules.PE_IDLE
+        self.pe_prev = -1  # the previous MatMul op
+        self.load_last = -1  # the previous load op
+        self.pending = -1  # the load op since the previous MatMul
+        # memos, on frozen patterns and instructions
+        self.region_ids: dict[object, int] = {}
+        self.pe_costs: dict[object, tuple[int, int, int]] = {}
+        self.dma_costs: dict[tuple[object, ...], tuple[object, int, int]] = {}
         self.dma_bytes = self.hbm_bytes = 0
         self.macs2 = 0  # 2 x useful MACs (two-pass halves count half)
         self.macs_at: list[int] = []  # macs2 after each instruction
@@ -140,217 +208,320 @@ class _Scheduler:
 
     # -- helpers ----------------------------------------------------------------------
     def _reg(self, ap: object) -> int:
-        # by identity first (the Program keeps every pattern alive during the run), then
-        # by value (equal patterns built separately)
-        r = self.idmemo.get(id(ap))
-        if r is None:
-            a: Any = ap
-            # a key of plain ints and tuples (hashed in C; the dataclass hash is slower)
-            key = (id(a.space), a.partition, a.partitions, a.offset, a.dims, a.dtype,
-                   a.partition_step)
-            r = self.rmemo.get(key)
-            if r is None:
-                r = self.rmemo[key] = self.tracker.intern(region(a))
-            self.idmemo[id(ap)] = r
-        return r
+        """The tracker's id of the region an access pattern touches (memoised on the
+        frozen pattern)."""
+        rid = self.region_ids.get(ap)
+        if rid is None:
+            rid = self.region_ids[ap] = self.tracker.intern(region(ap))  # type: ignore
+        return rid
 
-    def _add(self, i: int, q: int, nqs: int, own: int, start: int, end: int, binder: int,
-             ref: int, enter: int, lag: int, reads: tuple[int, ...],
-             writes: tuple[int, ...]) -> int:
-        """Append one timed op and commit its accesses; returns its index."""
-        op = len(self.ends)
-        self.queue.append(q)
-        self.ends.append(end)
-        self.rest.append((i, nqs, start, own, binder, ref, enter, lag))
-        self.tracker.commit(op, reads, writes)
-        return op
+    def _timeline(self, key: object) -> Timeline:
+        tl = self.timelines.get(key)
+        if tl is None:
+            tl = self.timelines[key] = Timeline(self.fill)
+        return tl
 
-    def _ready(self, deps: set[int], q: int, sync: int) -> tuple[int, int]:
-        """(latest dependency end + sync, that dependency) over deps on other queues."""
+    def _latency(self, d: int, q: int, raw: bool) -> int:
+        """Ticks between dependency ``d``'s end and an op on queue ``q`` (module docstring:
+        sync, access and dependency overheads; a DMA consumer's fixed cost is added by
+        the caller)."""
+        qd = self.queue[d]
+        if qd == q and q < _DQ:
+            return self.dep_overhead.get(q, 0) if raw else 0
+        if q >= _DQ:
+            return self.access.get(qd, 0)
+        return self.sync + self.access.get(qd, 0)
+
+    def _deps(self, raw: set[int], order: set[int], q: int, skip_own: bool
+              ) -> tuple[tuple[tuple[int, int], ...], int, int]:
+        """(every dependency with its latency, the latest end plus latency, that dep)."""
+        out: list[tuple[int, int]] = []
         t, b = -1, -1
-        for d in deps:
-            if self.queue[d] == q and q < _DQ:
-                continue
-            e = self.ends[d] + (sync if self.queue[d] != q else 0)
-            if e > t:
-                t, b = e, d
-        return t, b
+        ends, queue = self.ends, self.queue
+        for deps, is_raw in ((raw, True), (order - raw, False)):
+            for d in deps:
+                if skip_own and queue[d] == q:
+                    continue  # the Tensor queue orders its own ops
+                lat = self._latency(d, q, is_raw)
+                out.append((d, lat))
+                e = ends[d] + lat
+                if e > t or (e == t and d > b):
+                    t, b = e, d
+        return tuple(out), t, b
+
+    def _fit(self, tls: list[Timeline], t: int, d: int) -> tuple[int, int]:
+        """The earliest start >= t at which every timeline is free for d ticks, and the op
+        that last delayed it (-1: none)."""
+        binder = -1
+        while True:
+            moved = False
+            for tl in tls:
+                s, b = tl.fit(t, d)
+                if s > t:
+                    t, binder, moved = s, b, True
+            if not moved:
+                return t, binder
+
+    def _add(self, rec: OpRecord, q: int, end: int, plan: _Plan | None) -> int:
+        op = len(self.queue)
+        self.queue.append(q)
+        self.records.append(rec)
+        self.ends.append(end)
+        if self.what_if and plan is not None:
+            self.plans.append(plan)
+        return op
 
     # -- ops --------------------------------------------------------------------------
-    def _engine_op(self, i: int, ins: Any, engine: Engine, reads: tuple[int, ...],
-                   writes: tuple[int, ...], own: int) -> int:
+    def _ports(self, engine: Engine, aps: tuple[object, ...]) -> list[object]:
+        """The shared SBUF/PSUM ports an engine instruction needs (module docstring)."""
+        arch = self.arch
+        out: list[object] = []
+        spaces = {ap.space for ap in aps}  # type: ignore[attr-defined]
+        if arch.shared_engine_ports:
+            if engine in (Engine.VECTOR, Engine.GPSIMD) and Space.SBUF in spaces:
+                out.append("sbuf port")
+            if engine in (Engine.VECTOR, Engine.SCALAR) and Space.PSUM in spaces:
+                out.append("psum port")
+        elif engine in (Engine.VECTOR, Engine.SCALAR) and Space.PSUM in spaces:
+            for ap in aps:
+                if ap.space is Space.PSUM:  # type: ignore[attr-defined]
+                    lo, hi = ap.free_bytes_span  # type: ignore[attr-defined]
+                    off = ap.offset  # type: ignore[attr-defined]
+                    for bank in range((off + lo) // arch.psum_bank_bytes,
+                                      (off + hi - 1) // arch.psum_bank_bytes + 1):
+                        out.append(("psum bank", bank))
+        return out
+
+    def _engine_op(self, i: int, ins: object, engine: Engine, rd: tuple[int, ...],
+                   wr: tuple[int, ...], own: Cause, aps: tuple[object, ...]) -> int:
         q = _ENGINE_Q[engine]
-        d = ins.dst
-        s = ins.a if type(ins) is TensorTensor else getattr(ins, "src", d)
-        key = (type(ins), q, s.dims, s.dtype, d.dims, d.dtype)
-        hit = self.cmemo.get(key)
-        if hit is None:
-            per = self.tick // engine_hz(self.arch, engine)
-            hit = self.cmemo[key] = (engine_cycles(ins, self.arch, engine), per)
-        cyc, per = hit
-        deps = self.tracker.deps(reads, writes)
-        prev = self.last[q]
-        if prev >= 0 and prev in deps:
-            cyc += self.arch.engine_dep_overhead
-        t, b, ref, lag = self.free[q], prev, self.free[q], _IDLE
-        dt, db = self._ready(deps, q, self.sync)
-        if dt > t:
-            t, b, ref, lag = dt, db, self.ends[db], _SYNC
-        end = t + cyc * per
-        op = self._add(i, q, 1, own, t, end, b, ref if b >= 0 else 0, t, lag, reads, writes)
-        self.free[q], self.last[q] = end, op
+        dur = engine_cycles(ins, self.arch, engine) * self.per[q]
+        raw, order = self.tracker.deps(rd, wr)
+        deps, dt, db = self._deps(raw, order, q, False)
+        t0 = max(dt, 0)
+        keys = (q, *self._ports(engine, aps))
+        tls = [self._timeline(k) for k in keys]
+        t, rb = self._fit(tls, t0, dur)
+        op = len(self.queue)
+        for tl in tls:
+            tl.reserve(t, t + dur, op)
+        if t > t0 and rb >= 0:
+            rec = OpRecord(i, 1, t, own, rb, t, t, Cause.IDLE)
+        elif db >= 0 and dt > 0:
+            rec = OpRecord(i, 1, t, own, db, self.ends[db], t, Cause.SYNC)
+        else:
+            rec = OpRecord(i, 1, t, own, -1, 0, t, Cause.IDLE)
+        self._add(rec, q, t + dur, _Plan("engine", deps, keys, dur))
+        self.tracker.commit(op, rd, wr)
         return op
 
-    def _dma_op(self, i: int, cost3: tuple[DmaCost, int, int], first: int,
-                reads: tuple[int, ...], writes: tuple[int, ...], extra: int = -1) -> int:
-        c, occ, hb = cost3
-        qs = self.qmemo.get((first, c.queues))
-        if qs is None:
-            qs = self.qmemo[(first, c.queues)] = [
-                _DQ + q for q in queues_for(first, c.queues, self.arch.dma_queues)]
-        deps = self.tracker.deps(reads, writes)
-        if extra >= 0:
-            deps.add(extra)
-        op = len(self.ends)
-        t, b, ref, lag = 0, -1, 0, _IDLE
-        for q in qs:
-            if self.free[q] > t:
-                t, b, ref = self.free[q], self.last[q], self.free[q]
-        dt, db = self._ready(deps, -1, 0)
-        dt = max(dt, 0) + self.fixed
-        if dt > t:
-            t, b, ref, lag = dt, db, (self.ends[db] if db >= 0 else 0), _DLAT
-        end, enter = t + occ, t
-        if hb:
-            hs = max(self.hbm_free, t)
-            if hs + hb > end:
-                end = hs + hb
-                if hs > t:  # waiting for the shared HBM: the previous HBM transfer binds
-                    b, ref, enter, lag = self.hbm_last, hs, hs, _IDLE
-            self.hbm_free, self.hbm_last = hs + hb, op
-        self._add(i, qs[0], len(qs), _DMA, t, end, b, ref, enter, lag, reads, writes)
-        for q in qs:
-            self.free[q], self.last[q] = end, op
-        self.dma_bytes += c.bytes
-        self.hbm_bytes += c.hbm_bytes
-        return op
-
-    def _dma_cost(self, src: Any, dst: Any) -> tuple[DmaCost, int, int]:
-        """(cost, queue ticks, HBM ticks) of a transfer, memoised on its shape."""
-        key = ("dma", src.partitions, src.dims, src.dtype, src.partition_step, id(src.space),
-               dst.partitions, dst.dims, id(dst.space))
-        hit = self.cmemo.get(key)
+    def _dma_cost(self, src: AccessPattern, dst: AccessPattern) -> tuple[object, int, int]:
+        # a transfer's cost does not depend on its offsets (timing/dma.py), so the memo key
+        # leaves them out: one entry per transfer shape, not per address
+        key = (src.space, src.partition, src.partitions, src.dims, src.dtype,
+               src.partition_step, dst.space, dst.partition, dst.partitions, dst.dims,
+               dst.dtype, dst.partition_step)
+        hit = self.dma_costs.get(key)
         if hit is None:
             c = dma_cost(src, dst, self.arch)
-            occ = max(1, ceil(c.queue_ns * self.tick / 1e9))
+            occ = max(1, ceil(c.engine_ns * self.tick / 1e9))
             hb = max(1, ceil(c.hbm_bytes / self.hbm_rate)) if c.hbm_bytes else 0
-            hit = self.cmemo[key] = (c, occ, hb)
-        return hit  # type: ignore[no-any-return]
+            hit = self.dma_costs[key] = (c, occ, hb)
+        return hit
 
-    def _band(self, sbuf_side: Any) -> int:
-        """First queue of a transfer without a queue field: the queue that serves the
-        band of partitions its SBUF/PSUM side starts in (dma.py)."""
-        return (sbuf_side.partition // self.arch.dma_partitions_per_queue) \
-            % self.arch.dma_queues
+    def _dma_op(self, i: int, src: AccessPattern, dst: AccessPattern, qid: int, rd: tuple[int, ...],
+                wr: tuple[int, ...], extra: int = -1) -> int:
+        c, occ, hb = self._dma_cost(src, dst)
+        engines = c.engines  # type: ignore[attr-defined]
+        q0 = _DQ + engines[0]
+        raw, order = self.tracker.deps(rd, wr)
+        if extra >= 0:
+            raw.add(extra)
+        deps, dt, db = self._deps(raw, order, q0, False)
+        ready = max(dt, 0) + self.fixed
+        t, fifo_op = ready, -1
+        for e in engines:
+            fe, fo = self.fifo.get((e, qid), (0, -1))
+            if fe > t:
+                t, fifo_op = fe, fo
+        fifo_t = t
+        tls = [self._timeline(_DQ + e) for e in engines]
+        while True:
+            t, rb = self._fit(tls, t, occ)
+            sh, hbind = self.hbm.fit(t, hb) if hb else (t, -1)
+            end = max(t + occ, sh + hb)
+            if end == t + occ:  # [t, end) was just found free on every engine
+                break
+            s2, rb2 = self._fit(tls, t, end - t)
+            if s2 == t:
+                break
+            t, rb = s2, rb2
+        op = len(self.queue)
+        for tl in tls:
+            tl.reserve(t, end, op)
+        if hb:
+            self.hbm.reserve(sh, sh + hb, op)
+        for e in engines:
+            self.fifo[(e, qid)] = (end, op)
+        n = len(engines)
+        if hb and sh + hb > t + occ and sh > t:  # the shared HBM binds
+            rec = OpRecord(i, n, t, Cause.DMA, hbind, sh, sh, Cause.IDLE)
+        elif t > ready:  # an engine, or the queue's previous transfer, held it
+            rec = OpRecord(i, n, t, Cause.DMA, rb if t > fifo_t else fifo_op, t, t,
+                           Cause.IDLE)
+        elif db >= 0:
+            rec = OpRecord(i, n, t, Cause.DMA, db, self.ends[db], t, Cause.DMA_LATENCY)
+        else:
+            rec = OpRecord(i, n, t, Cause.DMA, -1, 0, t, Cause.DMA_LATENCY)
+        plan = None
+        if self.what_if:  # the resources the re-run keeps in order
+            keys = (*(_DQ + e for e in engines), *(("fifo", e, qid) for e in engines))
+            plan = _Plan("dma", deps, keys, occ, hbm=hb)
+        self._add(rec, q0, end, plan)
+        self.tracker.commit(op, rd, wr)
+        self.dma_bytes += c.bytes  # type: ignore[attr-defined]
+        self.hbm_bytes += c.hbm_bytes  # type: ignore[attr-defined]
+        return op
+
+    def _pe_cost(self, ins: MatMul | MatmultMx) -> tuple[int, int, int]:
+        """(interval, duration, 2 x useful MACs) of a MatMul, in ticks (memoised on the
+        frozen instruction)."""
+        hit = self.pe_costs.get(ins)
+        if hit is None:
+            r = self.r_pe
+            passes = 2 if isinstance(ins, MatMul) and ins.fp32_pass else 1
+            hit = self.pe_costs[ins] = (pe_rules.matmul_interval(ins, self.arch) * r,
+                                        pe_rules.matmul_duration(ins, self.arch) * r,
+                                        2 * pe_rules.useful_macs(ins) // passes)
+        return hit
+
+    def _compute_op(self, i: int, ins: MatMul | MatmultMx, rd: tuple[int, ...],
+                    wr: tuple[int, ...]) -> None:
+        interval, dur, macs2 = self._pe_cost(ins)
+        raw, order = self.tracker.deps(rd, wr)
+        deps, dt, db = self._deps(raw, order, _TENSOR, True)
+        t, why, self.pe = pe_rules.compute_step(self.pe, interval, max(dt, 0))
+        if why is pe_rules.Bind.READY:
+            rec = OpRecord(i, 1, t, Cause.PE, db, self.ends[db], t, Cause.SYNC)
+        elif why is pe_rules.Bind.WEIGHT_LOAD:
+            rec = OpRecord(i, 1, t, Cause.PE, self.pending, t, t, Cause.IDLE)
+        elif why is pe_rules.Bind.INTERVAL:
+            rec = OpRecord(i, 1, t, Cause.PE, self.pe_prev, t, t, Cause.IDLE)
+        else:
+            rec = OpRecord(i, 1, t, Cause.PE, -1, 0, t, Cause.IDLE)
+        op = self._add(rec, _TENSOR, t + dur, _Plan("pe", deps, (), dur, interval))
+        self.pe_prev, self.pending = op, -1
+        self.tracker.commit(op, rd, wr)
+        self.macs2 += macs2
+
+    def _load_op(self, i: int, ins: object, rd: tuple[int, ...]) -> None:
+        c = pe_rules.load_cycles(ins, self.arch) * self.r_pe  # type: ignore[arg-type]
+        raw, order = self.tracker.deps(rd, ())
+        deps, dt, db = self._deps(raw, order, _TENSOR, True)
+        before = self.pe
+        t, why, self.pe = pe_rules.load_step(self.pe, c, max(dt, 0))
+        if why is pe_rules.Bind.READY:
+            rec = OpRecord(i, 1, t, Cause.WEIGHT_LOAD, db, self.ends[db], t, Cause.SYNC)
+        elif why is pe_rules.Bind.LOAD_QUEUE:
+            b = self.load_last if t == before.load_free else self.pe_prev
+            rec = OpRecord(i, 1, t, Cause.WEIGHT_LOAD, b, t, t, Cause.IDLE)
+        else:
+            rec = OpRecord(i, 1, t, Cause.WEIGHT_LOAD, -1, 0, t, Cause.IDLE)
+        op = self._add(rec, _TENSOR, t + c, _Plan("load", deps, (), c))
+        self.load_last = self.pending = op
+        self.tracker.commit(op, rd, ())
 
     # -- the pass ---------------------------------------------------------------------
     def run(self, program: Program) -> None:
-        arch, r = self.arch, self.r_pe
+        arch = self.arch
         reg = self._reg
-        pe_prev = -1  # previous compute op
-        pe_prev_start = -1
-        earliest = 0
-        pending_load = -1  # op of the latest load since the previous compute
-        load_last = -1
-        ins: Any
         for i, ins in enumerate(program.instructions):
             tp = type(ins)
-            if tp is MatMul or tp is MatmultMx:
-                mv = ins.moving
-                key = (tp, mv.partitions, mv.dims, mv.dtype, ins.dst.partitions,
-                       ins.fp32_pass if tp is MatMul else 0)
-                e = self.cmemo.get(key)
-                if e is None:
-                    passes = 2 if tp is MatMul and ins.fp32_pass else 1
-                    e = self.cmemo[key] = (cost.matmul_interval(ins, arch) * r,
-                                           cost.matmul_duration(ins, arch) * r,
-                                           2 * cost.useful_macs(ins) // passes)
-                reads = (reg(mv),) if tp is MatMul else (reg(mv), reg(ins.scale))
-                writes = (reg(ins.dst),)
-                deps = self.tracker.deps(reads, writes)
-                if pe_prev >= 0:
-                    t, b, ref, lag = earliest, pe_prev, earliest, _IDLE
-                else:
-                    t, b, ref, lag = 0, -1, 0, _IDLE
-                if pending_load >= 0 and self.ends[pending_load] > t:
-                    t, b, ref, lag = self.ends[pending_load], pending_load, \
-                        self.ends[pending_load], _IDLE
-                dt, db = self._ready(deps, 0, self.sync)
-                if dt > t:
-                    t, b, ref, lag = dt, db, self.ends[db], _SYNC
-                op = self._add(i, 0, 1, _PE, t, t + e[1], b, ref, t, lag, reads, writes)
-                self.macs2 += e[2]
-                pe_prev, pe_prev_start, earliest, pending_load = op, t, t + e[0], -1
-                self.last[0] = op
-            elif tp is LoadStationary or tp is LdWeightMx:
-                c = self.cmemo.get(("ld", ins.src.dims))
-                if c is None:
-                    c = self.cmemo[("ld", ins.src.dims)] = \
-                        cost.load_cycles(ins, arch) * r
-                reads = (reg(ins.src),) if tp is LoadStationary else \
-                    (reg(ins.src), reg(ins.scale))
-                deps = self.tracker.deps(reads, ())
-                t, b, ref, lag = 0, -1, 0, _IDLE
-                if load_last >= 0:
-                    t, b, ref = self.ends[load_last], load_last, self.ends[load_last]
-                if pe_prev >= 0 and pe_prev_start > t:
-                    t, b, ref = pe_prev_start, pe_prev, pe_prev_start
-                dt, db = self._ready(deps, 0, self.sync)
-                if dt > t:
-                    t, b, ref, lag = dt, db, self.ends[db], _SYNC
-                op = self._add(i, 0, 1, _WL, t, t + c, b, ref, t, lag, reads, ())
-                load_last = pending_load = op
-            elif tp is DmaLoad or tp is DmaCopy:
-                c = self._dma_cost(ins.src, ins.dst)
-                first = ins.queue if tp is DmaCopy else self._band(ins.dst)
-                self._dma_op(i, c, first, (reg(ins.src),), (reg(ins.dst),))
-            elif tp is ReadOut:
+            rd = tuple(reg(ap) for ap in reads(ins))
+            wr = tuple(reg(ap) for ap in writes(ins))
+            if isinstance(ins, _COMPUTE):
+                self._compute_op(i, ins, rd, wr)
+            elif isinstance(ins, _LOADS):
+                self._load_op(i, ins, rd)
+            elif isinstance(ins, DmaCopy):
+                self._dma_op(i, ins.src, ins.dst, ins.queue, rd, wr)
+            elif isinstance(ins, DmaLoad):
+                self._dma_op(i, ins.src, ins.dst, queue_for(ins.src, ins.dst), rd, wr)
+            elif isinstance(ins, ReadOut):
                 eng = Engine(arch.readout_engine)
-                ev = self._engine_op(i, ins, eng, (reg(ins.src),), (), _EVAC)
-                c = self._dma_cost(ins.src, ins.dst)
-                self._dma_op(i, c, self._band(ins.src), (), (reg(ins.dst),), extra=ev)
-            elif tp is TensorCopy or tp is Activation:
-                self._engine_op(i, ins, ins.engine, (reg(ins.src),),
-                                (reg(ins.dst),), _ENGINE_CAUSE.get(ins.engine, _VEC))
-            elif tp is TensorTensor:
-                self._engine_op(i, ins, ins.engine, (reg(ins.a), reg(ins.b)),
-                                (reg(ins.dst),), _ENGINE_CAUSE.get(ins.engine, _VEC))
-            elif tp is QuantizeMx:  # reads src, writes the containers and the scales
-                self._engine_op(i, ins, ins.engine, (reg(ins.src),),
-                                (reg(ins.dst), reg(ins.scale)),
-                                _ENGINE_CAUSE.get(ins.engine, _VEC))
-            elif tp is Memset:
-                self._engine_op(i, ins, ins.engine, (), (reg(ins.dst),),
-                                _ENGINE_CAUSE.get(ins.engine, _VEC))
+                src, dst = ins.src, ins.dst
+                ev = self._engine_op(i, ins, eng, rd, (), Cause.PSUM_EVACUATION, (src,))
+                self._dma_op(i, src, dst, queue_for(src, dst), (), wr, extra=ev)
+            elif getattr(ins, "engine", None) in _ENGINE_CAUSE:
+                e = ins.engine  # type: ignore[union-attr]
+                self._engine_op(i, ins, e, rd, wr, _ENGINE_CAUSE[e],
+                                (*reads(ins), *writes(ins)))
             else:
+                name = str(getattr(getattr(ins, "engine", None), "value", "?"))
                 raise SystolicError(f"instruction {i}: the whole-core timing does not know "
-                                    f"{tp.__name__}")
+                                    f"{tp.__name__} on the {name} engine")
             self.macs_at.append(self.macs2)
             self.dma_at.append((self.dma_bytes, self.hbm_bytes))
+
+    def rerun(self, free: str, n: int) -> int:
+        """The latency of the first ``n`` ops with one set of costs at zero (module
+        docstring, What-if): each op in the real schedule's start order, after its
+        dependencies and after the previous op of each resource it holds."""
+        kind_free = {"dma_free": "dma", "engines_free": "engine", "pe_free": "pe", "": ""}[free]
+        real = self.records
+        order = sorted(range(n), key=lambda op: (real[op].start, op))
+        ends = [0] * n
+        res_free: dict[object, int] = {}
+        hbm_free = 0
+        pe = pe_rules.PE_IDLE
+        fixed = 0 if kind_free == "dma" else self.fixed
+        latency = 0
+        for op in order:
+            p = self.plans[op]
+            zero = p.kind == kind_free or (kind_free == "pe" and p.kind == "load")
+            t = 0
+            for d, lat in p.deps:
+                e = ends[d] + lat
+                if e > t:
+                    t = e
+            dur = 0 if zero else p.dur
+            if p.kind == "pe":
+                t, _, pe = pe_rules.compute_step(pe, 0 if zero else p.interval, t)
+                end = t + dur
+            elif p.kind == "load":
+                t, _, pe = pe_rules.load_step(pe, dur, t)
+                end = t + dur
+            else:
+                if p.kind == "dma":
+                    t += fixed
+                for r in p.resources:
+                    f = res_free.get(r, 0)
+                    if f > t:
+                        t = f
+                end = t + dur
+                if p.kind == "dma" and p.hbm and not zero:
+                    sh = max(t, hbm_free)
+                    hbm_free = sh + p.hbm
+                    end = max(end, hbm_free)
+                for r in p.resources:
+                    res_free[r] = end
+            ends[op] = end
+            if end > latency:
+                latency = end
+        return latency
 
     def assemble(self, cut: int, fmt: str, mode: str) -> CoreTiming:
         """The summary of the ops of instructions ``< cut``."""
         arch = self.arch
-        if self.rest_arr is None or len(self.rest_arr) != len(self.rest):
-            self.rest_arr = np.array(self.rest, dtype=np.int64).reshape(-1, 8)
-        rest = self.rest_arr
-        instr = rest[:, 0]
+        recs = self.records
+        instr = np.fromiter((r.instr for r in recs), dtype=np.int64, count=len(recs))
         n = int(np.searchsorted(instr, cut))  # ops are in instruction order
-        starts = rest[:n, 2].copy()
+        starts = np.fromiter((r.start for r in recs[:n]), dtype=np.int64, count=n)
         ends = np.array(self.ends[:n], dtype=np.int64)
         queue = np.array(self.queue[:n], dtype=np.int64)
-        nqs = rest[:n, 1].copy()
-        latency = int(ends.max()) if len(ends) else 0
+        nqs = np.fromiter((r.queues for r in recs[:n]), dtype=np.int64, count=n)
+        own = np.fromiter((int(r.own) for r in recs[:n]), dtype=np.int64, count=n)
+        latency = int(ends.max()) if n else 0
         macs2 = self.macs_at[cut - 1] if cut else 0
         dma_bytes, hbm_bytes = self.dma_at[cut - 1] if cut else (0, 0)
         names = queue_names(arch)
@@ -359,34 +530,37 @@ class _Scheduler:
         for qid, name in enumerate(names):
             if qid < _DQ:
                 sel = queue == qid
-            else:  # a DMA gang holds queues first .. first + n - 1 (mod dma_queues)
+            else:  # a transfer holds engines first .. first + n - 1 (mod dma_engines)
                 k = qid - _DQ
-                sel = ((k - (queue - _DQ)) % arch.dma_queues < nqs) & (queue >= _DQ)
+                sel = ((k - (queue - _DQ)) % arch.dma_engines < nqs) & (queue >= _DQ)
             lo, hi = interval_union(starts[sel], ends[sel])
             busy[name] = int(np.sum(hi - lo))
             counts[name] = int(np.count_nonzero(sel))
+        what = {k: self.rerun(k, n) for k in WHAT_IF} if self.what_if else {}
         return CoreTiming(
             arch=arch, tick_hz=self.tick, latency=latency,
             op_instr=instr[:n].copy(), op_queue=queue, op_queues=nqs,
             starts=starts, ends=ends, bound_ticks=self._critical_path(ends, latency),
             busy_ticks=busy, instructions=counts, dma_bytes=dma_bytes,
             hbm_bytes=hbm_bytes, useful_macs=macs2 // 2, fmt=fmt, perf_mode=mode,
-            op_cause=rest[:n, 3].copy())
+            op_cause=own, what_if=what, schedule=self.mode)
 
     def _critical_path(self, ends: np.ndarray, latency: int) -> dict[str, int]:
-        parts = [0] * len(CAUSES)
+        parts = [0] * len(Cause)
         if not len(ends):
-            return dict.fromkeys(CAUSES, 0)
+            return {c.key: 0 for c in Cause}
         op = int(np.argmax(ends))
         t = latency
-        rest = self.rest
+        recs = self.records
         while op >= 0:
-            _, _, _, own, b, ref, enter, lag = rest[op]
-            lo = ref if b >= 0 else 0
-            ent = min(max(enter, lo), t)
-            parts[own] += t - ent
-            parts[lag] += ent - lo
+            r = recs[op]
+            lo = r.ref if r.binder >= 0 else 0
+            if lo > t:
+                lo = t
+            ent = min(max(r.enter, lo), t)
+            parts[r.own] += t - ent
+            parts[r.lag] += ent - lo
             t = lo
-            op = b
-        parts[_IDLE] += t  # a root that does not start at 0 (none under these rules)
-        return {k: parts[i] for i, k in enumerate(CAUSES)}
+            op = r.binder
+        parts[Cause.IDLE] += t  # a root that does not start at 0
+        return {c.key: parts[c] for c in Cause}

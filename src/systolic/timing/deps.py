@@ -8,12 +8,22 @@ any other pattern is its flat byte interval. Two device-memory regions of differ
 are compared by their flat extents (conservative: a false overlap only adds a wait).
 
 :class:`Tracker` answers, for each new instruction (an "op" of timing/core.py, in program
-order), which earlier ops it must wait for: read after write, write after write and write
-after read on overlapping regions, including a new tenant of a reused allocation. It keeps,
-per region, the last writer and the latest reader of each engine, in buckets of bytes
-(``BUCKET`` per space), so an op looks only at the regions near its own: no O(n^2). A write
-that covers a region replaces its record (anything that waited on the old writer or readers
-now waits on the new writer, which itself waited on them), so records do not pile up.
+order), which earlier ops it must wait for: read after write (``raw``), and write after
+write or write after read (``order``) on overlapping regions, including a new tenant of a
+reused allocation. The answer depends on the program alone, never on times, so one set
+of dependencies serves every schedule built from it (the list schedule, the program-order
+one, the what-if schedules).
+
+Per region it keeps the writers since the region was last read and the readers since it
+was last written, in buckets of bytes (``BUCKET`` per space), so an op looks only at the
+regions near its own. A write that covers a region replaces its record: anything that
+waited on the old writers or readers now waits on the new writer, which itself waited on
+them. The one exception is the Tensor Engine's accumulation: MatMuls into one PSUM region
+are ordered by the PE's own queue, not by waiting for each other's end, so a covering
+MatMul keeps the earlier MatMuls of its group as writers until something reads the
+region. A region spanning more than ``WIDE`` buckets (a huge strided device-memory
+pattern) is kept on one list that every op of its space checks, so no pattern's size can
+make the tracker enumerate buckets.
 """
 
 from __future__ import annotations
@@ -21,10 +31,12 @@ from __future__ import annotations
 from ..geometry import Rect
 from ..isa import AccessPattern, Space
 
-__all__ = ["BUCKET", "Region", "Tracker", "region", "regions_overlap"]
+__all__ = ["BUCKET", "WIDE", "Region", "Tracker", "region", "regions_overlap"]
 
 # Bucket sizes in bytes: a PSUM bank; 2 KiB of an SBUF partition; 1 MiB of device memory.
 BUCKET = {"PSUM": 2048, "SBUF": 2048, "DRAM": 1 << 20}
+# more buckets than this and a region goes on its space's wide list
+WIDE = 64
 
 Region = tuple[str, int, Rect, Rect | None]  # (space, DRAM pitch or 0, rect, wrapped part)
 
@@ -78,44 +90,47 @@ def _contains(a: Region, b: Region) -> bool:
     return a == b
 
 
-def _buckets(r: Region) -> range:
+def _buckets(r: Region) -> tuple[tuple[str, int], ...]:
     size = BUCKET[r[0]]
     lo, hi = (r[2].col, r[2].col_end) if r[0] != "DRAM" else _flat(r)
-    return range(lo // size, (hi - 1) // size + 1)
+    first, last = lo // size, (hi - 1) // size
+    if last - first + 1 > WIDE:
+        return ((r[0], -1),)  # the wide list of the space
+    return tuple((r[0], b) for b in range(first, last + 1))
 
 
 class _Record:
-    __slots__ = ("readers", "rid", "writer")
+    __slots__ = ("readers", "rid", "writers")
 
     def __init__(self, rid: int) -> None:
         self.rid = rid
-        self.writer = -1
-        self.readers: dict[int, int] = {}  # engine queue id -> op with the latest end
+        self.writers: list[int] = []  # writes since the last read (module docstring)
+        self.readers: list[int] = []  # reads since the last write
 
 
 class Tracker:
     """Dependencies of ops in program order. Regions are interned (:meth:`intern` gives an
-    id per distinct region, so repeated tiles cost one dict lookup). ``ends[op]`` and
-    ``queue[op]`` must be set for every committed op (the tracker reads them to keep the
-    latest reader per queue)."""
+    id per distinct region, so repeated tiles cost one dict lookup). ``queue[op]`` must be
+    set for every committed op; ``pipelined`` is the queue whose writes are ordered by the
+    queue itself (the Tensor Engine's)."""
 
-    def __init__(self, ends: list[int], queue: list[int]) -> None:
-        self.ends, self.queue = ends, queue
+    def __init__(self, queue: list[int], pipelined: int = 0) -> None:
+        self.queue = queue
+        self.pipelined = pipelined
         self.regions: list[Region] = []
         self.buckets: list[tuple[tuple[str, int], ...]] = []
         self.ids: dict[Region, int] = {}
         self.index: dict[tuple[str, int], dict[int, _Record]] = {}
-        self.windex: dict[tuple[str, int], dict[int, _Record]] = {}  # records with a writer
+        self.windex: dict[tuple[str, int], dict[int, _Record]] = {}  # records with writers
         self.pairs: dict[int, bool] = {}
         self.covers: dict[int, bool] = {}
-        self._pending: dict[int, list[_Record]] = {}  # deps()' write neighbours
 
     def intern(self, r: Region) -> int:
         rid = self.ids.get(r)
         if rid is None:
             rid = self.ids[r] = len(self.regions)
             self.regions.append(r)
-            self.buckets.append(tuple((r[0], b) for b in _buckets(r)))
+            self.buckets.append(_buckets(r))
         return rid
 
     def _overlap(self, a: int, b: int) -> bool:
@@ -127,38 +142,40 @@ class Tracker:
             hit = self.pairs[key] = regions_overlap(self.regions[a], self.regions[b])
         return hit
 
+    def _keys(self, rid: int, index: dict[tuple[str, int], dict[int, _Record]]
+              ) -> tuple[tuple[str, int], ...]:
+        bks = self.buckets[rid]
+        space = bks[0][0]
+        if bks[0][1] < 0:  # a wide region may touch any bucket of its space: look at all
+            return tuple(k for k in index if k[0] == space)
+        return (*bks, (space, -1))
+
     def _near(self, rid: int, written: bool = False) -> list[_Record]:
         index = self.windex if written else self.index
-        bks = self.buckets[rid]
-        if len(bks) == 1:  # the common case: no record can be seen twice
-            bucket = index.get(bks[0])
-            if not bucket:
-                return []
-            ov = self._overlap
-            return [rec for other, rec in bucket.items() if other == rid or ov(rid, other)]
         seen: dict[int, _Record] = {}
-        for bk in self.buckets[rid]:
+        ov = self._overlap
+        for bk in self._keys(rid, index):
             bucket = index.get(bk)
             if bucket:
                 for other, rec in bucket.items():
-                    if other not in seen and self._overlap(rid, other):
+                    if other not in seen and ov(rid, other):
                         seen[other] = rec
         return list(seen.values())
 
-    def deps(self, reads: tuple[int, ...], writes: tuple[int, ...]) -> set[int]:
-        """Earlier ops this op must wait for (RAW, WAW, WAR), by interned region ids."""
-        out: set[int] = set()
+    def deps(self, reads: tuple[int, ...], writes: tuple[int, ...]
+             ) -> tuple[set[int], set[int]]:
+        """(raw, order): earlier ops whose writes this op reads, and earlier ops it must
+        follow because it overwrites what they wrote or read (WAW, WAR)."""
+        raw: set[int] = set()
+        order: set[int] = set()
         for r in reads:
             for rec in self._near(r, written=True):
-                out.add(rec.writer)
-        near = self._pending = {}
+                raw.update(rec.writers)
         for w in writes:
-            recs = near[w] = self._near(w)
-            for rec in recs:
-                if rec.writer >= 0:
-                    out.add(rec.writer)
-                out.update(rec.readers.values())
-        return out
+            for rec in self._near(w):
+                order.update(rec.writers)
+                order.update(rec.readers)
+        return raw, order
 
     def _record(self, rid: int) -> _Record:
         bks = self.buckets[rid]
@@ -180,39 +197,29 @@ class Tracker:
                 w.pop(rec.rid, None)
 
     def commit(self, op: int, reads: tuple[int, ...], writes: tuple[int, ...]) -> None:
-        """Record that ``op`` (already timed) reads ``reads`` and writes ``writes``."""
-        ends, q = self.ends, self.queue[op]
+        """Record that ``op`` reads ``reads`` and writes ``writes``."""
         for r in reads:
-            rec = self._record(r)
-            prev = rec.readers.get(q)
-            if prev is None or ends[prev] <= ends[op]:
-                rec.readers[q] = op
-        pending, self._pending = self._pending, {}
+            self._record(r).readers.append(op)
+        pipe = self.queue[op] == self.pipelined
+        queue = self.queue
         for w in writes:
-            writer, readers = op, dict[int, int]()
+            kept: list[int] = []
             keep = None  # the record of w itself, reused in place
-            # the records deps() found: nothing changed since but this op's own read records
-            # above, which need no dropping (a later writer waits on this op as the writer)
-            recs = pending.get(w) if len(writes) == 1 else None
-            for rec in recs if recs is not None else self._near(w):
+            for rec in self._near(w):
                 if rec.rid != w and not self._covers(w, rec.rid):
                     continue
-                # keep whatever ends after op (a pipelined op on the same queue may)
-                if rec.writer >= 0 and ends[rec.writer] > ends[writer]:
-                    writer = rec.writer
-                for qq, rd in rec.readers.items():
-                    if ends[rd] > ends[op] and (qq not in readers
-                                                or ends[rd] > ends[readers[qq]]):
-                        readers[qq] = rd
+                if pipe and not rec.readers:  # an accumulation: the PE orders its writes
+                    kept.extend(x for x in rec.writers if queue[x] == self.pipelined)
                 if rec.rid == w:
                     keep = rec
                 else:
                     self._drop(rec)
             rec = keep if keep is not None else self._record(w)
-            if rec.writer < 0:
+            if not rec.writers:
                 for bk in self.buckets[w]:
                     self.windex.setdefault(bk, {})[w] = rec
-            rec.writer, rec.readers = writer, readers
+            rec.writers = [*dict.fromkeys(kept), op]
+            rec.readers = []
 
     def _covers(self, a: int, b: int) -> bool:
         """Region a contains region b (cached per pair)."""

@@ -1,28 +1,38 @@
-"""DMA transfer costs and queue assignment (FACTS "The whole NeuronCore"; docs/timing.md
-"DMA").
+"""DMA transfer costs, the engines a transfer uses and its queue (docs/timing.md "DMA";
+aws-neuron-sdk ``nki/get-started/about/nki-dma-overview.rst``, ``nki-dma-bandwidth-guide.rst``,
+``nki-dge.rst``, trainium2_arch.rst "DMA Transpose").
 
 One DMA instruction (``DmaCopy``, the compiler's ``DmaLoad``, the store half of a
-``ReadOut``) moves ``bytes`` between device memory (HBM) and SBUF (or SBUF to SBUF). The
-model:
+``ReadOut``) moves ``bytes`` between device memory (HBM) and SBUF (or SBUF to SBUF, HBM to
+HBM). The model:
 
-* **Queues.** The transfer is split by partitions over ``q = min(dma_queues,
-  ceil(P / dma_partitions_per_queue))`` queues (the v2 guide's 128-partition load as 16
-  transfers of 8 partitions; fewer partitions use fewer queues). ``DmaCopy.queue`` names
-  the first; the others follow it modulo ``dma_queues``. A ``DmaLoad`` or ReadOut store has
-  no queue field: queue j serves partitions ``8j .. 8j + 7`` (assumed, after the v2 guide's
-  split), so such a transfer starts on the queue of its first SBUF/PSUM partition. The NKI
-  front end gives each ``DmaCopy`` the same first queue (:func:`first_queue`) when it
-  builds the Program, as the Neuron compiler assigns queues to ``nisa.dma_copy`` (NKI has
-  no queue argument); the scheduler honours whatever ``DmaCopy.queue`` says. The
-  pieces run as one gang: they start together when all their queues are free, so each
-  piece takes the largest piece's time.
-* **Time on a queue.** Every contiguous run (descriptor) costs its bytes plus
-  ``dma_descriptor_bytes`` at ``dma_queue_bytes_per_ns``; a transposing transfer (device
-  memory contiguous along partitions) runs at ``dma_transpose_efficiency`` of that.
+* **Engines.** A NeuronCore has ``dma_engines`` (16) DMA engines; "each DMA engine is
+  typically responsible for moving data for eight SBUF partitions", so partitions
+  ``8e .. 8e + 7`` of the SBUF side go to engine ``e`` and a transfer uses the engines of the
+  bands its partitions cover ("a DMA transfer of 4 partitions ... a single DMA engine
+  active"). An HBM-to-HBM transfer spreads its rows the same way from engine 0. The pieces
+  run together; the transfer holds its engines for its largest piece.
+* **Queues.** "There are 16 DMA queues per DMA engine ... A given DMA transfer can be
+  submitted to a single queue ID across all 16x DMA engines ... DMA transfers within a queue
+  on the same DMA engine are executed in order. DMA transfers from different DMA queues
+  are scheduled in a round robin fashion." The queue ID is ``DmaCopy.queue``; "the queue ID
+  is typically tied to the trigger engine", and the model's stated rule (unsure: the docs
+  give no mapping) is :func:`queue_for`: loads into SBUF on queue 0, stores out of SBUF on
+  queue 1, SBUF-to-SBUF on queue 2, HBM-to-HBM on queue 3. The scheduler (timing/core.py)
+  keeps FIFO order per (engine, queue) and lets another queue's transfer use an engine a
+  waiting one leaves idle.
+* **Time on an engine.** Bytes over ``dma_engine_bytes_per_ns`` times the efficiency the
+  overview's throughput figure gives for the transfer's descriptor size (the contiguous
+  bytes it moves at a time, at most one partition's bytes on the SBUF side;
+  :func:`curve_fraction`); a transposing pattern (device memory contiguous along
+  partitions) at ``dma_transpose_efficiency`` of that.
 * **Fixed cost.** ``dma_fixed_ns`` passes between the moment the transfer may start (its
-  inputs are ready) and its first byte; the queue serves other transfers meanwhile.
-* **HBM.** Every queue of the core shares ``hbm_bytes_per_s``: timing/core.py serves the HBM
-  bytes of the transfers in program order at that rate, so no interval ever moves more.
+  inputs are ready) and its first byte; the engines serve other transfers meanwhile.
+* **HBM.** Every engine of the core shares ``hbm_bytes_per_s``: the scheduler reserves the
+  HBM bytes of each transfer on one shared server, so no interval ever moves more.
+* **Descriptors.** Static patterns use host-generated descriptors ("dge none: zero on-device
+  overhead", nki-dge.rst), which is what every instruction of this ISA is; the Arch keeps
+  the hardware and software DGE costs for instructions that will ask for them.
 
 A contiguous run is the longest byte range the pattern touches in order: the innermost
 dims merge while each dim's stride equals the run so far; in device memory the partition
@@ -32,25 +42,30 @@ memory).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
-from math import ceil
+from math import ceil, log2
 
 from ..arch import Arch
 from ..isa import AccessPattern, Space
 
-__all__ = ["DmaCost", "contiguous_run", "dma_cost", "first_queue", "queues_for"]
+__all__ = ["DmaCost", "contiguous_run", "curve_fraction", "dma_cost", "engines_for",
+           "queue_for"]
 
 
 @dataclass(frozen=True, slots=True)
 class DmaCost:
-    """The cost of one transfer: ``queues`` pieces of ``queue_ns`` each (their longest),
-    ``bytes`` in all, ``hbm_bytes`` of it to or from device memory, ``descriptors`` runs."""
+    """The cost of one transfer: the ``engines`` it holds, ``engine_ns`` on each (its
+    largest piece), ``bytes`` in all, ``hbm_bytes`` of it to or from device memory,
+    ``descriptors`` contiguous runs of ``run`` bytes at ``efficiency`` of the plateau."""
 
     bytes: int
     hbm_bytes: int
     descriptors: int
-    queues: int
-    queue_ns: float
+    run: int
+    efficiency: float
+    engines: tuple[int, ...]
+    engine_ns: float
     transposed: bool
 
 
@@ -78,6 +93,42 @@ def contiguous_run(ap: AccessPattern) -> tuple[int, bool]:
     return run, part_axis is not None and first_merged is part_axis
 
 
+def curve_fraction(arch: Arch, run: int) -> float:
+    """The fraction of an engine's plateau bandwidth a transfer of ``run``-byte descriptors
+    reaches: the overview's figure at its points (``Arch.dma_curve``), linear in log2(bytes)
+    between them, the plateau above the last, and a constant time per descriptor below the
+    first (the fraction proportional to the bytes)."""
+    pts = arch.dma_curve
+    if run >= pts[-1][0]:
+        return pts[-1][1]
+    if run <= pts[0][0]:
+        return pts[0][1] * run / pts[0][0]
+    i = bisect_left([b for b, _ in pts], run)
+    (b0, f0), (b1, f1) = pts[i - 1], pts[i]
+    return f0 + (f1 - f0) * (log2(run) - log2(b0)) / (log2(b1) - log2(b0))
+
+
+def engines_for(partition: int, partitions: int, arch: Arch) -> tuple[int, ...]:
+    """The DMA engines serving partitions ``partition .. partition + partitions - 1``
+    (eight per engine; wraps past the last engine)."""
+    per = arch.dma_partitions_per_engine
+    first, last = partition // per, (partition + max(partitions, 1) - 1) // per
+    count = min(arch.dma_engines, last - first + 1)
+    return tuple((first + j) % arch.dma_engines for j in range(count))
+
+
+def _largest_piece(p0: int, parts: int, arch: Arch) -> int:
+    """Partitions of the fullest engine: bands of eight from ``p0``, the first and last
+    possibly partial, dealt round the engines."""
+    per = arch.dma_partitions_per_engine
+    nb = (p0 + parts - 1) // per - p0 // per + 1
+    if nb == 1:
+        return parts
+    first, last = per - p0 % per, (p0 + parts - 1) % per + 1
+    band = per if nb > 2 else max(first, last)
+    return min(parts, band * ceil(nb / arch.dma_engines))
+
+
 def dma_cost(src: AccessPattern, dst: AccessPattern, arch: Arch) -> DmaCost:
     """The cost of moving ``src`` to ``dst`` (same shape) by the module's rules."""
     nbytes = src.partitions * src.free_elems * src.itemsize
@@ -85,26 +136,24 @@ def dma_cost(src: AccessPattern, dst: AccessPattern, arch: Arch) -> DmaCost:
     run_d, tr_d = contiguous_run(dst)
     run = max(1, min(run_s, run_d, nbytes))
     descriptors = ceil(nbytes / run)
-    parts = max(src.partitions, dst.partitions)
-    queues = max(1, min(arch.dma_queues, ceil(parts / arch.dma_partitions_per_queue)))
-    share = ceil(parts / queues) / parts  # the largest piece's share of the partitions
-    transposed = tr_s or tr_d
-    rate = arch.dma_queue_bytes_per_ns * (arch.dma_transpose_efficiency if transposed else 1)
-    queue_ns = share * (nbytes + descriptors * arch.dma_descriptor_bytes) / rate
-    hbm = nbytes if Space.DRAM in (src.space, dst.space) else 0
-    return DmaCost(nbytes, hbm, descriptors, queues, queue_ns, transposed)
-
-
-def queues_for(first: int, count: int, total: int) -> tuple[int, ...]:
-    """The queues of a transfer of ``count`` pieces whose first piece is on ``first``."""
-    return tuple((first + j) % total for j in range(count))
-
-
-def first_queue(src: AccessPattern, dst: AccessPattern, arch: Arch) -> int:
-    """The first queue of a transfer, spread the way the compiler spreads them (module
-    docstring): the queue serving the band of partitions its SBUF/PSUM side starts in (the
-    destination's for SBUF to SBUF); an HBM-to-HBM copy starts on queue 0."""
     side = dst if dst.space is not Space.DRAM else src
-    if side.space is Space.DRAM:
+    parts = max(src.partitions, dst.partitions)
+    p0 = side.partition if side.space is not Space.DRAM else 0
+    engines = engines_for(p0, parts, arch)
+    share = _largest_piece(p0, parts, arch) / parts
+    transposed = tr_s or tr_d
+    eff = curve_fraction(arch, run) * (arch.dma_transpose_efficiency if transposed else 1.0)
+    engine_ns = share * nbytes / (arch.dma_engine_bytes_per_ns * eff)
+    hbm = nbytes if Space.DRAM in (src.space, dst.space) else 0
+    return DmaCost(nbytes, hbm, descriptors, run, eff, engines, engine_ns, transposed)
+
+
+def queue_for(src: AccessPattern, dst: AccessPattern) -> int:
+    """The queue ID of a transfer by the model's stated rule (module docstring): loads into
+    SBUF 0, stores out of SBUF 1, SBUF to SBUF 2, HBM to HBM 3."""
+    s, d = src.space is Space.DRAM, dst.space is Space.DRAM
+    if s and not d:
         return 0
-    return (side.partition // arch.dma_partitions_per_queue) % arch.dma_queues
+    if d and not s:
+        return 1
+    return 2 if not s else 3

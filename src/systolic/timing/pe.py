@@ -30,25 +30,30 @@ The rules (docs/timing.md has the picture):
 
 from __future__ import annotations
 
+import enum
 from math import ceil, prod
+from typing import NamedTuple
 
 from ..arch import Arch
 from ..dtypes import get_format
-from ..geometry import Rect, wavefront_cycles
-from ..isa import AccessPattern, LdWeightMx, LoadStationary, MatMul, MatmultMx, ReadOut
+from ..geometry import wavefront_cycles
+from ..isa import LdWeightMx, LoadStationary, MatMul, MatmultMx, ReadOut
 
 __all__ = [
+    "PE_IDLE",
+    "Bind",
+    "PeQueue",
     "array_cols",
     "array_rows",
     "column_period",
+    "compute_step",
     "contraction",
     "load_cycles",
+    "load_step",
     "matmul_duration",
     "matmul_interval",
     "moving_n",
     "readout_cycles",
-    "region",
-    "regions_overlap",
     "useful_macs",
 ]
 
@@ -73,8 +78,8 @@ def moving_n(ins: Compute) -> int:
 
 def contraction(ins: Compute) -> int:
     """Logical contraction elements K: partitions x folded elements per partition."""
-    if isinstance(ins, MatmultMx):
-        return ins.moving.partitions * 4  # x4 unpack (seed 000 "MX Dispatch Path")
+    if isinstance(ins, MatmultMx):  # x4 unpack (seed 000 "MX Dispatch Path")
+        return ins.moving.partitions * get_format(ins.fmt).pe_fold
     return ins.moving.partitions * prod(n for _, n in ins.moving.dims[:-1])
 
 
@@ -115,13 +120,55 @@ def readout_cycles(ins: ReadOut, arch: Arch) -> int:
     return arch.readout_fixed_cycles + ceil(n / arch.readout_elems_per_cycle)
 
 
-def region(ap: AccessPattern) -> tuple[int, int, int, int]:
-    """(first partition, end partition, first byte, end byte) of a pattern: the tuple form
-    of ``AccessPattern.rect`` the timing model keys its dicts by."""
-    lo, hi = ap.free_bytes_span
-    return (ap.partition, ap.partition + ap.partitions, lo, hi)
+# -- the issue rules, once: a pure step function on a frozen queue state -------------------
+class Bind(enum.IntEnum):
+    """What set a PE instruction's start: nothing (the first, at its ready time 0), the
+    previous MatMul's issue interval, the weight load before it, the previous load or
+    MatMul (a load's shadow latches), or the caller's ``ready`` time (its inputs: the
+    read-out of its bank, a dependency)."""
+
+    NONE = 0
+    INTERVAL = 1
+    WEIGHT_LOAD = 2
+    LOAD_QUEUE = 3
+    READY = 4
 
 
-def regions_overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
-    """Whether two :func:`region` tuples share a byte (:meth:`Rect.overlaps`)."""
-    return Rect.spans(*a).overlaps(Rect.spans(*b))
+class PeQueue(NamedTuple):
+    """The Tensor Engine's issue state between instructions (all times in one unit, -1 for
+    "none yet"): the previous MatMul's start and the earliest start of the next one (its
+    issue interval), the end of the latest load since that MatMul, and the end of the
+    latest load (the load queue)."""
+
+    prev_start: int
+    next_compute: int
+    load_end: int
+    load_free: int
+
+
+PE_IDLE = PeQueue(-1, 0, -1, 0)
+
+
+def compute_step(q: PeQueue, interval: int, ready: int = 0) -> tuple[int, Bind, PeQueue]:
+    """A MatMul: start = max(the previous start + its issue interval, the end of the loads
+    since it, ``ready``); ties go to the interval, then the load, then ``ready``. Returns
+    (start, what bound it, the state after)."""
+    t, why = q.next_compute, (Bind.INTERVAL if q.prev_start >= 0 else Bind.NONE)
+    if q.load_end > t:
+        t, why = q.load_end, Bind.WEIGHT_LOAD
+    if ready > t:
+        t, why = ready, Bind.READY
+    return t, why, PeQueue(t, t + interval, -1, q.load_free)
+
+
+def load_step(q: PeQueue, cycles: int, ready: int = 0) -> tuple[int, Bind, PeQueue]:
+    """A weight load into the shadow latches: start = max(the end of the previous load, the
+    start of the previous MatMul, ``ready``). Returns (start, what bound it, the state
+    after; the next MatMul waits for this load's end)."""
+    t, why = q.load_free, (Bind.LOAD_QUEUE if q.load_free > 0 else Bind.NONE)
+    if q.prev_start > t:
+        t, why = q.prev_start, Bind.LOAD_QUEUE
+    if ready > t:
+        t, why = ready, Bind.READY
+    end = t + cycles
+    return t, why, PeQueue(q.prev_start, q.next_compute, end, end)

@@ -6,14 +6,43 @@ ticks, the critical path by cause, busy time per queue) and the names it is read
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import enum
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from ..arch import Arch
 
-__all__ = ["CAUSES", "QUEUE_NAMES", "CoreTiming", "queue_names"]
+__all__ = ["CAUSES", "QUEUE_NAMES", "WHAT_IF", "Cause", "CoreTiming", "queue_names"]
+
+
+class Cause(enum.IntEnum):
+    """A critical-path cause (display order); ``key`` is its name in :data:`CAUSES` and in
+    the JSON."""
+
+    PE = 0
+    WEIGHT_LOAD = 1
+    DMA = 2
+    DMA_LATENCY = 3
+    PSUM_EVACUATION = 4
+    VECTOR = 5
+    SCALAR = 6
+    GPSIMD = 7
+    SYNC = 8
+    IDLE = 9
+
+    @property
+    def key(self) -> str:
+        return self.name.lower()
+
+
+# What-if schedules (issue 18 part 5): the same Program with one set of costs at zero.
+WHAT_IF: dict[str, str] = {
+    "dma_free": "DMA transfers and their fixed cost take no time",
+    "engines_free": "Vector, Scalar and GpSimd instructions take no time",
+    "pe_free": "Tensor Engine loads and MatMuls take no time",
+}
 
 # Critical-path causes, in display order, with their labels.
 CAUSES: dict[str, str] = {
@@ -28,13 +57,14 @@ CAUSES: dict[str, str] = {
     "sync": "cross-engine synchronisation",
     "idle": "idle",
 }
+assert list(CAUSES) == [c.key for c in Cause]
 QUEUE_NAMES = ("tensor", "vector", "scalar", "gpsimd")
 
 
 def queue_names(arch: Arch) -> tuple[str, ...]:
-    """Queue names by id: the four compute engines, then ``dma0`` ... (Neuron Explorer's
-    per-engine and per-queue rows)."""
-    return QUEUE_NAMES + tuple(f"dma{q}" for q in range(arch.dma_queues))
+    """Queue names by id: the four compute engines, then the DMA engines ``dma0`` ...
+    (Neuron Explorer's per-engine rows)."""
+    return QUEUE_NAMES + tuple(f"dma{q}" for q in range(arch.dma_engines))
 
 
 @dataclass(frozen=True, eq=False)
@@ -42,10 +72,13 @@ class CoreTiming:
     """The whole-core schedule of one Program.
 
     Per op (program order; a ReadOut is two ops): ``op_instr`` its instruction, ``op_queue``
-    its (first) queue id (:func:`queue_names`), ``op_queues`` how many queues it holds (DMA
-    gangs), ``starts``/``ends`` in ticks of ``tick_hz`` (a DMA's start is its first byte).
-    ``bound_ticks`` is the critical path by cause (sums to ``latency``); ``busy_ticks`` the
-    union of each queue's busy intervals; ``instructions`` ops per queue.
+    its (first) queue id (:func:`queue_names`), ``op_queues`` how many queues it holds (the
+    DMA engines of a transfer, consecutive modulo their count), ``starts``/``ends`` in ticks
+    of ``tick_hz`` (a DMA's start is its first byte). ``bound_ticks`` is the critical path
+    by cause (sums to ``latency``); ``busy_ticks`` the union of each queue's busy
+    intervals; ``instructions`` ops per queue; ``what_if`` the latency in ticks of the same
+    schedule with one set of costs at zero (:data:`WHAT_IF`; empty when not asked for);
+    ``schedule`` the scheduling mode (``list`` or ``program-order``).
     """
 
     arch: Arch
@@ -68,6 +101,8 @@ class CoreTiming:
     # MatMul (the profile's MATMUL row, TensorMatrix) and "weight_load" a LoadStationary
     # (LDWEIGHTS, on the Tensor row); None on timings built without it
     op_cause: np.ndarray | None = None
+    what_if: dict[str, int] = field(default_factory=dict)
+    schedule: str = "list"
 
     @property
     def seconds(self) -> float:
@@ -115,6 +150,8 @@ class CoreTiming:
             "bound": {"by": self.bound,
                       "causes": {k: {"us": v * 1e6 / self.tick_hz, "percent": 100 * v / lat}
                                  for k, v in self.bound_ticks.items()}},
+            "what_if_us": {k: v * 1e6 / self.tick_hz for k, v in self.what_if.items()},
+            "schedule": self.schedule,
         }
 
     def __repr__(self) -> str:

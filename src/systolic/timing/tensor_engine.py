@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..arch import Arch, get_arch
+from ..geometry import Rect
 from ..isa import (
     CalcFlags,
     DmaLoad,
@@ -43,17 +44,19 @@ from ..isa import (
     ReadOut,
 )
 from .pe import (
+    PE_IDLE,
+    Bind,
     array_cols,
     array_rows,
     column_period,
+    compute_step,
     contraction,
     load_cycles,
+    load_step,
     matmul_duration,
     matmul_interval,
     moving_n,
     readout_cycles,
-    region,
-    regions_overlap,
     useful_macs,
 )
 
@@ -167,52 +170,42 @@ def schedule(program: Program, arch: Arch | str, *, check: bool = False) -> Sche
     ends = [-1] * count
     cause = [-1] * count
     entries: list[tuple[int, ...]] = []
-    memo: dict[tuple[object, ...], tuple[int, ...]] = {}
+    memo: dict[object, tuple[int, ...]] = {}  # compute costs by instruction (frozen)
     load_memo: dict[object, int] = {}
     ro_memo: dict[object, int] = {}
+    why_cause = {Bind.NONE: _NONE, Bind.INTERVAL: _INTERVAL, Bind.WEIGHT_LOAD: _LOAD,
+                 Bind.READY: _READOUT}
 
-    prev_start = -1  # start of the previous compute (-1: none yet)
-    earliest = 0  # prev_start + its issue interval
-    pending_load = -1  # end of the latest load since the previous compute
-    load_free = 0  # the load queue is free from here
+    pe = PE_IDLE  # the issue rules' state (timing/pe.py)
     ro_free = 0  # the read-out engine is free from here
-    group_end: dict[tuple[int, int, int, int], int] = {}  # region -> its group's last end
-    ro_end: dict[tuple[int, int, int, int], int] = {}  # region -> latest read-out end
+    group_end: dict[Rect, int] = {}  # region -> its group's last end
+    ro_end: dict[Rect, int] = {}  # region -> latest read-out end
     busy_end = 0
     for i, ins in enumerate(instrs):
         tp = type(ins)
         if tp is MatMul or tp is MatmultMx:
-            # the fields cost.py reads: shape, formats, two-pass (see _compute_entry)
-            mv = ins.moving  # type: ignore[union-attr]
-            key = (tp, mv.partitions, mv.dims, mv.dtype, ins.dst.partitions,  # type: ignore
-                   ins.fp32_pass if tp is MatMul else 0)  # type: ignore[union-attr]
-            e = memo.get(key)
+            e = memo.get(ins)
             if e is None:
-                e = memo[key] = _compute_entry(ins, arch)  # type: ignore[arg-type]
-            t, why = earliest, (_INTERVAL if prev_start >= 0 else _NONE)
-            if pending_load > t:
-                t, why = pending_load, _LOAD
+                e = memo[ins] = _compute_entry(ins, arch)  # type: ignore[arg-type]
+            dreg = ins.dst.rect  # type: ignore[union-attr]
             flags = int(ins.flags)  # type: ignore[union-attr]
-            if flags & _START and ro_end:
-                reg = region(ins.dst)  # type: ignore[union-attr]
-                for other, end in ro_end.items():
-                    if end > t and regions_overlap(reg, other):
-                        t, why = end, _READOUT
+            ready = 0
+            if flags & _START and ro_end:  # the bank must be read out first
+                ready = max((end for other, end in ro_end.items()
+                             if end > 0 and dreg.overlaps(other)), default=0)
+            t, why, pe = compute_step(pe, e[0], ready)
             end = t + e[1]
-            dreg = region(ins.dst)  # type: ignore[union-attr]
             if flags & _START or end > group_end.get(dreg, -1):
                 group_end[dreg] = end
             if end > busy_end:
                 busy_end = end
-            prev_start, earliest, pending_load = t, t + e[0], -1
-            kinds[i], starts[i], ends[i], cause[i] = 2, t, end, why
+            kinds[i], starts[i], ends[i], cause[i] = 2, t, end, why_cause[why]
             entries.append(e)
         elif tp is LoadStationary or tp is LdWeightMx:
             c = load_memo.get(ins.src.dims)  # type: ignore[union-attr]
             if c is None:
                 c = load_memo[ins.src.dims] = load_cycles(ins, arch)  # type: ignore
-            t = load_free if load_free > prev_start else prev_start
-            load_free = pending_load = t + c
+            t, _, pe = load_step(pe, c)
             kinds[i], starts[i], ends[i] = 1, t, t + c
         elif tp is DmaLoad:
             pass
@@ -221,11 +214,9 @@ def schedule(program: Program, arch: Arch | str, *, check: bool = False) -> Sche
             c = ro_memo.get(src.dims)
             if c is None:
                 c = ro_memo[src.dims] = readout_cycles(ins, arch)  # type: ignore[arg-type]
-            reg = region(src)
-            done = 0  # every MatMul of the region's group has ended (cost.py)
-            for other, gend in group_end.items():
-                if gend > done and regions_overlap(reg, other):
-                    done = gend
+            reg = src.rect
+            done = max((g for other, g in group_end.items() if reg.overlaps(other)),
+                       default=0)  # every MatMul of the region's group has ended (pe.py)
             t = ro_free if ro_free > done else done
             ro_free = t + c
             ro_end[reg] = ro_free

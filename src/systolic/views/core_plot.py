@@ -2,8 +2,8 @@
 ``--trace``'s "NeuronCore" process, :mod:`systolic.views.profile_rows`).
 
 Rows, top to bottom: Tensor (LDWEIGHTS), TensorMatrix (MATMUL), Vector, Scalar, GpSimd,
-then the DMA queues. DMA queues whose slices are identical (a 128-partition transfer gangs
-all 16) share one row named for the range ("DMA queues 0-15"); idle ones are named too, so
+then the DMA engines. DMA engines whose slices are identical (a 128-partition transfer uses
+all 16) share one row named for the range ("DMA engines 0-15"); idle ones are named too, so
 every engine and queue is accounted for. A MatMul's bar ends where the next MatMul starts
 (its fill and drain run under the next one), as in the trace.
 
@@ -51,7 +51,7 @@ class PlotRow:
     lo: np.ndarray
     hi: np.ndarray
     busy: float
-    queues: int  # profile rows merged into this one (DMA queues with identical slices)
+    queues: int  # profile rows merged into this one (DMA engines with identical slices)
 
 
 def _same(a: ProfileRow, b: ProfileRow) -> bool:
@@ -59,7 +59,7 @@ def _same(a: ProfileRow, b: ProfileRow) -> bool:
 
 
 def plot_rows(core: CoreTiming) -> list[PlotRow]:
-    """The rows the timeline draws: every engine row, then the DMA queues, consecutive
+    """The rows the timeline draws: every engine row, then the DMA engines, consecutive
     queues with identical slices merged into one row."""
     lat = core.latency or 1
     out: list[PlotRow] = []
@@ -74,7 +74,7 @@ def plot_rows(core: CoreTiming) -> list[PlotRow]:
             groups.append([row])
     for g in groups:
         first, last = g[0].name.split()[-1], g[-1].name.split()[-1]
-        label = g[0].name if len(g) == 1 else f"DMA queues {first}-{last}"
+        label = g[0].name if len(g) == 1 else f"DMA engines {first}-{last}"
         out.append(PlotRow(label, _DMA, g[0].starts, g[0].shown, g[0].busy_ticks() / lat,
                            len(g)))
     return out
@@ -110,7 +110,8 @@ def _draw(ax: Axes, rows: list[PlotRow], span: tuple[float, float], us: float,
                            facecolors=row.colour)
             continue
         rgb = np.array(mcolors.to_rgb(row.colour))
-        shades = 1 - b[:, None] * (1 - rgb)  # white -> colour by strength, per pixel column
+        # white -> colour by strength, per pixel column (clipped: float sums can stray 1e-14)
+        shades = np.clip(1 - b[:, None] * (1 - rgb), 0.0, 1.0)
         # one image row: no seams between columns, whatever the axes' pixel width
         ax.imshow(shades[None, :, :], extent=(a[0], a[-1], y - 0.35, y + 0.35),
                   aspect="auto", interpolation="nearest", zorder=2)

@@ -10,8 +10,8 @@ those rows; the Perfetto trace (:mod:`systolic.views.trace`) and the timeline pl
 * TensorMatrix (MATMUL): the tensor queue's MatMuls;
 * Vector, Scalar, GpSimd: each engine's instruction queue (a ReadOut's PSUM evacuation
   sits on ``arch.readout_engine``'s row);
-* DMA queue 0 ... DMA queue N-1: each DMA queue; a transfer that gangs several queues has
-  a slice on each.
+* DMA engine 0 ... DMA engine N-1: each DMA engine; a transfer that uses several engines
+  has a slice on each.
 
 The model has no separate Sync engine (its semaphore waits are the ``sync`` cause of the
 critical path), so there is no Sync row.
@@ -31,17 +31,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..geometry import interval_union
-from ..timing.core import CAUSES, QUEUE_NAMES, CoreTiming
+from ..timing.core import QUEUE_NAMES, CoreTiming
+from ..timing.result import Cause
 
 __all__ = ["ENGINE_ROWS", "ProfileRow", "profile_rows"]
 
 # (profile row name, what it shows, queue name, op cause or "" for every op of the queue)
-ENGINE_ROWS = (("Tensor", "LDWEIGHTS", "tensor", "weight_load"),
-               ("TensorMatrix", "MATMUL", "tensor", "pe"),
-               ("Vector", "", "vector", ""),
-               ("Scalar", "", "scalar", ""),
-               ("GpSimd", "", "gpsimd", ""))
-_CAUSE_ID = {k: i for i, k in enumerate(CAUSES)}
+ENGINE_ROWS = (("Tensor", "LDWEIGHTS", "tensor", Cause.WEIGHT_LOAD),
+               ("TensorMatrix", "MATMUL", "tensor", Cause.PE),
+               ("Vector", "", "vector", None),
+               ("Scalar", "", "scalar", None),
+               ("GpSimd", "", "gpsimd", None))
 
 
 @dataclass(frozen=True, eq=False)
@@ -83,14 +83,14 @@ def profile_rows(core: CoreTiming) -> list[ProfileRow]:
         q = QUEUE_NAMES.index(queue)
         sel = core.op_queue == q
         if q == 0 and core.op_cause is not None:  # split the PE queue into its two rows
-            sel = tensor & (core.op_cause == _CAUSE_ID[cause])
-        elif q == 0 and cause == "pe":  # a timing without causes: one Tensor row only
+            sel = tensor & (core.op_cause == int(cause))  # type: ignore[arg-type]
+        elif q == 0 and cause is Cause.PE:  # a timing without causes: one Tensor row only
             continue
         rows.append(_row(core, name, what if core.op_cause is not None else "", queue, sel))
-    first, n = len(QUEUE_NAMES), core.arch.dma_queues
+    first, n = len(QUEUE_NAMES), core.arch.dma_engines
     dma = core.op_queue >= first
     for k in range(n):
-        # a DMA gang holds queues first .. first + count - 1 (mod the queue count)
+        # a transfer holds DMA engines first .. first + count - 1 (mod the engine count)
         sel = dma & ((k - (core.op_queue - first)) % n < core.op_queues)
-        rows.append(_row(core, f"DMA queue {k}", "", f"dma{k}", sel))
+        rows.append(_row(core, f"DMA engine {k}", "", f"dma{k}", sel))
     return rows

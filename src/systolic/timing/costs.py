@@ -1,0 +1,231 @@
+"""The engine-cost table: what one instruction costs on its engine, one row per instruction
+kind and engine, each citing its formula (issue 18 part 4; docs/timing.md "Engines").
+
+The formulas are the "Estimated instruction cost" sections of the nki.isa pages
+(aws-neuron-sdk ``nki/api/nki/isa/__init__.py`` at commit 7c165a3e; removed at HEAD) and the
+architecture guides (``nki/guides/architecture/*_arch.rst``):
+
+* ``N`` is the number of elements per partition of the instruction's input (its output for
+  memset/iota); the partition count does not enter (the 128 lanes work in parallel);
+* ``MIN_II`` (``Arch.engine_min_ii``) is "roughly 64 engine cycles";
+* the Vector engine performance mode of NeuronCore-v3/v4 (trainium2_arch.rst) and the
+  Scalar engine's of v4 (trainium3_arch.rst) divide N for the formats of
+  ``Arch.vector_perf_formats`` / ``scalar_perf_formats``; the hardware detects the
+  conditions itself;
+* a minor free-dimension stride above 16 bytes halves SBUF/PSUM bandwidth
+  (trainium_inferentia2_arch.rst "Access pattern"): such an operand doubles the time of an
+  instruction the formula does not already charge for it.
+
+What is *not* an instruction's own cost, and so not here: the dependency overhead (+100
+cycles on a read-after-write on the same engine) and the ~60-cycle SBUF/PSUM access
+latency, which the scheduler (timing/core.py) adds as latencies between ops, because only
+it knows the dependencies.
+
+A cost is a pure function of the instruction (frozen, hashable) and the Arch, so it never
+depends on what ran before it: :func:`engine_cycles` memoises on the instruction itself.
+To give a new instruction kind its cost, add one :class:`Row` to :data:`ROWS` naming the
+kind, the engines it may run on, the function and the formula with its source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import lru_cache
+from math import ceil
+
+from ..arch import Arch
+from ..dtypes import get_format
+from ..errors import SystolicError
+from ..isa import (
+    AccessPattern,
+    Activation,
+    AluOp,
+    Engine,
+    Memset,
+    QuantizeMx,
+    ReadOut,
+    Space,
+    TensorCopy,
+    TensorTensor,
+)
+
+__all__ = ["ROWS", "Row", "engine_cycles", "engine_hz", "rows_for"]
+
+# a minor free-dimension stride above this many bytes halves SBUF/PSUM bandwidth
+_FAST_STRIDE_BYTES = 16
+
+
+def engine_hz(arch: Arch, engine: Engine) -> int:
+    """The clock of an engine, Hz (Arch; the Tensor Engine's is ``clock_hz``)."""
+    if engine is Engine.TENSOR:
+        return int(arch.clock_hz)
+    if engine is Engine.VECTOR:
+        return arch.vector_hz
+    if engine is Engine.SCALAR:
+        return arch.scalar_hz
+    if engine is Engine.GPSIMD:
+        return arch.gpsimd_hz
+    raise SystolicError(f"{engine.value} is not a compute engine; DMA is timed by "
+                        f"timing/dma.py")
+
+
+def _n(ap: AccessPattern) -> int:
+    return ap.free_elems
+
+
+def _contiguous(ap: AccessPattern) -> bool:
+    """Physically contiguous along the innermost free dimension (stride of one element)."""
+    return all(num == 1 or step == 1 for step, num in ap.dims[-1:])
+
+
+def _slow_stride(ap: AccessPattern) -> bool:
+    """The innermost free stride is above 16 bytes (half bandwidth)."""
+    step, num = ap.dims[-1]
+    return num > 1 and abs(step) * ap.itemsize > _FAST_STRIDE_BYTES
+
+
+def _in(fmt: str, formats: tuple[str, ...]) -> bool:
+    return fmt in formats
+
+
+def _floor(arch: Arch, cycles: float) -> int:
+    return max(arch.engine_min_ii, ceil(cycles))
+
+
+def _stride_factor(*aps: AccessPattern) -> int:
+    return 2 if any(_slow_stride(ap) for ap in aps) else 1
+
+
+# -- the formulas ---------------------------------------------------------------------------
+def _copy_speedup(arch: Arch, engine: Engine, src: AccessPattern, dst: AccessPattern) -> int:
+    """The performance-mode factor of a tensor_copy / tensor_scalar / activation copy:
+    Vector v3+ 4x when both tensors are in SBUF, in a perf-mode format and contiguous; 2x
+    when strided or one of them is in PSUM (trainium2_arch.rst); Scalar v4 2x for
+    BF16/FP16 (trainium3_arch.rst)."""
+    if engine is Engine.VECTOR:
+        if not (_in(src.dtype, arch.vector_perf_formats)
+                and _in(dst.dtype, arch.vector_perf_formats)):
+            return 1
+        sbuf = src.space is Space.SBUF and dst.space is Space.SBUF
+        contiguous = _contiguous(src) and _contiguous(dst)
+        if sbuf and contiguous:
+            return 4
+        return 2 if sbuf or contiguous else 1
+    if engine is Engine.SCALAR and _in(src.dtype, arch.scalar_perf_formats) \
+            and _in(dst.dtype, arch.scalar_perf_formats):
+        return 2
+    return 1
+
+
+def tensor_copy(ins: TensorCopy, arch: Arch, engine: Engine) -> int:
+    """``max(MIN_II, N)`` engine cycles (nki.isa.tensor_copy), over the perf-mode factor."""
+    sp = _copy_speedup(arch, engine, ins.src, ins.dst)
+    return _floor(arch, _n(ins.src) * _stride_factor(ins.src, ins.dst) / sp)
+
+
+def activation(ins: Activation, arch: Arch, engine: Engine) -> int:
+    """``max(MIN_II, N)`` Scalar engine cycles (nki.isa.activation); v4's Scalar perf mode
+    for BF16/FP16 (trainium3_arch.rst)."""
+    sp = _copy_speedup(arch, engine, ins.src, ins.dst) if engine is Engine.SCALAR else 1
+    return _floor(arch, _n(ins.src) * _stride_factor(ins.src, ins.dst) / sp)
+
+
+_FAST_TT_OPS = frozenset({AluOp.ADD, AluOp.MULTIPLY, AluOp.SUBTRACT})
+
+
+def tensor_tensor(ins: TensorTensor, arch: Arch, engine: Engine) -> int:
+    """nki.isa.tensor_tensor on Vector: ``max(MIN_II, N)`` when one input is in PSUM and
+    the other in SBUF, or when both are in SBUF, all of input/output are bfloat16, the
+    operator is add, multiply or subtract and the inputs are contiguous; else
+    ``max(MIN_II, 2N)``. v3+'s perf mode gives the N rule to fp16 too (trainium2_arch.rst
+    "2x ... when both input tensors are SBUF and all of input/output tensors are in
+    BF16/FP16"). GpSimd: two input tiles, ``2N`` (trainium_inferentia2_arch.rst cost
+    model)."""
+    a, b, d = ins.a, ins.b, ins.dst
+    n = _n(a)
+    if engine is not Engine.VECTOR:
+        return _floor(arch, 2 * n)
+    one_psum = (a.space is Space.PSUM) != (b.space is Space.PSUM)
+    fast_fmts = ("bf16", *arch.vector_perf_formats)
+    fast = (a.space is Space.SBUF and b.space is Space.SBUF
+            and all(x.dtype in fast_fmts for x in (a, b, d)) and ins.op in _FAST_TT_OPS
+            and _contiguous(a) and _contiguous(b))
+    return _floor(arch, n if one_psum or fast else 2 * n)
+
+
+def memset(ins: Memset, arch: Arch, engine: Engine) -> int:
+    """nki.isa.memset: ``max(MIN_II, N/2)`` when the value is zero and the output is
+    bfloat16/float16, else ``max(MIN_II, N)`` (Vector engine cycles; the same rule on
+    GpSimd)."""
+    n = _n(ins.dst)
+    half = ins.value == 0.0 and get_format(ins.dst.dtype).family == "half"
+    return _floor(arch, n / 2 if half else n)
+
+
+def quantize_mx(ins: QuantizeMx, arch: Arch, engine: Engine) -> int:
+    """QuantizeMX "can quantize four input elements per partition, per cycle (i.e., 4x
+    Vector performance mode)" (trainium3_arch.rst): ``max(MIN_II, N/4)``."""
+    return _floor(arch, _n(ins.src) / 4)
+
+
+def readout_evacuation(ins: ReadOut, arch: Arch, engine: Engine) -> int:
+    """The PSUM evacuation half of the compiler's ReadOut: a tensor_copy of the fp32 PSUM
+    tile, ``max(MIN_II, N)`` (fp32 takes no perf mode)."""
+    return _floor(arch, _n(ins.src) * _stride_factor(ins.src))
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One row of the table: an instruction kind, the engines it runs on, its cost in
+    cycles of that engine, and the formula as its source gives it."""
+
+    kind: type
+    engines: tuple[Engine, ...]
+    cost: Callable[..., int]
+    formula: str
+    source: str
+
+
+_V, _S, _G = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
+_ISA = "nki.isa 'Estimated instruction cost' (aws-neuron-sdk 7c165a3e)"
+
+ROWS: tuple[Row, ...] = (
+    Row(TensorCopy, (_V, _S, _G), tensor_copy, "max(MIN_II, N) / perf mode",
+        f"{_ISA} tensor_copy; trainium2_arch.rst Vector perf mode"),
+    Row(TensorTensor, (_V, _G), tensor_tensor, "max(MIN_II, N) or max(MIN_II, 2N)",
+        f"{_ISA} tensor_tensor"),
+    Row(TensorTensor, (_S,), tensor_tensor, "max(MIN_II, 2N)",
+        "trainium_inferentia2_arch.rst: two input tiles, about 2N"),
+    Row(Memset, (_V, _G, _S), memset, "max(MIN_II, N/2) for 0 in bf16/fp16, else "
+        "max(MIN_II, N)", f"{_ISA} memset"),
+    Row(Activation, (_S,), activation, "max(MIN_II, N)", f"{_ISA} activation"),
+    Row(Activation, (_V, _G), activation, "max(MIN_II, N)",
+        "trainium_inferentia2_arch.rst: one input tile, about N"),
+    Row(QuantizeMx, (_V,), quantize_mx, "max(MIN_II, N/4)",
+        "trainium3_arch.rst QuantizeMX: four elements per partition per cycle"),
+    Row(ReadOut, (_V, _S, _G), readout_evacuation, "max(MIN_II, N)",
+        f"{_ISA} tensor_copy (the evacuation of a fp32 PSUM tile)"),
+)
+_BY_KEY: dict[tuple[type, Engine], Row] = {(r.kind, e): r for r in ROWS for e in r.engines}
+
+
+def rows_for(kind: type) -> list[Row]:
+    """The rows of one instruction kind."""
+    return [r for r in ROWS if r.kind is kind]
+
+
+@lru_cache(maxsize=1 << 16)
+def _cached(ins: object, arch: Arch, engine: Engine) -> int:
+    row = _BY_KEY.get((type(ins), engine))
+    if row is None:
+        raise SystolicError(f"the engine-cost table has no row for {type(ins).__name__} on "
+                            f"the {engine.value} engine (timing/costs.py ROWS)")
+    return int(row.cost(ins, arch, engine))
+
+
+def engine_cycles(ins: object, arch: Arch, engine: Engine | None = None) -> int:
+    """Cycles of ``ins`` on ``engine`` (default: its own), computed alone: the table's row
+    for its kind and engine. Memoised on the instruction itself (frozen and hashable)."""
+    eng = engine if engine is not None else ins.engine  # type: ignore[attr-defined]
+    return _cached(ins, arch, eng)

@@ -1,0 +1,81 @@
+"""The busy time of one resource (an engine, a DMA engine, the HBM server, a shared port),
+for the list scheduler of timing/core.py.
+
+A :class:`Timeline` keeps the end of its last reservation and the idle gaps before it.
+:meth:`Timeline.fit` answers "the earliest start at or after ``t`` at which ``d`` ticks are
+free": in list-scheduling mode the search may place an op in a gap left before a later
+reservation (an instruction issues ahead of an earlier one that waits: the compiler's
+scheduler, docs/timing.md "Scheduling"); in program-order mode it never does (every op
+after the previous one, today's in-order queues). It also says which op's reservation
+ended where the answer starts, so the critical path can name what held the resource.
+
+Gaps are kept in start order. The search looks at most ``WINDOW`` gaps forward, and a
+timeline keeps at most ``KEEP`` gaps (the oldest are forgotten): a window, as a compiler's
+list scheduler has; both bounds keep the cost per op constant.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+__all__ = ["KEEP", "WINDOW", "Timeline"]
+
+WINDOW = 64
+KEEP = 512
+
+
+class Timeline:
+    """Reservations of one resource (module docstring). ``fill`` allows gap filling."""
+
+    __slots__ = ("end", "fill", "gap_hi", "gap_lo", "gap_op", "last")
+
+    def __init__(self, fill: bool = True) -> None:
+        self.fill = fill
+        self.end = 0  # end of the latest-ending reservation
+        self.last = -1  # the op of that reservation
+        self.gap_lo: list[int] = []
+        self.gap_hi: list[int] = []
+        self.gap_op: list[int] = []  # the op whose reservation ends where the gap starts
+
+    def fit(self, t: int, d: int) -> tuple[int, int]:
+        """(start, binder): the earliest start >= t with [start, start + d) free, and the op
+        whose reservation ends at that start when the resource delayed it (else -1)."""
+        if self.fill and self.gap_lo and d >= 0:
+            his = self.gap_hi
+            i = bisect_right(his, t)
+            stop = min(len(his), i + WINDOW)
+            lo = self.gap_lo
+            while i < stop:
+                s = lo[i] if lo[i] > t else t
+                if s + d <= his[i]:
+                    return s, (self.gap_op[i] if s > t else -1)
+                i += 1
+        if self.end > t:
+            return self.end, self.last
+        return t, -1
+
+    def reserve(self, s: int, e: int, op: int) -> None:
+        """Book [s, e) for ``op``; s must come from :meth:`fit` (free)."""
+        if s >= self.end:
+            if self.fill and s > self.end:
+                self.gap_lo.append(self.end)
+                self.gap_hi.append(s)
+                self.gap_op.append(self.last)
+                if len(self.gap_lo) > KEEP:
+                    del self.gap_lo[0], self.gap_hi[0], self.gap_op[0]
+            if e >= self.end:
+                self.end, self.last = e, op
+            return
+        # inside a gap (only a filling timeline places ops before its end)
+        i = bisect_right(self.gap_hi, s)
+        lo, hi, before = self.gap_lo[i], self.gap_hi[i], self.gap_op[i]
+        pieces = []
+        if s > lo:
+            pieces.append((lo, s, before))
+        if e < hi:
+            pieces.append((e, hi, op))
+        self.gap_lo[i:i + 1] = [p[0] for p in pieces]
+        self.gap_hi[i:i + 1] = [p[1] for p in pieces]
+        self.gap_op[i:i + 1] = [p[2] for p in pieces]
+        if e > self.end:  # cannot happen from fit(); kept for safety of direct callers
+            self.end, self.last = e, op
