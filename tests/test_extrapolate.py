@@ -45,3 +45,15 @@ def test_regular_products_do_extrapolate(monkeypatch):
     monkeypatch.setattr(ex, "FULL_LIMIT", 0)
     rep, low = ex.matmul_report(MatmulSpec(2048, 512, 1024, "bf16"), get_arch("trn2"))
     assert low is None and rep.slice_tiles in (3, 5)
+
+
+@pytest.mark.parametrize("dims", [("99999999999999999999", "128", "128"),
+                                  ("128", "128", "99999999999999999999")])
+def test_a_huge_product_is_refused_before_any_tile_is_built(dims, capsys) -> None:
+    # issue 22 H1: matmul_report used to build the tile lists (a 10^20-element range of M
+    # tiles) before the size check, and ran for minutes past 4 GB
+    from systolic.cli import main
+
+    assert main(["matmul", *dims, "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "lowers to" in err and "at most 16,777,216" in err and err.count("\n") == 1

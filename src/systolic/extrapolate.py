@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from .arch import Arch
-from .compiler import MAX_MATMULS, Lowered, MatmulSpec, lower
-from .compiler.tiling import tile
+from .compiler import Lowered, MatmulSpec, lower
+from .compiler.tiling import check_size, tile
 from .isa import Program, ReadOut
 from .timing.core import CoreTiming, time_prefixes
 from .timing.tensor_engine import ComputeCosts, Kind, Schedule
@@ -52,10 +52,8 @@ def matmul_report(spec: MatmulSpec, arch: Arch, *, full: bool = False
                   ) -> tuple[Report, Lowered | None]:
     """The timing Report of ``spec`` (both views), and the Lowered product when it was
     lowered whole (``full`` forces that: the trace and timeline need every instruction)."""
+    check_size(spec, arch)  # by arithmetic, before any tile list is built (issue 22 H1)
     mt, per = _estimate(spec, arch)
-    plan = tile(spec, arch)
-    if mt * len(plan.k_tiles) * len(plan.n_tiles) > MAX_MATMULS:
-        lower(spec, arch)  # raises the compiler's own one-line ShapeError
     if full or mt * per <= FULL_LIMIT or mt <= 4 or spec.dtype.startswith("mx"):
         low = lower(spec, arch)
         return build_report(low.program, arch, spec), low

@@ -99,8 +99,8 @@ def run_pool(target: Target, chunks: Iterable[Chunk], workers: int) -> Results:
             return pool.submit(evaluate_chunk, target, chunk)
 
         def wait_one(pending: set[Any]) -> tuple[set[Any], set[Any]]:
-            done, rest = wait(pending, return_when=FIRST_COMPLETED)
-            return set(done), set(rest)
+            done, not_done = wait(pending, return_when=FIRST_COMPLETED)
+            return set(done), set(not_done)
 
         try:
             yield from _bounded(submit, chunks, _IN_FLIGHT * workers, wait_one)
@@ -164,8 +164,8 @@ def run_dask(target: Target, chunks: Iterable[Chunk], client: Any) -> Results:
         return client.submit(evaluate_chunk, shared, chunk, pure=False)
 
     def wait_one(pending: set[Any]) -> tuple[set[Any], set[Any]]:
-        done, rest = dwait(list(pending), return_when="FIRST_COMPLETED")
-        return set(done), set(rest)
+        done, not_done = dwait(list(pending), return_when="FIRST_COMPLETED")
+        return set(done), set(not_done)
 
     yield from _bounded(submit, chunks, _IN_FLIGHT * dask_workers(client), wait_one)
 

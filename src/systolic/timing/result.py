@@ -18,22 +18,14 @@ __all__ = ["CAUSES", "QUEUE_NAMES", "WHAT_IF", "Cause", "CoreTiming", "queue_nam
 
 
 class Cause(enum.IntEnum):
-    """A critical-path cause (display order); ``key`` is its name in :data:`CAUSES` and in
-    the JSON."""
+    """A critical-path cause, in display order (the value is the op record's cause id)."""
 
-    PE = 0
-    WEIGHT_LOAD = 1
-    DMA = 2
-    DMA_LATENCY = 3
-    PSUM_EVACUATION = 4
-    VECTOR = 5
-    SCALAR = 6
-    GPSIMD = 7
-    SYNC = 8
-    IDLE = 9
+    PE, WEIGHT_LOAD, DMA, DMA_LATENCY, PSUM_EVACUATION = range(5)
+    VECTOR, SCALAR, GPSIMD, SYNC, IDLE = range(5, 10)
 
     @property
     def key(self) -> str:
+        """Its name in :data:`CAUSES` and in the JSON."""
         return self.name.lower()
 
 
