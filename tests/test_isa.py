@@ -34,6 +34,8 @@ from systolic.isa import (
     Memset,
     ReadOut,
     TensorCopy,
+    TensorReduce,
+    TensorScalar,
     TensorTensor,
     TileGroup,
     col_group,
@@ -73,7 +75,7 @@ def test_tile_position_must_be_a_multiple_of_its_group(pos: int, size: int, ok: 
 
 def test_opcodes_are_the_instruction_union() -> None:
     assert typing.get_args(Instruction) == OPCODES
-    assert len(set(OPCODES)) == len(OPCODES) == 12
+    assert len(set(OPCODES)) == len(OPCODES) == 14
 
 
 def test_flag_and_perf_values_are_the_seeds() -> None:
@@ -149,7 +151,15 @@ ENGINE_INSTRUCTIONS = st.one_of(
               st.sampled_from(list(AluOp)), st.sampled_from(list(Engine))),
     st.builds(Memset, _any_ap(), FLOATS, st.sampled_from(list(Engine))),
     st.builds(Activation, _any_ap(), _any_ap(), st.sampled_from(list(ActivationFunc)), FLOATS,
-              st.sampled_from(list(Engine))),
+              st.sampled_from(list(Engine)), st.none() | _any_ap("fp32"),
+              st.none() | _any_ap("fp32"), st.none() | _any_ap("fp32"),
+              st.sampled_from(list(AluOp))),
+    st.builds(TensorScalar, _any_ap(), _any_ap(), st.sampled_from(list(AluOp)), FLOATS,
+              st.sampled_from(list(Engine)), st.none() | _any_ap("fp32"), st.booleans(),
+              st.none() | st.sampled_from(list(AluOp)), FLOATS, st.none() | _any_ap("fp32"),
+              st.booleans()),
+    st.builds(TensorReduce, _any_ap(), _any_ap("fp32"), st.sampled_from(list(AluOp)),
+              st.sampled_from(list(Engine)), st.booleans()),
 )
 
 

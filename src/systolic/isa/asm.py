@@ -118,6 +118,12 @@ def _parse_flags(text: str) -> CalcFlags:
     return flags
 
 
+def _parse_bool(text: str) -> bool:
+    if text not in ("True", "False"):
+        raise ValueError(f"a flag is True or False, not {text!r}")
+    return text == "True"
+
+
 def _enum_codec(cls: type[enum.Enum], spell: Callable[[Any], str]
                 ) -> tuple[Callable[[Any], str], Callable[[str], Any]]:
     by_text = {spell(m): m for m in cls}
@@ -140,6 +146,9 @@ _CODECS: dict[object, tuple[Callable[[Any], str], Callable[[str], Any]]] = {
     Engine: _enum_codec(Engine, lambda m: m.value),
     AluOp: _enum_codec(AluOp, lambda m: m.value),
     ActivationFunc: _enum_codec(ActivationFunc, lambda m: m.value),
+    AccessPattern | None: (format_ap, parse_ap),  # an optional operand: left out when None
+    AluOp | None: _enum_codec(AluOp, lambda m: m.value),
+    bool: (str, lambda text: _parse_bool(text)),
     int: (str, _parse_int),
     float: (repr, _parse_float),
     str: (str, _parse_name),

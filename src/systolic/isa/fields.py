@@ -184,21 +184,39 @@ class Engine(enum.Enum):
 
 
 class AluOp(enum.Enum):
-    """Elementwise operators of ``nisa.tensor_tensor`` (NKI spells them ``nl.add`` ...)."""
+    """Elementwise and reduction operators of ``nisa.tensor_tensor``, ``tensor_scalar`` and
+    ``tensor_reduce`` (NKI spells them ``nl.add`` ...)."""
 
     ADD = "add"
     SUBTRACT = "subtract"
     MULTIPLY = "multiply"
     MAXIMUM = "maximum"
     MINIMUM = "minimum"
+    DIVIDE = "divide"
 
 
 class ActivationFunc(enum.Enum):
-    """The ``nisa.activation`` functions this model implements (NKI: ``nl.copy``,
-    ``nl.identity``): both are y = scale * x, rounded to the output format."""
+    """The ``nisa.activation`` functions this model implements: y = f(x * scale + bias),
+    computed in fp32 ("the Scalar Engine always performs the math operations in float32
+    precision", nki.isa.activation) and rounded to the output format. The values are the
+    exact functions evaluated in float64 and rounded to fp32 (docs/NUMERICS.md "Activation
+    functions": the hardware's table approximations are not published)."""
 
     COPY = "copy"
     IDENTITY = "identity"
+    EXP = "exp"
+    LOG = "log"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    SQUARE = "square"
+    ABS = "abs"
+    RELU = "relu"
+    SIGMOID = "sigmoid"
+    TANH = "tanh"
+    SILU = "silu"
+    GELU_APPRX_TANH = "gelu_apprx_tanh"
+    RECIPROCAL = "reciprocal"
+    NEGATIVE = "negative"
 
 
 class Space(enum.Enum):

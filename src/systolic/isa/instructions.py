@@ -45,6 +45,8 @@ __all__ = [
     "QuantizeMx",
     "ReadOut",
     "TensorCopy",
+    "TensorReduce",
+    "TensorScalar",
     "TensorTensor",
     "reads",
     "writes",
@@ -241,14 +243,52 @@ class Memset:
 
 @dataclass(frozen=True, slots=True)
 class Activation:
-    """``nisa.activation`` with a copy/identity function: dst = func(scale * src), on the
-    Scalar (Activation) engine."""
+    """``nisa.activation``: dst = func(src * scale + bias) on the Scalar (Activation) engine,
+    in fp32. ``scale`` is a constant or, when ``scales`` is given, one fp32 value per
+    partition ([P, 1]); ``bias`` is one value per partition ([P, 1]) or none. With ``acc``
+    ([P, 1]) the instruction also reduces each partition's results with ``acc_op`` into it
+    (``reduce_res``, nki.isa.activation / activation_reduce)."""
 
     src: AccessPattern
     dst: AccessPattern
     func: ActivationFunc = ActivationFunc.COPY
     scale: float = 1.0
     engine: Engine = Engine.SCALAR
+    bias: AccessPattern | None = None
+    scales: AccessPattern | None = None
+    acc: AccessPattern | None = None
+    acc_op: AluOp = AluOp.ADD
+
+
+@dataclass(frozen=True, slots=True)
+class TensorScalar:
+    """``nisa.tensor_scalar``: dst = (src op0 operand0) op1 operand1 in fp32, each operand a
+    constant (``operand0``) or one value per partition (``operand0_ap``, [P, 1]); ``reverse0``
+    puts the operand on the left of ``op0``. ``op1`` is optional."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    op0: AluOp = AluOp.MULTIPLY
+    operand0: float = 1.0
+    engine: Engine = Engine.VECTOR
+    operand0_ap: AccessPattern | None = None
+    reverse0: bool = False
+    op1: AluOp | None = None
+    operand1: float = 0.0
+    operand1_ap: AccessPattern | None = None
+    reverse1: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TensorReduce:
+    """``nisa.tensor_reduce`` along the free dimensions: dst[p] = op over src[p, ...] in
+    fp32 (``negate``: its negative), dst one element per partition."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    op: AluOp = AluOp.ADD
+    engine: Engine = Engine.VECTOR
+    negate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +315,8 @@ DmaLoad.engine = Engine.DMA  # type: ignore[attr-defined]
 ReadOut.engine = Engine.VECTOR  # type: ignore[attr-defined]
 
 Instruction = (LoadStationary | MatMul | LdWeightMx | MatmultMx | DmaLoad | ReadOut | DmaCopy
-               | TensorCopy | TensorTensor | Memset | Activation | QuantizeMx)
+               | TensorCopy | TensorTensor | Memset | Activation | QuantizeMx | TensorScalar
+               | TensorReduce)
 # Every instruction class, in the union's order (opcode order of counts() and the text form).
 OPCODES: tuple[type, ...] = typing.get_args(Instruction)
 
@@ -291,7 +332,8 @@ class Group:
     MX: tuple[type, ...] = (LdWeightMx, MatmultMx)  # gen4 MX pair
     DENSE: tuple[type, ...] = (LoadStationary, MatMul)
     DMA: tuple[type, ...] = (DmaLoad, DmaCopy)  # transfers on the DMA queues
-    ELEMENTWISE: tuple[type, ...] = (TensorCopy, TensorTensor, Memset, Activation, QuantizeMx)
+    ELEMENTWISE: tuple[type, ...] = (TensorCopy, TensorTensor, Memset, Activation, QuantizeMx,
+                                     TensorScalar, TensorReduce)
     READOUT: tuple[type, ...] = (ReadOut,)
 
 
@@ -311,17 +353,21 @@ ACCESS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
     TensorCopy: (("src",), ("dst",)),
     TensorTensor: (("a", "b"), ("dst",)),
     Memset: ((), ("dst",)),
-    Activation: (("src",), ("dst",)),
+    Activation: (("src", "bias", "scales"), ("dst", "acc")),
     QuantizeMx: (("src",), ("dst", "scale")),
+    TensorScalar: (("src", "operand0_ap", "operand1_ap"), ("dst",)),
+    TensorReduce: (("src",), ("dst",)),
 }
 assert set(ACCESS) == set(OPCODES), "every instruction kind declares its accesses"
 
 
 def reads(ins: Instruction) -> tuple[AccessPattern, ...]:
-    """The access patterns ``ins`` reads (:data:`ACCESS`)."""
-    return tuple(getattr(ins, f) for f in ACCESS[type(ins)][0])
+    """The access patterns ``ins`` reads (:data:`ACCESS`; optional operands left out when
+    absent)."""
+    return tuple(ap for f in ACCESS[type(ins)][0] if (ap := getattr(ins, f)) is not None)
 
 
 def writes(ins: Instruction) -> tuple[AccessPattern, ...]:
-    """The access patterns ``ins`` writes (:data:`ACCESS`)."""
-    return tuple(getattr(ins, f) for f in ACCESS[type(ins)][1])
+    """The access patterns ``ins`` writes (:data:`ACCESS`; optional outputs left out when
+    absent)."""
+    return tuple(ap for f in ACCESS[type(ins)][1] if (ap := getattr(ins, f)) is not None)

@@ -32,6 +32,8 @@ from ..isa import (
     QuantizeMx,
     Space,
     TensorCopy,
+    TensorReduce,
+    TensorScalar,
     TensorTensor,
 )
 from ..timing.dma import queue_for
@@ -184,7 +186,8 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int], set[int]]:
             zeroed[t] = [z for z in zeroed.get(t, []) if not _overlap(z, r)]
             groups.append(_Group(i, r, op.where))
             continue
-        for v, is_dst in ((op.dst, True), *((s, False) for s in op.srcs)):
+        for v, is_dst in ((op.dst, True), *((o, True) for o in op.outs),
+                          *((s, False) for s in op.srcs)):
             if v.buffer.name != "psum":
                 continue
             t, r = v.tensor.id, _rect(v)
@@ -308,7 +311,7 @@ def build(rec: Recorder, result: Any, outputs: list[Tensor], check: bool = True,
     for i, op in enumerate(ops):
         if i in dead:
             continue
-        for v in (op.dst, *op.srcs):
+        for v in op.views():
             t = v.tensor
             if t.buffer.on_chip:
                 first.setdefault(t.id, i)
@@ -343,7 +346,7 @@ def build(rec: Recorder, result: Any, outputs: list[Tensor], check: bool = True,
             chip.end_loop(lid)
         if i in dead:  # a PSUM memset the group's START replaces
             continue
-        for v in (op.dst, *op.srcs):
+        for v in op.views():
             t = v.tensor
             if t.buffer.on_chip and first[t.id] == i and t.id not in addr:
                 addr[t.id] = chip.place(t)
@@ -389,7 +392,25 @@ def _emit(op: Op, i: int, st: Any, addr: dict[int, int], starts: set[int],
     elif k == "memset":
         out.append(Memset(dst, a["value"], a["engine"]))
     elif k == "act":
-        out.append(Activation(srcs[0], dst, a["func"], a["scale"], a["engine"]))
+        rest = iter(srcs[1:])  # bias, then scales, as recorded (nki/ops.py)
+        bias = next(rest) if a["bias"] else None
+        scales = next(rest) if a["scales"] else None
+        acc = _ap(op.outs[0], addr[op.outs[0].tensor.id], w) if op.outs else None
+        out.append(Activation(srcs[0], dst, a["func"], a["scale"], a["engine"], bias=bias,
+                              scales=scales, acc=acc, acc_op=a["acc_op"]))
+        if acc is not None and acc.space is Space.SBUF:
+            st.invalidate(acc)
+    elif k == "ts":
+        rest = iter(srcs[1:])  # the operand tiles, in order (nki/ops.py)
+        c0 = next(rest) if a["c0"] is None else None
+        c1 = next(rest) if a["op1"] is not None and a["c1"] is None else None
+        k0, k1 = a["c0"], a.get("c1")  # constants; None where a tile gives the operand
+        out.append(TensorScalar(srcs[0], dst, a["op0"], 1.0 if k0 is None else k0,
+                                a["engine"], operand0_ap=c0, reverse0=a["reverse0"],
+                                op1=a["op1"], operand1=0.0 if k1 is None else k1,
+                                operand1_ap=c1, reverse1=a["reverse1"]))
+    elif k == "reduce":
+        out.append(TensorReduce(srcs[0], dst, a["op"], a["engine"], a["negate"]))
     elif k == "qmx":
         scale = _mx_scale(srcs[1], dst)
         out.append(QuantizeMx(srcs[0], dst, scale))

@@ -21,14 +21,17 @@ from .ops import (
     record_dma,
     record_matmul,
     record_memset,
+    record_tensor_reduce,
+    record_tensor_scalar,
     record_tensor_tensor,
 )
 from .record import current, fail, here
 from .tensor import Pending, Tensor, View, as_view
 from .types import BUFFERS, to_dtype
 
-__all__ = ["activation", "dma_copy", "engine", "matmul_perf_mode", "memset", "nc_matmul",
-           "nc_matmul_mx", "quantize_mx", "tensor_copy", "tensor_tensor"]
+__all__ = ["activation", "activation_reduce", "dma_copy", "engine", "matmul_perf_mode",
+           "memset", "nc_matmul", "nc_matmul_mx", "quantize_mx", "reduce_cmd", "tensor_copy",
+           "tensor_reduce", "tensor_scalar", "tensor_tensor"]
 
 class engine:
     """``nisa.engine``: which engine runs an instruction (``unknown`` lets us choose)."""
@@ -161,29 +164,132 @@ def memset(*args: Any, **kw: Any) -> Tensor | None:
     return None
 
 
-def activation(*args: Any, **kw: Any) -> Pending | None:
-    """Current API ``activation(dst, op, data, bias=None, scale=1.0)``; older
-    ``activation(op, data, ...)`` returns a new tile. Only copy/identity are modelled."""
-    where = here()
+class reduce_cmd:
+    """``nisa.reduce_cmd``: the Scalar engine's accumulation registers. ``idle`` leaves
+    them alone; ``reset_reduce`` reduces this instruction's results alone into
+    ``reduce_res`` (what activation_reduce does); accumulating across instructions
+    (``reset``, ``reduce``) is not modelled."""
+
+    idle = "idle"
+    reset = "reset"
+    reduce = "reduce"
+    reset_reduce = "reset_reduce"
+
+
+def _no_mask(kw: dict[str, Any], what: str, where: tuple[str, int]) -> None:
+    if kw.pop("mask", None) is not None:
+        raise fail(f"{what}: mask= is not modelled yet", where)
+
+
+def _activation_extras(kw: dict[str, Any], where: tuple[str, int], reduce: bool
+                       ) -> dict[str, Any]:
     kw.pop("name", None)
-    if kw.pop("bias", None) is not None:
-        raise fail("activation bias is not modelled; add it with nisa.tensor_tensor", where)
-    scale = kw.pop("scale", 1.0)
+    _no_mask(kw, "activation", where)
+    out = {"scale": kw.pop("scale", 1.0), "bias": kw.pop("bias", None),
+           "reduce_op": kw.pop("reduce_op", None), "reduce_res": kw.pop("reduce_res", None)}
+    cmd = kw.pop("reduce_cmd", reduce_cmd.reset_reduce if reduce else reduce_cmd.idle)
+    if cmd in (reduce_cmd.reset, reduce_cmd.reduce):
+        raise fail(f"activation reduce_cmd={cmd}: accumulating across instructions is not "
+                   f"modelled; use reduce_cmd.reset_reduce (one instruction's reduction)",
+                   where)
+    return out
+
+
+def activation(*args: Any, **kw: Any) -> Pending | None:
+    """Current API ``activation(dst, op, data, bias=None, scale=1.0, reduce_op=,
+    reduce_res=, reduce_cmd=)``; older ``activation(op, data, ...)`` returns a new tile.
+    out = op(data * scale + bias), scale a constant or a [P, 1] tile, bias a [P, 1] tile;
+    with ``reduce_res`` each partition's results are also reduced into it."""
+    return _activation(args, kw, reduce=False)
+
+
+def activation_reduce(*args: Any, **kw: Any) -> Pending | None:
+    """``activation`` plus the free-axis reduction into ``reduce_res`` (both APIs)."""
+    return _activation(args, kw, reduce=True)
+
+
+def _activation(args: tuple[Any, ...], kw: dict[str, Any], reduce: bool) -> Pending | None:
+    where = here()
+    extra = _activation_extras(kw, where, reduce)
+    if reduce and extra["reduce_res"] is None:
+        raise fail("activation_reduce needs reduce_res (a [P, 1] tile)", where)
     if (args and isinstance(args[0], Tensor | View)) or "dst" in kw:
         names: tuple[str, ...] = ("dst", "op", "data")
         vals = dict(zip(names, args, strict=False))
         vals.update({k: kw.pop(k) for k in names if k in kw})
         kw.pop("dtype", None)
         _no_extra(kw, "activation", where)
-        record_activation(as_view(vals["dst"]), as_view(vals["data"]), vals["op"], scale,
-                          where)
+        _need(vals, names, "activation", where)
+        record_activation(as_view(vals["dst"]), as_view(vals["data"]), vals["op"],
+                          extra["scale"], where, extra["bias"], extra["reduce_op"],
+                          extra["reduce_res"])
         return None
     names = ("op", "data")
     vals = dict(zip(names, args, strict=False))
     vals.update({k: kw.pop(k) for k in names if k in kw})
     dtype = kw.pop("dtype", None)
     _no_extra(kw, "activation", where)
-    return Pending("act", where, src=vals["data"], op=vals["op"], scale=scale, dtype=dtype)
+    _need(vals, names, "activation", where)
+    return Pending("act", where, src=vals["data"], op=vals["op"], dtype=dtype, **extra)
+
+
+def _need(vals: dict[str, Any], names: tuple[str, ...], what: str,
+          where: tuple[str, int]) -> None:
+    missing = [n for n in names if n not in vals]
+    if missing:
+        raise fail(f"{what}: missing argument(s) {', '.join(missing)}", where)
+
+
+def tensor_scalar(*args: Any, **kw: Any) -> Pending | None:
+    """Current API ``tensor_scalar(dst, data, op0, operand0, reverse0=False, op1=None,
+    operand1=None, reverse1=False, engine=)``; older ``tensor_scalar(data, op0, operand0,
+    ...)`` returns a new tile. (data op0 operand0) op1 operand1, each operand a constant or
+    a [P, 1] tile."""
+    where = here()
+    kw.pop("name", None)
+    eng = kw.pop("engine", None)
+    current_api = "dst" in kw or (len(args) > 1 and isinstance(args[1], Tensor | View))
+    names: tuple[str, ...] = (("dst",) if current_api else ()) + (
+        "data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1")
+    vals = dict(zip(names, args, strict=False))
+    vals.update({k: kw.pop(k) for k in names if k in kw})
+    dtype = kw.pop("dtype", None)
+    _no_extra(kw, "tensor_scalar", where)
+    _need(vals, names[:4] if current_api else names[:3], "tensor_scalar", where)
+    rev0, rev1 = bool(vals.get("reverse0", False)), bool(vals.get("reverse1", False))
+    if current_api:
+        record_tensor_scalar(as_view(vals["dst"]), as_view(vals["data"]), vals["op0"],
+                             vals["operand0"], rev0, vals.get("op1"), vals.get("operand1"),
+                             rev1, eng, where)
+        return None
+    return Pending("ts", where, src=vals["data"], dtype=dtype, engine=eng, op0=vals["op0"],
+                   operand0=vals["operand0"], reverse0=rev0, op1=vals.get("op1"),
+                   operand1=vals.get("operand1"), reverse1=rev1)
+
+
+def tensor_reduce(*args: Any, **kw: Any) -> Pending | None:
+    """Current API ``tensor_reduce(dst, op, data, axis, negate=False, keepdims=False)``;
+    older ``tensor_reduce(op, data, axis, negate=False, keepdims=False, dtype=)`` returns a
+    new tile of one element per partition."""
+    where = here()
+    kw.pop("name", None)
+    _no_mask(kw, "tensor_reduce", where)
+    eng = kw.pop("engine", None)
+    current_api = "dst" in kw or bool(args and isinstance(args[0], Tensor | View))
+    names: tuple[str, ...] = (("dst",) if current_api else ()) + ("op", "data", "axis",
+                                                                   "negate", "keepdims")
+    vals = dict(zip(names, args, strict=False))
+    vals.update({k: kw.pop(k) for k in names if k in kw})
+    dtype = kw.pop("dtype", None)
+    _no_extra(kw, "tensor_reduce", where)
+    _need(vals, names[:3] if current_api else names[:2], "tensor_reduce", where)
+    if current_api:
+        record_tensor_reduce(as_view(vals["dst"]), as_view(vals["data"]), vals["op"],
+                             vals.get("axis"), bool(vals.get("negate", False)), eng, where)
+        return None
+    return Pending("reduce", where, src=vals["data"], op=vals["op"], axis=vals.get("axis"),
+                   negate=bool(vals.get("negate", False)), engine=eng, dtype=dtype,
+                   keepdims=bool(vals.get("keepdims", False)))
 
 
 def _mx_gate(what: str) -> None:

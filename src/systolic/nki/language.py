@@ -130,14 +130,56 @@ def matmul(x: Any, y: Any, transpose_x: bool = False, **kw: Any) -> Pending:
     return Pending("mm", where, stationary=x, moving=y)
 
 
+def _is_number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
 class _Callable(_isa._Op):
+    """``nl.add``, ``nl.exp``, ... : an ``op=`` for nisa calls, and a function of tiles that
+    returns a new tile (tensor_tensor, tensor_scalar with a constant, or activation)."""
+
     def __call__(self, *args: Any, **kw: Any) -> Pending:
         where = here()
+        dtype = kw.pop("dtype", None)
+        if kw.pop("mask", None) is not None:
+            raise fail(f"nl.{self.name}: mask= is not modelled yet", where)
         if self.name in ("copy",):
-            return Pending("copy", where, src=args[0], dtype=kw.get("dtype"))
-        if self.alu is not None and len(args) == 2:
-            return Pending("tt", where, a=args[0], b=args[1], op=self, dtype=kw.get("dtype"))
-        raise fail(f"nl.{self.name} as a function is not modelled here")
+            return Pending("copy", where, src=args[0], dtype=dtype)
+        if self.alu is not None and len(args) == 2 and not kw:
+            x, y = args
+            if _is_number(y) and not _is_number(x):
+                return Pending("ts", where, src=x, op0=self, operand0=float(y),
+                               reverse0=False, op1=None, operand1=None, reverse1=False,
+                               dtype=dtype)
+            if _is_number(x) and not _is_number(y):
+                return Pending("ts", where, src=y, op0=self, operand0=float(x),
+                               reverse0=True, op1=None, operand1=None, reverse1=False,
+                               dtype=dtype)
+            return Pending("tt", where, a=x, b=y, op=self, dtype=dtype)
+        if self.act is not None and len(args) == 1 and not kw:
+            return Pending("act", where, src=args[0], op=self, scale=1.0, dtype=dtype)
+        raise fail(f"nl.{self.name}({', '.join(['...'] * len(args))}"
+                   f"{', ' if args and kw else ''}{', '.join(f'{k}=' for k in kw)}) is not "
+                   f"modelled here", where)
+
+
+def _reduce(name: str, alu: AluOp) -> Any:
+    op = _Callable(name, alu, None)
+
+    def reduce(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False,
+               **kw: Any) -> Pending:
+        where = here()
+        if kw.pop("mask", None) is not None or kw:
+            raise fail(f"nl.{name}: argument(s) {', '.join(sorted(kw)) or 'mask'} not "
+                       f"modelled", where)
+        return Pending("reduce", where, src=x, op=op, axis=axis, negate=False, dtype=dtype,
+                       keepdims=bool(keepdims), engine=None)
+
+    reduce.alu, reduce.act = alu, None  # type: ignore[attr-defined]  # usable as op=
+    reduce.__name__ = name
+    reduce.__doc__ = (f"``nl.{name}(x, axis, dtype=None, keepdims=False)``: the {alu.value} "
+                      f"of each partition's free elements (nisa.tensor_reduce on Vector).")
+    return reduce
 
 
 copy = _Callable("copy", None, ActivationFunc.COPY)
@@ -147,7 +189,40 @@ subtract = _Callable("subtract", AluOp.SUBTRACT, None)
 multiply = _Callable("multiply", AluOp.MULTIPLY, None)
 maximum = _Callable("maximum", AluOp.MAXIMUM, None)
 minimum = _Callable("minimum", AluOp.MINIMUM, None)
+divide = _Callable("divide", AluOp.DIVIDE, None)
+# activation functions (nisa.activation's op=, and nl.exp(x) as a function), named as NKI
+# names them: nl.exp is ActivationFunc.EXP, ...
+(exp, log, sqrt, rsqrt, square, abs, relu, sigmoid, tanh, silu,
+ gelu_apprx_tanh, reciprocal, negative) = (
+    _Callable(f.value, None, f) for f in ActivationFunc
+    if f not in (ActivationFunc.COPY, ActivationFunc.IDENTITY))
+assert [c.name for c in (exp, log, sqrt, rsqrt, square, abs, relu, sigmoid, tanh, silu,
+                         gelu_apprx_tanh, reciprocal, negative)] == [
+    "exp", "log", "sqrt", "rsqrt", "square", "abs", "relu", "sigmoid", "tanh", "silu",
+    "gelu_apprx_tanh", "reciprocal", "negative"], "each name is its ActivationFunc"
+# the Python names NKI's docs use for the max/min operators
+max = _reduce("max", AluOp.MAXIMUM)
+min = _reduce("min", AluOp.MINIMUM)
+sum = _reduce("sum", AluOp.ADD)
+prod = _reduce("prod", AluOp.MULTIPLY)
 
-__all__ += [*DTYPES, "add", "hbm", "identity", "maximum", "minimum", "multiply",
-            "private_hbm", "psum", "sbuf", "shared_hbm", "subtract"]
+
+def mean(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False,
+         **kw: Any) -> Pending:
+    """``nl.mean``: the sum of each partition's free elements (tensor_reduce), times 1/n
+    (tensor_scalar)."""
+    from .ops import materialize
+    from .tensor import as_view as _as_view
+
+    where = here()
+    total = materialize(sum(x, axis=axis, dtype="float32", keepdims=keepdims, **kw))
+    n = _as_view(x).size // _as_view(x).partitions
+    return Pending("ts", where, src=total, op0=multiply, operand0=1.0 / n, reverse0=False,
+                   op1=None, operand1=None, reverse1=False, dtype=dtype)
+
+
+__all__ += [*DTYPES, "abs", "add", "divide", "exp", "gelu_apprx_tanh", "hbm", "identity",
+            "log", "max", "maximum", "mean", "min", "minimum", "multiply", "negative",
+            "private_hbm", "prod", "psum", "reciprocal", "relu", "rsqrt", "sbuf",
+            "shared_hbm", "sigmoid", "silu", "sqrt", "square", "subtract", "sum", "tanh"]
 _ = View  # re-exported type for annotations in kernels

@@ -13,7 +13,8 @@ from .tensor import Pending, Tensor, View, as_view, same_shape
 from .types import BUFFERS, to_dtype
 
 __all__ = ["materialize", "new_result", "record_activation", "record_copy", "record_dma",
-           "record_matmul", "record_memset", "record_tensor_tensor", "write_pending"]
+           "record_matmul", "record_memset", "record_tensor_reduce", "record_tensor_scalar",
+           "record_tensor_tensor", "write_pending"]
 
 
 class _Op:
@@ -24,6 +25,9 @@ class _Op:
 
     def __repr__(self) -> str:
         return f"nl.{self.name}"
+
+
+_ADD = _Op("add", AluOp.ADD, None)
 
 
 def _alu(op: object) -> AluOp:
@@ -126,19 +130,103 @@ def record_memset(dst: View, value: float, eng: object, where: tuple[str, int]) 
     _add("memset", dst, (), where, engine=e, value=float(value))
 
 
-def record_activation(dst: View, src: View, op: object, scale: float,
-                      where: tuple[str, int]) -> None:
+def _vector(v: Any, of: View, role: str, what: str, where: tuple[str, int]) -> View:
+    """A per-partition operand: an on-chip tile of one element on each of ``of``'s
+    partitions ([P, 1], NKI docs)."""
+    if not isinstance(v, Tensor | View | Pending):
+        raise fail(f"{what} {role} must be a number or a [P, 1] tile, not "
+                   f"{type(v).__name__}", where)
+    vv = as_view(v)
+    _on_chip(vv, role, what, where)
+    if vv.partitions != of.partitions or vv.size != of.partitions:
+        raise fail(f"{what} {role} must be one element on each of the {of.partitions} "
+                   f"partitions ([{of.partitions}, 1]), not {list(vv.shape)}", where)
+    return vv
+
+
+def _reduce_alu(op: object, what: str, where: tuple[str, int]) -> AluOp:
+    alu = getattr(op, "alu", None)
+    if alu not in (AluOp.ADD, AluOp.MAXIMUM, AluOp.MINIMUM, AluOp.MULTIPLY):
+        raise fail(f"{what}: reduce op {op!r} is not one of nl.add, nl.maximum, nl.minimum, "
+                   f"nl.multiply", where)
+    return alu  # type: ignore[no-any-return]
+
+
+def record_activation(dst: View, src: View, op: object, scale: Any,
+                      where: tuple[str, int], bias: Any = None, reduce_op: Any = None,
+                      reduce_res: Any = None) -> None:
     func = getattr(op, "act", None)
     if func is None:
-        raise fail(f"activation {op!r} is not modelled; this model implements nl.copy and "
-                   f"nl.identity", where)
+        names = ", ".join(f"nl.{f.value}" for f in ActivationFunc)
+        raise fail(f"activation {op!r} is not modelled; this model implements {names}",
+                   where)
     _on_chip(src, "data", "activation", where)
     _on_chip(dst, "dst", "activation", where)
     _match(dst, src, "activation", where)
-    if not isinstance(scale, int | float):
-        raise fail("activation scale must be a number (a tile of scales is not modelled)",
+    srcs: list[View] = [src]
+    attrs: dict[str, Any] = {"engine": Engine.SCALAR, "func": func, "scale": 1.0,
+                             "bias": False, "scales": False, "acc_op": AluOp.ADD}
+    if isinstance(scale, int | float) and not isinstance(scale, bool):
+        attrs["scale"] = float(scale)
+    else:
+        srcs.append(_vector(scale, src, "scale", "activation", where))
+        attrs["scales"] = True
+    if bias is not None:
+        srcs.insert(1, _vector(bias, src, "bias", "activation", where))
+        attrs["bias"] = True
+    outs: tuple[View, ...] = ()
+    if reduce_res is not None:
+        outs = (_vector(reduce_res, src, "reduce_res", "activation", where),)
+        attrs["acc_op"] = _reduce_alu(reduce_op if reduce_op is not None else _ADD,
+                                      "activation", where)
+    current().add(Op("act", dst, tuple(srcs), where, attrs, outs))
+
+
+def record_tensor_scalar(dst: View, src: View, op0: object, operand0: Any, reverse0: bool,
+                         op1: object, operand1: Any, reverse1: bool, eng: object,
+                         where: tuple[str, int]) -> None:
+    e = _engine(eng, Engine.VECTOR)
+    _on_chip(src, "data", "tensor_scalar", where)
+    _on_chip(dst, "dst", "tensor_scalar", where)
+    _match(dst, src, "tensor_scalar", where)
+    srcs: list[View] = [src]
+    attrs: dict[str, Any] = {"engine": e, "op0": _alu(op0), "reverse0": bool(reverse0),
+                             "op1": None, "reverse1": bool(reverse1)}
+    for k, operand in (("0", operand0), ("1", operand1)):
+        if k == "1" and op1 is None:
+            if operand1 is not None:
+                raise fail("tensor_scalar: operand1 without op1", where)
+            continue
+        if k == "1":
+            attrs["op1"] = _alu(op1)
+        if isinstance(operand, int | float) and not isinstance(operand, bool):
+            attrs["c" + k] = float(operand)
+        else:
+            srcs.append(_vector(operand, src, f"operand{k}", "tensor_scalar", where))
+            attrs["c" + k] = None
+    _gpsimd(e, (dst, *srcs), "tensor_scalar", where)
+    _add("ts", dst, tuple(srcs), where, **attrs)
+
+
+def record_tensor_reduce(dst: View, src: View, op: object, axis: Any, negate: bool,
+                         eng: object, where: tuple[str, int]) -> None:
+    e = _engine(eng, Engine.VECTOR)
+    if e is Engine.SCALAR:
+        raise fail("tensor_reduce runs on the Vector or GpSimd engine (NKI docs)", where)
+    _on_chip(src, "data", "tensor_reduce", where)
+    _on_chip(dst, "dst", "tensor_reduce", where)
+    _gpsimd(e, (dst, src), "tensor_reduce", where)
+    free = list(range(1, len(src.shape)))
+    axes = [axis] if isinstance(axis, int) else list(axis) if axis is not None else free
+    if sorted(int(a) for a in axes) != free:
+        raise fail(f"tensor_reduce over axis {axis!r}: this model reduces all the free "
+                   f"dimensions of a {len(src.shape)}-d tile, axis={free if len(free) > 1 else 1}",
                    where)
-    _add("act", dst, (src,), where, engine=Engine.SCALAR, func=func, scale=float(scale))
+    if dst.partitions != src.partitions or dst.size != src.partitions:
+        raise fail(f"tensor_reduce dst must be one element on each of the {src.partitions} "
+                   f"partitions, not {list(dst.shape)}", where)
+    _add("reduce", dst, (src,), where, engine=e, op=_reduce_alu(op, "tensor_reduce", where),
+         negate=bool(negate))
 
 
 def _tile(values: tuple[int, int] | tuple[()] | list[int], default: tuple[int, int],
@@ -247,6 +335,11 @@ def new_result(p: Pending) -> Tensor:
         stat, mov = as_view(a["stationary"]), as_view(a["moving"])
         shape: tuple[int, ...] = (stat.shape[-1], mov.shape[-1])
         t = Tensor(shape, to_dtype("float32"), BUFFERS["psum"], p.where)
+    elif p.kind == "reduce":  # one element per partition, [P, 1] (keepdims) or [P]
+        src = as_view(a["src"])
+        dtype = to_dtype(a["dtype"]) if a.get("dtype") is not None else src.dtype
+        rshape = (src.shape[0], 1) if a.get("keepdims", True) else (src.shape[0],)
+        t = Tensor(rshape, dtype, BUFFERS["sbuf"], p.where)
     else:
         src = as_view(a["src"] if "src" in a else a["a"])
         dtype = to_dtype(a["dtype"]) if a.get("dtype") is not None else src.dtype
@@ -275,7 +368,15 @@ def write_pending(p: Pending, dst: View, accumulate: bool | None) -> None:
         record_tensor_tensor(dst, as_view(a["a"]), as_view(a["b"]), a["op"], a.get("engine"),
                              w)
     elif p.kind == "act":
-        record_activation(dst, as_view(a["src"]), a["op"], a.get("scale", 1.0), w)
+        record_activation(dst, as_view(a["src"]), a["op"], a.get("scale", 1.0), w,
+                          a.get("bias"), a.get("reduce_op"), a.get("reduce_res"))
+    elif p.kind == "ts":
+        record_tensor_scalar(dst, as_view(a["src"]), a["op0"], a["operand0"],
+                             a.get("reverse0", False), a.get("op1"), a.get("operand1"),
+                             a.get("reverse1", False), a.get("engine"), w)
+    elif p.kind == "reduce":
+        record_tensor_reduce(dst, as_view(a["src"]), a["op"], a.get("axis"),
+                             a.get("negate", False), a.get("engine"), w)
     else:  # pragma: no cover - the kinds above are the only ones made
         raise fail(f"internal: unknown lazy result {p.kind}", w)
 

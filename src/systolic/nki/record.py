@@ -42,14 +42,21 @@ def fail(message: str, where: tuple[str, int] | None = None) -> KernelError:
 
 @dataclass(slots=True)
 class Op:
-    """One recorded NKI operation. ``kind`` is dma, copy, tt, memset, act, mm or mmx;
-    ``dst``/``srcs`` are views; ``attrs`` the operation's own fields."""
+    """One recorded NKI operation. ``kind`` is dma, copy, tt, ts (tensor_scalar), reduce,
+    memset, act, qmx, mm or mmx; ``dst``/``srcs`` are views (``srcs`` every view it reads,
+    per-partition operands included); ``outs`` the views it writes besides ``dst`` (an
+    activation's ``reduce_res``); ``attrs`` the operation's own fields."""
 
     kind: str
     dst: View
     srcs: tuple[View, ...]
     where: tuple[str, int]
     attrs: dict[str, Any] = field(default_factory=dict)
+    outs: tuple[View, ...] = ()
+
+    def views(self) -> tuple[View, ...]:
+        """Every view it touches: written first, then read."""
+        return (self.dst, *self.outs, *self.srcs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +80,7 @@ class Recorder:
         self.tensors: list[Tensor] = []
         self.inputs: list[Tensor] = []
         self.pending: list[Any] = []  # lazy results of the older API (nl.load, nl.matmul)
+        self.writing: set[int] = set()  # ids of the lazy results being written now
         self.loops: list[Loop] = []  # the loops the kernel is in now, innermost last
         self.loop_ends: dict[int, int] = {}  # loop id -> index of the first op after it
         self._loop_ids = 0
@@ -100,10 +108,16 @@ class Recorder:
         self.ops.append(op)
 
     def flush(self, op: Op | None = None) -> None:
-        """Materialise lazy results not consumed by ``op``: keeps program order exact."""
+        """Materialise lazy results not consumed by ``op``: keeps program order exact. A
+        lazy result made after one that is being written now (``writing``: ``op`` may be
+        that write, or an operand it materialises first) waits until that write is
+        recorded, since it may read it (``m = nl.max(t)`` after ``t = nl.load(x)``)."""
         waiting, self.pending = self.pending, []
         used = set() if op is None else {id(v) for v in (op.dst, *op.srcs)}
-        for p in waiting:
+        for j, p in enumerate(waiting):
+            if id(p) in self.writing:
+                self.pending = [q for q in waiting[j + 1:] if q.result is None] + self.pending
+                return
             if id(p) not in used and p.result is None:
                 p.materialize()
 

@@ -317,12 +317,22 @@ class Pending:
     def materialize(self) -> Tensor:
         if self.result is not None:
             return self.result
-        self.result = HOOKS["materialize"](self)
+        rec = current()
+        rec.writing.add(id(self))
+        try:
+            self.result = HOOKS["materialize"](self)
+        finally:
+            rec.writing.discard(id(self))
         return self.result
 
     def write_into(self, dst: View, accumulate: bool | None = None) -> None:
         self.result = dst.tensor  # consumed (set first: recording flushes pending results)
-        HOOKS["write_pending"](self, dst, accumulate)
+        rec = current()
+        rec.writing.add(id(self))
+        try:
+            HOOKS["write_pending"](self, dst, accumulate)
+        finally:
+            rec.writing.discard(id(self))
 
 
 def as_view(x: object) -> View:

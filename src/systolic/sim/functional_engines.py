@@ -1,4 +1,5 @@
-"""Values of the engine instructions: DmaCopy, TensorCopy, TensorTensor, Memset, Activation.
+"""Values of the engine instructions: DmaCopy, TensorCopy, TensorTensor, Memset, Activation,
+TensorScalar, TensorReduce, QuantizeMx.
 
 Each handler is a function of (memory, instruction) (wrapped as (state, instruction) for the
 simulator's handler table), vectorised over the whole access
@@ -9,7 +10,15 @@ pattern with numpy. Semantics (NKI docs, nki.isa.*):
   (integers to int64), then rounded to the destination's format.
 * ``TensorTensor`` computes op(a, b) in fp32 and rounds the result to dst's format.
 * ``Memset`` writes ``value`` rounded to dst's format.
-* ``Activation`` with copy/identity writes scale * x (fp32) rounded to dst's format.
+* ``Activation`` writes func(x * scale + bias) rounded to dst's format: x, scale and bias in
+  fp32 (scale a constant or one value per partition, bias one per partition), the function
+  evaluated exactly in float64 and rounded to fp32 (docs/NUMERICS.md "Activation
+  functions"); with ``acc`` each partition's fp32 results are reduced (add, max, min) into
+  it, rounded to its format.
+* ``TensorScalar`` computes (x op0 c0) op1 c1 in fp32, each c a constant or one value per
+  partition (``reverse``: c on the left).
+* ``TensorReduce`` reduces each partition's free elements with op in fp32 (negated when
+  asked), rounded to dst's format.
 * ``QuantizeMx`` (NKI docs, nki.isa.quantize_mx; OCP MX v1.0 section 6.3): per group of 8
   partitions x 4 consecutive elements, the E8M0 scale code is the largest fp32 biased
   exponent of the group minus the element format's emax (clamped to 0..254); the elements
@@ -33,12 +42,15 @@ from ..dtypes import OverflowPolicy
 from ..isa import (
     AccessPattern,
     Activation,
+    ActivationFunc,
     AluOp,
     DmaCopy,
     Instruction,
     Memset,
     QuantizeMx,
     TensorCopy,
+    TensorReduce,
+    TensorScalar,
     TensorTensor,
 )
 from ..memory import Memory
@@ -56,6 +68,31 @@ _ALU: dict[AluOp, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     AluOp.MULTIPLY: np.multiply,
     AluOp.MAXIMUM: np.maximum,
     AluOp.MINIMUM: np.minimum,
+    AluOp.DIVIDE: np.divide,
+}
+# reductions along the free axis: the operator's ufunc reduce
+_REDUCE: dict[AluOp, Callable[..., np.ndarray]] = {
+    AluOp.ADD: np.sum, AluOp.MULTIPLY: np.prod, AluOp.MAXIMUM: np.max, AluOp.MINIMUM: np.min}
+
+
+# y = f(x), exact in float64 (x already scaled and biased in fp32)
+_FUNCS: dict[ActivationFunc, Callable[[np.ndarray], np.ndarray]] = {
+    ActivationFunc.COPY: lambda x: x,
+    ActivationFunc.IDENTITY: lambda x: x,
+    ActivationFunc.EXP: np.exp,
+    ActivationFunc.LOG: np.log,
+    ActivationFunc.SQRT: np.sqrt,
+    ActivationFunc.RSQRT: lambda x: 1.0 / np.sqrt(x),
+    ActivationFunc.SQUARE: np.square,
+    ActivationFunc.ABS: np.abs,
+    ActivationFunc.RELU: lambda x: np.maximum(x, 0.0),
+    ActivationFunc.SIGMOID: lambda x: 1.0 / (1.0 + np.exp(-x)),
+    ActivationFunc.TANH: np.tanh,
+    ActivationFunc.SILU: lambda x: x / (1.0 + np.exp(-x)),
+    ActivationFunc.GELU_APPRX_TANH: lambda x: 0.5 * x * (1.0 + np.tanh(
+        0.7978845608028654 * (x + 0.044715 * x ** 3))),
+    ActivationFunc.RECIPROCAL: lambda x: 1.0 / x,
+    ActivationFunc.NEGATIVE: np.negative,
 }
 
 
@@ -84,10 +121,54 @@ def memset(mem: Memory, ins: Memset) -> None:
     mem.write(ins.dst, np.full(ins.dst.shape, ins.value, dtype=np.float32), overflow=_CAST)
 
 
+def _per_partition(mem: Memory, ap: AccessPattern, shape: tuple[int, ...]) -> np.ndarray:
+    """A [P, 1] operand as fp32, shaped to broadcast over ``shape``'s free dims."""
+    return mem.read(ap).astype(np.float32).reshape((shape[0],) + (1,) * (len(shape) - 1))
+
+
 def activation(mem: Memory, ins: Activation) -> None:
-    x = _read(mem, ins.src, ins.dst.shape).astype(np.float32)
+    shape = ins.dst.shape
+    x = _read(mem, ins.src, shape).astype(np.float32)
+    scale = (_per_partition(mem, ins.scales, shape) if ins.scales is not None
+             else np.float32(ins.scale))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        x = x * scale
+        if ins.bias is not None:
+            x = x + _per_partition(mem, ins.bias, shape)
+        y = _FUNCS[ins.func](x.astype(np.float64)).astype(np.float32)
+        mem.write(ins.dst, y, overflow=_CAST)
+        if ins.acc is not None:
+            red = _REDUCE[ins.acc_op](y.reshape(shape[0], -1), axis=1)
+            mem.write(ins.acc, red.astype(np.float32).reshape(ins.acc.shape), overflow=_CAST)
+
+
+def _operand(mem: Memory, c: float, ap: AccessPattern | None, shape: tuple[int, ...]
+             ) -> np.ndarray:
+    if ap is not None:
+        return _per_partition(mem, ap, shape)
+    return np.asarray(c, dtype=np.float32)
+
+
+def tensor_scalar(mem: Memory, ins: TensorScalar) -> None:
+    shape = ins.dst.shape
+    x = _read(mem, ins.src, shape).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        c0 = _operand(mem, ins.operand0, ins.operand0_ap, shape)
+        y = _ALU[ins.op0](c0, x) if ins.reverse0 else _ALU[ins.op0](x, c0)
+        if ins.op1 is not None:
+            c1 = _operand(mem, ins.operand1, ins.operand1_ap, shape)
+            y = _ALU[ins.op1](c1, y) if ins.reverse1 else _ALU[ins.op1](y, c1)
+        mem.write(ins.dst, np.asarray(y, dtype=np.float32), overflow=_CAST)
+
+
+def tensor_reduce(mem: Memory, ins: TensorReduce) -> None:
+    p = ins.src.partitions
+    x = mem.read(ins.src).astype(np.float32).reshape(p, -1)
     with np.errstate(invalid="ignore", over="ignore"):
-        mem.write(ins.dst, x * np.float32(ins.scale), overflow=_CAST)
+        y = _REDUCE[ins.op](x, axis=1).astype(np.float32)
+        if ins.negate:
+            y = -y
+        mem.write(ins.dst, y.reshape(ins.dst.shape), overflow=_CAST)
 
 
 def quantize_mx(mem: Memory, ins: QuantizeMx) -> None:
@@ -118,6 +199,8 @@ _ON_MEMORY: dict[type, Callable[[Memory, Instruction], None]] = {
     Memset: memset,  # type: ignore[dict-item]
     Activation: activation,  # type: ignore[dict-item]
     QuantizeMx: quantize_mx,  # type: ignore[dict-item]
+    TensorScalar: tensor_scalar,  # type: ignore[dict-item]
+    TensorReduce: tensor_reduce,  # type: ignore[dict-item]
 }
 
 

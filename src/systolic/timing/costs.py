@@ -47,6 +47,8 @@ from ..isa import (
     ReadOut,
     Space,
     TensorCopy,
+    TensorReduce,
+    TensorScalar,
     TensorTensor,
 )
 
@@ -125,10 +127,31 @@ def tensor_copy(ins: TensorCopy, arch: Arch, engine: Engine) -> int:
 
 
 def activation(ins: Activation, arch: Arch, engine: Engine) -> int:
-    """``max(MIN_II, N)`` Scalar engine cycles (nki.isa.activation); v4's Scalar perf mode
-    for BF16/FP16 (trainium3_arch.rst)."""
+    """``max(MIN_II, N)`` Scalar engine cycles (nki.isa.activation), plus ``MIN_II`` with a
+    reduction into ``reduce_res`` (nki.isa.activation_reduce: ``max(MIN_II, N) + MIN_II``);
+    v4's Scalar perf mode for BF16/FP16 (trainium3_arch.rst)."""
     sp = _copy_speedup(arch, engine, ins.src, ins.dst) if engine is Engine.SCALAR else 1
+    cost = _floor(arch, _n(ins.src) * _stride_factor(ins.src, ins.dst) / sp)
+    return cost + (arch.engine_min_ii if ins.acc is not None else 0)
+
+
+def tensor_scalar(ins: TensorScalar, arch: Arch, engine: Engine) -> int:
+    """``max(MIN_II, N)`` Vector or Scalar engine cycles (nki.isa.tensor_scalar), over the
+    trn2 Vector perf mode of tensor_copy / tensor_scalar (trainium2_arch.rst)."""
+    sp = _copy_speedup(arch, engine, ins.src, ins.dst)
     return _floor(arch, _n(ins.src) * _stride_factor(ins.src, ins.dst) / sp)
+
+
+_HALF_REDUCE_OPS = frozenset({AluOp.ADD, AluOp.MAXIMUM})
+
+
+def tensor_reduce(ins: TensorReduce, arch: Arch, engine: Engine) -> int:
+    """nki.isa.tensor_reduce: ``N/2`` Vector cycles when input and output are bfloat16 and
+    the operator is add or maximum, else ``N`` (at least MIN_II, the formula's floor)."""
+    n = _n(ins.src)
+    half = (ins.src.dtype == "bf16" and ins.dst.dtype == "bf16"
+            and ins.op in _HALF_REDUCE_OPS)
+    return _floor(arch, (n / 2 if half else n) * _stride_factor(ins.src))
 
 
 _FAST_TT_OPS = frozenset({AluOp.ADD, AluOp.MULTIPLY, AluOp.SUBTRACT})
@@ -199,9 +222,14 @@ ROWS: tuple[Row, ...] = (
         "trainium_inferentia2_arch.rst: two input tiles, about 2N"),
     Row(Memset, (_V, _G, _S), memset, "max(MIN_II, N/2) for 0 in bf16/fp16, else "
         "max(MIN_II, N)", f"{_ISA} memset"),
-    Row(Activation, (_S,), activation, "max(MIN_II, N)", f"{_ISA} activation"),
+    Row(Activation, (_S,), activation, "max(MIN_II, N), + MIN_II with reduce_res",
+        f"{_ISA} activation, activation_reduce"),
     Row(Activation, (_V, _G), activation, "max(MIN_II, N)",
         "trainium_inferentia2_arch.rst: one input tile, about N"),
+    Row(TensorScalar, (_V, _S, _G), tensor_scalar, "max(MIN_II, N) / perf mode",
+        f"{_ISA} tensor_scalar; trainium2_arch.rst Vector perf mode"),
+    Row(TensorReduce, (_V, _G), tensor_reduce, "N/2 for bf16 add/max, else N (>= MIN_II)",
+        f"{_ISA} tensor_reduce"),
     Row(QuantizeMx, (_V,), quantize_mx, "max(MIN_II, N/4)",
         "trainium3_arch.rst QuantizeMX: four elements per partition per cycle"),
     Row(ReadOut, (_V, _S, _G), readout_evacuation, "max(MIN_II, N)",

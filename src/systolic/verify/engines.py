@@ -1,11 +1,13 @@
 """Verify rules of the engine instructions: DmaCopy, TensorCopy, TensorTensor, Memset,
-Activation (what an NKI kernel does besides nc_matmul).
+Activation, TensorScalar, TensorReduce (what an NKI kernel does besides nc_matmul).
 
 Called by :class:`systolic.verify.Checker` for these instruction kinds. The rules (NKI docs,
 nki.isa.*): operands are in bounds; a DMA moves bytes and does not cast, between DRAM and
 SBUF or within SBUF (PSUM through DMA is not modelled); elementwise operations read and
 write SBUF or PSUM only, on shapes of equal partitions and elements; GpSimd cannot access
-PSUM; the Scalar engine runs Activation. A read of PSUM needs the accumulation groups it
+PSUM; the Scalar engine runs Activation; per-partition operands (an activation's bias and
+scales, a tensor_scalar's operand tiles) and reduction results are [P, 1] on the source's
+partitions; tensor_reduce runs on Vector or GpSimd. A read of PSUM needs the accumulation groups it
 overlaps to be finished (STOP), and marks them read out, so a START may reuse the region.
 """
 
@@ -25,6 +27,8 @@ from ..isa import (
     QuantizeMx,
     Space,
     TensorCopy,
+    TensorReduce,
+    TensorScalar,
     TensorTensor,
 )
 from ..memory import check_bounds
@@ -99,21 +103,50 @@ def check_engine(c: Checker, i: int, ins: Instruction) -> None:
     if srcs is None:  # pragma: no cover - the dispatcher sends only the kinds above
         c._fail(i, f"unknown engine instruction {type(ins).__name__}")
         return
+    if isinstance(ins, TensorReduce) and eng is Engine.SCALAR:
+        c._fail(i, "TensorReduce runs on the Vector or GpSimd engine (NKI docs)")
     name = type(ins).__name__
     dst: AccessPattern = ins.dst  # type: ignore[union-attr]
-    for role, ap in (*((f"{name} src", s) for s in srcs), (f"{name} dst", dst)):
+    vectors = _vectors(ins)
+    for role, ap in (*((f"{name} src", s) for s in srcs), (f"{name} dst", dst),
+                     *((f"{name} {r}", v) for r, v in vectors)):
         _bounds(c, i, ap, role, _ON_CHIP)
         if eng is Engine.GPSIMD and ap.space is Space.PSUM:
             c._fail(i, f"{name} on GpSimd touches PSUM, which GpSimd cannot access (NKI "
                        f"docs); run it on Vector or Scalar")
+    parts = srcs[0].partitions if srcs else dst.partitions
+    for role, v in vectors:
+        if v.partitions != parts or v.free_elems != 1:
+            c._fail(i, f"{name} {role} must be one element on each of the {parts} "
+                       f"partitions ([{parts}, 1]), not [{v.partitions}, {v.free_elems}]")
     for s in srcs:
-        _same(c, i, s, dst, name)
+        if not isinstance(ins, TensorReduce):
+            _same(c, i, s, dst, name)
         _touch_psum(c, i, s, write=False)
+    for role, v in vectors:
+        _touch_psum(c, i, v, write=role in _VECTOR_OUTPUTS)
     _touch_psum(c, i, dst, write=True)
 
 
+_VECTOR_OUTPUTS = ("acc", "dst")
+
+
+def _vectors(ins: Instruction) -> tuple[tuple[str, AccessPattern], ...]:
+    """The [P, 1] operands and results of an instruction, by role."""
+    named: tuple[tuple[str, AccessPattern | None], ...]
+    if isinstance(ins, Activation):
+        named = (("bias", ins.bias), ("scales", ins.scales), ("acc", ins.acc))
+    elif isinstance(ins, TensorScalar):
+        named = (("operand0", ins.operand0_ap), ("operand1", ins.operand1_ap))
+    elif isinstance(ins, TensorReduce):
+        return (("dst", ins.dst),)
+    else:
+        return ()
+    return tuple((r, ap) for r, ap in named if ap is not None)
+
+
 def _sources(ins: Instruction) -> tuple[AccessPattern, ...] | None:
-    if isinstance(ins, TensorCopy | Activation):
+    if isinstance(ins, TensorCopy | Activation | TensorScalar | TensorReduce):
         return (ins.src,)
     if isinstance(ins, TensorTensor):
         return (ins.a, ins.b)
@@ -131,6 +164,8 @@ def _elementwise_state(c: Checker, i: int, ins: Instruction, _memo: None) -> Non
     the verifier runs only these for an instruction equal to one that passed before."""
     for s in _sources(ins) or ():
         _touch_psum(c, i, s, write=False)
+    for role, v in _vectors(ins):
+        _touch_psum(c, i, v, write=role in _VECTOR_OUTPUTS)
     _touch_psum(c, i, ins.dst, write=True)  # type: ignore[union-attr]
 
 
@@ -138,7 +173,8 @@ def replay_engines() -> dict[type, Callable[[Checker, int, Any, Any], None]]:
     """The stateful part of each engine kind (QuantizeMx is always checked whole)."""
     return {DmaCopy: _dma_state, TensorCopy: _elementwise_state,
             TensorTensor: _elementwise_state, Memset: _elementwise_state,
-            Activation: _elementwise_state}
+            Activation: _elementwise_state, TensorScalar: _elementwise_state,
+            TensorReduce: _elementwise_state}
 
 
 def _quantize_mx(c: Checker, i: int, ins: QuantizeMx) -> None:
