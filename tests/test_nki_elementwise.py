@@ -329,3 +329,37 @@ def k(x):
     x = np.random.default_rng(8).normal(0, 1, (128, 64)).astype(np.float32)
     out = snki.values(snki.load_kernel(str(p), "k"), [x])
     np.testing.assert_array_equal(out, -x.max(1, keepdims=True))
+
+
+OPERATORS = '''
+@nki.jit
+def k(x, y):
+    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    a = nl.load(x)
+    b = nl.load(y)
+    s = nl.sum(a * a, axis=[1], keepdims=True) / 64
+    r = nl.rsqrt(s)
+    z = (a * r - b) / 2.0 + 1.0
+    w = 3.0 - (-z)
+    nl.store(out, value=nl.multiply(w, r))
+    return out
+'''
+
+
+def test_python_operators_and_column_broadcasting(tmp_path: Path) -> None:
+    # a * b (tensor_tensor), t / 64 and 3.0 - t (tensor_scalar, reversed), a * r with r a
+    # [P, 1] column (tensor_scalar with a tile operand), -t (activation negative)
+    p = write_kernel(tmp_path, OPERATORS)
+    rng = np.random.default_rng(9)
+    x, y = (rng.normal(0, 1, (128, 64)).astype(np.float32) for _ in range(2))
+    out = snki.values(snki.load_kernel(str(p), "k"), [x, y])
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    r = 1 / np.sqrt((x64 * x64).sum(1, keepdims=True) / 64)
+    ref = (3 + ((x64 * r - y64) / 2 + 1)) * r
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+    rec = snki.record_kernel(str(p), "k", ["fp32[128,64]", "fp32[128,64]"], {}, arch="trn2")
+    kinds = {type(i).__name__ for i in rec.program.instructions}
+    assert {"TensorTensor", "TensorScalar", "TensorReduce", "Activation"} <= kinds
+    assert any(isinstance(i, TensorScalar) and i.reverse0 for i in rec.program.instructions)
+    assert any(isinstance(i, TensorScalar) and i.operand0_ap is not None
+               for i in rec.program.instructions)

@@ -271,13 +271,13 @@ def test_cli_timeline_writes_the_whole_core_rows(tmp_path: Path,
 
     png = tmp_path / "k.png"
     target = f"{EX / 'basic_matmul.py'}:basic_matmul"
-    assert main(["kernel", target, "--arg", "a=bf16[128,128]", "--arg", "b=bf16[128,512]",
+    assert main(["kernel", target, "--arg", "lhsT=bf16[128,128]", "--arg", "rhs=bf16[128,512]",
                  "--timeline", str(png), "--width", "640", "--json"]) == 0
     cap = capsys.readouterr()
     assert json.loads(cap.out)["latency_us"] > 0  # stdout stays one JSON object
     assert f"wrote {png}" in cap.err
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(SystemExit) as exc:  # refused before any work, one line, exit 2
-        main(["kernel", target, "--arg", "a=bf16[128,128]", "--arg", "b=bf16[128,512]",
+        main(["kernel", target, "--arg", "lhsT=bf16[128,128]", "--arg", "rhs=bf16[128,512]",
               "--timeline", str(tmp_path / "k.gif")])
     assert exc.value.code == 2 and "name the file .png or .svg" in capsys.readouterr().err

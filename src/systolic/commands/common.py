@@ -21,6 +21,22 @@ def positive_int(text: str) -> int:
     return value
 
 
+def bounded_int(limit: int, what: str) -> Callable[[str], int]:
+    """A positive int of at most ``limit`` (``what`` names the bound in the error)."""
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > limit:
+            raise argparse.ArgumentTypeError(f"{value} is more than {limit:,} ({what})")
+        return value
+
+    return parse
+
+
+# matplotlib refuses images of 2^23 pixels a side; far below that a PNG is already hundreds
+# of megabytes, so plots stop at 16,384 pixels a side
+MAX_PLOT_PX = 16_384
+
+
 def add_json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object for scripts")
 
@@ -35,9 +51,10 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
 
 def add_plot_size(p: argparse.ArgumentParser, height: str) -> None:
     """--width / --height of a command's plots, the same on every plotting command."""
-    p.add_argument("--width", type=positive_int, default=1200, metavar="PX",
+    size = bounded_int(MAX_PLOT_PX, "the largest plot side")
+    p.add_argument("--width", type=size, default=1200, metavar="PX",
                    help="plot width in pixels (1200)")
-    p.add_argument("--height", type=positive_int, metavar="PX",
+    p.add_argument("--height", type=size, metavar="PX",
                    help=f"plot height in pixels ({height})")
 
 

@@ -13,7 +13,15 @@ import numpy as np
 from ..errors import SystolicError
 from ..nki.alloc import DEFAULT_BUFFERS
 from ..timing.core import SCHEDULES
-from .common import add_json, output_path, plot_path, positive_int, wrote
+from .common import (
+    MAX_PLOT_PX,
+    add_json,
+    bounded_int,
+    output_path,
+    plot_path,
+    positive_int,
+    wrote,
+)
 
 HELP = """\
 Run an NKI kernel file unmodified on the model and time it on the whole NeuronCore (every
@@ -59,7 +67,8 @@ def add_parser(sub: Any) -> None:
                    help="write a Chrome/Perfetto trace: one row per engine and DMA queue")
     p.add_argument("--timeline", metavar="FILE.png", type=plot_path,
                    help="plot the whole-core timeline: one row per engine and DMA queue")
-    p.add_argument("--width", type=positive_int, default=1200, metavar="PX",
+    p.add_argument("--width", type=bounded_int(MAX_PLOT_PX, "the largest plot side"),
+                   default=1200, metavar="PX",
                    help="--timeline width in pixels (1200; the height follows the rows)")
     add_json(p)
     p.set_defaults(run=run)
@@ -79,6 +88,54 @@ def _split(text: str, what: str) -> tuple[str, str]:
     if not sep or not name or not rest:
         raise SystolicError(f"{what} {text!r} is not NAME=VALUE")
     return name.strip(), rest.strip()
+
+
+def _bind(kernel: Any, func: str, named: list[tuple[str, Any]], params: dict[str, Any]
+          ) -> list[Any]:
+    """The --arg tensors in the kernel's parameter order, checked against its signature
+    (issue 22: a missing, extra or repeated --arg, or an unknown --param, is one line)."""
+    import inspect
+
+    from ..nki.run import kernel_function
+
+    sig = inspect.signature(kernel_function(kernel))
+    names = list(sig.parameters)
+    seen: dict[str, Any] = {}
+    for name, spec in named:
+        if name in seen:
+            raise SystolicError(f"--arg {name} is given twice")
+        if name not in sig.parameters:
+            raise SystolicError(f"--arg {name}: {func} has no parameter {name!r} (it takes "
+                                f"{', '.join(names) or 'none'})")
+        seen[name] = spec
+    for name in params:
+        if name in seen:
+            raise SystolicError(f"{name} is given both as --arg and as --param")
+        if name not in sig.parameters and not any(
+                q.kind is inspect.Parameter.VAR_KEYWORD for q in sig.parameters.values()):
+            raise SystolicError(f"--param {name}: {func} has no parameter {name!r} (it takes "
+                                f"{', '.join(names) or 'none'})")
+    tensors = [n for n in names if n not in params and
+               sig.parameters[n].default is inspect.Parameter.empty]
+    missing = [n for n in tensors if n not in seen]
+    if missing:
+        raise SystolicError(f"{func} needs --arg {missing[0]}=DTYPE[D0,D1,...] (its tensor "
+                            f"parameters: {', '.join(tensors)})")
+    order = [n for n in names if n in seen]  # passed positionally, in signature order
+    if any(n not in seen for n in names[:len(order)]):
+        gap = next(n for n in names[:len(order)] if n not in seen)
+        raise SystolicError(f"--arg {order[-1]} comes after {func}'s parameter {gap!r}, "
+                            f"which has no --arg; give it one, or pass it with --param")
+    return [seen[n] for n in order]
+
+
+def _refuse_unwritten(rec: Any, func: str) -> None:
+    """A kernel that leaves part of an output unwritten is refused, as the sweep does."""
+    from ..nki.run import unwritten
+
+    why = unwritten(rec)
+    if why:
+        raise SystolicError(f"{func} {why}")
 
 
 def random_inputs(specs: list[Any], seed: int) -> list[np.ndarray]:
@@ -122,10 +179,12 @@ def run(args: argparse.Namespace) -> int:
         raise SystolicError(f"{args.target!r} is not FILE.py:FUNCTION")
     arch = get_arch(args.arch)
     set_default_arch(arch.name)
-    specs = [parse_arg(_split(a, "--arg")[1]) for a in args.arg]
+    named = [_split(a, "--arg") for a in args.arg]
     params = dict((k, _value(v)) for k, v in (_split(p, "--param") for p in args.param))
     kernel = load_kernel(path, func)
+    specs = _bind(kernel, func, [(n, parse_arg(v)) for n, v in named], params)
     rec = record(kernel, specs, params, arch=arch, buffers=args.buffers)
+    _refuse_unwritten(rec, func)
     core = time_recorded(rec, args.schedule)
     info: dict[str, Any] = {
         "kernel": args.target, "arch": arch.name, "nki_ops": rec.ops,

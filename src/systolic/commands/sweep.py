@@ -11,7 +11,11 @@ from typing import Any
 
 from ..artifacts import open_artifact
 from ..errors import SweepError
-from .common import positive_int
+from .common import bounded_int, positive_int
+
+# A local pool of more processes than this only thrashes a machine of this class (each
+# worker imports the model and holds its own Program); also below the OS's semaphore limits
+MAX_WORKERS = 1024
 
 HELP = "run a sweep of many timing runs into a results store, or show one"
 DESCRIPTION = """\
@@ -43,7 +47,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("results", nargs="?", metavar="RESULTS", help="with show: the store")
     r = p.add_argument_group("running a sweep")
     r.add_argument("--out", metavar="RESULTS", help="the results store (SQLite file)")
-    r.add_argument("--workers", type=positive_int, metavar="N",
+    r.add_argument("--workers", type=bounded_int(MAX_WORKERS, "local processes"), metavar="N",
                    help="local pool size (default: every core)")
     r.add_argument("--dask", metavar="ADDRESS",
                    help="run on a Dask scheduler (tcp://HOST:8786), or local[:N] for a "

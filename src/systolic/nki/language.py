@@ -10,7 +10,7 @@ from ..isa import ActivationFunc, AluOp
 from . import ops as _isa
 from .index import Expr, Grid
 from .record import current, fail, here
-from .tensor import Pending, Tensor, View, as_view
+from .tensor import NlOp, Pending, Tensor, View, as_view, binary
 from .types import BUFFERS, DTYPES, ParDim, TileSize, to_dtype
 
 __all__ = ["affine_range", "arange", "copy", "load", "matmul", "mgrid", "ndarray", "par_dim",
@@ -130,11 +130,7 @@ def matmul(x: Any, y: Any, transpose_x: bool = False, **kw: Any) -> Pending:
     return Pending("mm", where, stationary=x, moving=y)
 
 
-def _is_number(x: Any) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool)
-
-
-class _Callable(_isa._Op):
+class _Callable(NlOp):
     """``nl.add``, ``nl.exp``, ... : an ``op=`` for nisa calls, and a function of tiles that
     returns a new tile (tensor_tensor, tensor_scalar with a constant, or activation)."""
 
@@ -146,16 +142,7 @@ class _Callable(_isa._Op):
         if self.name in ("copy",):
             return Pending("copy", where, src=args[0], dtype=dtype)
         if self.alu is not None and len(args) == 2 and not kw:
-            x, y = args
-            if _is_number(y) and not _is_number(x):
-                return Pending("ts", where, src=x, op0=self, operand0=float(y),
-                               reverse0=False, op1=None, operand1=None, reverse1=False,
-                               dtype=dtype)
-            if _is_number(x) and not _is_number(y):
-                return Pending("ts", where, src=y, op0=self, operand0=float(x),
-                               reverse0=True, op1=None, operand1=None, reverse1=False,
-                               dtype=dtype)
-            return Pending("tt", where, a=x, b=y, op=self, dtype=dtype)
+            return binary(self, args[0], args[1], where, dtype)
         if self.act is not None and len(args) == 1 and not kw:
             return Pending("act", where, src=args[0], op=self, scale=1.0, dtype=dtype)
         raise fail(f"nl.{self.name}({', '.join(['...'] * len(args))}"

@@ -9,7 +9,7 @@ from typing import Any
 from ..dtypes import get_format
 from ..isa import ActivationFunc, AluOp, Engine, PerfMode
 from .record import HOOKS, Op, current, fail
-from .tensor import Pending, Tensor, View, as_view, same_shape
+from .tensor import NlOp, Pending, Tensor, View, as_view, same_shape
 from .types import BUFFERS, to_dtype
 
 __all__ = ["materialize", "new_result", "record_activation", "record_copy", "record_dma",
@@ -17,17 +17,7 @@ __all__ = ["materialize", "new_result", "record_activation", "record_copy", "rec
            "record_tensor_tensor", "write_pending"]
 
 
-class _Op:
-    """``nl.add`` and friends: usable as ``op=`` and callable as a function (older API)."""
-
-    def __init__(self, name: str, alu: AluOp | None, act: ActivationFunc | None) -> None:
-        self.name, self.alu, self.act = name, alu, act
-
-    def __repr__(self) -> str:
-        return f"nl.{self.name}"
-
-
-_ADD = _Op("add", AluOp.ADD, None)
+_ADD = NlOp("add", AluOp.ADD, None)
 
 
 def _alu(op: object) -> AluOp:

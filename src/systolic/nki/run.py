@@ -28,6 +28,7 @@ import numpy as np
 
 from ..arch import Arch, get_arch
 from ..errors import KernelError, SystolicError
+from ..isa import AccessPattern, Program, Space
 from ..timing.core import CoreTiming, time_program
 from . import record as _record
 from .alloc import DEFAULT_BUFFERS
@@ -62,6 +63,11 @@ class Kernel:
     @property
     def arch(self) -> str | None:
         return self.options.get("platform_target")
+
+
+def kernel_function(kernel: Any) -> Callable[..., Any]:
+    """The Python function behind a kernel (an ``nki.jit`` object or a plain function)."""
+    return _unwrap(kernel)[0]
 
 
 def _unwrap(kernel: Any) -> tuple[Callable[..., Any], str | None]:
@@ -111,6 +117,18 @@ def record(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = Non
     except AssertionError as exc:
         path, line = _kernel_line(exc.__traceback__)
         raise KernelError(path, line, f"the kernel's assertion failed: {exc}") from None
+    except (SystolicError, MemoryError, RecursionError):
+        raise
+    except Exception as exc:
+        frames = traceback.extract_tb(exc.__traceback__)
+        if len(frames) <= 1:  # the call itself failed (arguments): the caller's mistake
+            raise
+        path, line = _kernel_line(exc.__traceback__)
+        inside = frames[-1].filename.startswith(_record._PKG_DIR)
+        what = (f"an NKI call failed inside the model with {type(exc).__name__}: {exc} "
+                f"(an argument it does not check yet; please report it)" if inside else
+                f"the kernel raised {type(exc).__name__}: {exc}")
+        raise KernelError(path, line, what) from None
     finally:
         _record.pop()
         if collecting:
@@ -292,3 +310,44 @@ def write_kernel_trace(core: CoreTiming, rec: Recorded, path: str) -> None:
                          "bound_kind": bound_kind(core)}}
     with open_artifact(path, "trace") as f:
         json.dump(doc, f, separators=(",", ":"))
+
+def unwritten_outputs(program: Program, outputs: list[tuple[str, int, int]]
+                      ) -> list[tuple[str, int, int]]:
+    """``(name, bytes written, bytes)`` of each output ``(name, address, bytes)`` of device
+    memory that the Program's writes there do not fill: a kernel whose loop bounds skip
+    part of its result (a block size that does not divide the shape: ``N // BN`` is 0) runs
+    fast because it does less, and must not win a sweep. Writes are counted in bytes, so an
+    output written twice over one half and never over the other is not caught; that takes
+    a byte map and no kernel of ours writes a result twice."""
+    if not outputs:
+        return []
+    starts = np.array([a for _, a, _ in outputs], dtype=np.int64)
+    order = np.argsort(starts)
+    written = np.zeros(len(outputs), dtype=np.int64)
+    for ins in program:
+        dst = getattr(ins, "dst", None)
+        if isinstance(dst, AccessPattern) and dst.space is Space.DRAM:
+            i = int(np.searchsorted(starts[order], dst.offset, side="right")) - 1
+            if i >= 0:
+                j = int(order[i])
+                _, at, size = outputs[j]
+                if dst.offset < at + size:
+                    written[j] += dst.partitions * dst.free_elems * dst.itemsize
+    return [(name, int(w), size) for (name, _, size), w in zip(outputs, written, strict=True)
+            if w < size]
+
+
+def unwritten(rec: Recorded) -> str | None:
+    """Why a recorded kernel's output is not all written (one line), or None: a kernel
+    whose loop bounds skip part of its result is fast because it does less, and its values
+    read as NaN; ``systolic kernel`` and the sweep both refuse it."""
+    outs = [(f"{t.name or f'#{i + 1}'} {list(t.shape)} {t.dtype.nki}",
+             rec.addresses[t.id], t.free_elems * t.dtype.itemsize)
+            for i, t in enumerate(rec.outputs)]
+    short = unwritten_outputs(rec.program, outs)
+    if not short:
+        return None
+    name, wrote, size = short[0]
+    return (f"writes only {wrote:,} of the {size:,} bytes of its output {name}, so it would "
+            f"be timed on less work and the rest would read as NaN; does a block or tile "
+            f"size not divide the shape?")

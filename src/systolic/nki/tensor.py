@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import itertools
 from math import prod
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
+from ..isa import ActivationFunc, AluOp
 from .index import Expr, Grid
 from .record import HOOKS, Loop, Op, current, fail, here
 from .types import Buffer, DType, ParDim
 
-__all__ = ["Axis", "Expr", "Grid", "Pending", "Tensor", "View", "as_view", "same_shape"]
+__all__ = ["Axis", "Expr", "Grid", "NlOp", "Pending", "Tensor", "View", "as_view", "binary",
+           "same_shape"]
 
 _IDS = itertools.count()
 
@@ -40,7 +42,90 @@ class Axis(NamedTuple):
 _ALL = slice(None)
 
 
-class Tensor:
+class NlOp:
+    """``nl.add``, ``nl.exp`` and friends: usable as ``op=`` (its ``alu`` or ``act``)."""
+
+    def __init__(self, name: str, alu: AluOp | None, act: ActivationFunc | None) -> None:
+        self.name, self.alu, self.act = name, alu, act
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name}"
+
+
+_OPERATORS = {name: NlOp(name, alu, None) for name, alu in (
+    ("add", AluOp.ADD), ("subtract", AluOp.SUBTRACT), ("multiply", AluOp.MULTIPLY),
+    ("divide", AluOp.DIVIDE))}
+_NEGATIVE = NlOp("negative", None, ActivationFunc.NEGATIVE)
+
+
+def _is_number(x: object) -> TypeGuard[int | float]:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _column(col: View, full: View) -> bool:
+    """``col`` is one element per partition of ``full`` and ``full`` is wider: NKI
+    broadcasts it along the free axis (a tensor_scalar with a [P, 1] operand)."""
+    return (col.partitions == full.partitions and col.size == col.partitions
+            and full.size > full.partitions)
+
+
+def binary(op: NlOp, x: object, y: object, where: tuple[str, int], dtype: object = None
+           ) -> Pending:
+    """``op(x, y)`` of tiles and numbers: a tensor_scalar when one side is a number or a
+    [P, 1] column of the other (broadcast along the free axis, reversed when it is on the
+    left), else a tensor_tensor."""
+    ts = {"op1": None, "operand1": None, "reverse1": False, "dtype": dtype}
+    if _is_number(y) and not _is_number(x):
+        return Pending("ts", where, src=x, op0=op, operand0=float(y), reverse0=False, **ts)
+    if _is_number(x) and not _is_number(y):
+        return Pending("ts", where, src=y, op0=op, operand0=float(x), reverse0=True, **ts)
+    vx, vy = as_view(x), as_view(y)
+    if _column(vy, vx):
+        return Pending("ts", where, src=vx, op0=op, operand0=vy, reverse0=False, **ts)
+    if _column(vx, vy):
+        return Pending("ts", where, src=vy, op0=op, operand0=vx, reverse0=True, **ts)
+    return Pending("tt", where, a=vx, b=vy, op=op, dtype=dtype)
+
+
+class _Arithmetic:
+    """Python operators on tiles and lazy results, as NKI allows them (``a * b``,
+    ``t / n``, ``-t``): each is the nl function of the same name."""
+
+    __slots__ = ()
+
+    def _op(self, name: str, other: object, swap: bool = False) -> Any:
+        op, where = _OPERATORS[name], here()
+        return binary(op, other, self, where) if swap else binary(op, self, other, where)
+
+    def __add__(self, other: object) -> Any:
+        return self._op("add", other)
+
+    def __radd__(self, other: object) -> Any:
+        return self._op("add", other, True)
+
+    def __sub__(self, other: object) -> Any:
+        return self._op("subtract", other)
+
+    def __rsub__(self, other: object) -> Any:
+        return self._op("subtract", other, True)
+
+    def __mul__(self, other: object) -> Any:
+        return self._op("multiply", other)
+
+    def __rmul__(self, other: object) -> Any:
+        return self._op("multiply", other, True)
+
+    def __truediv__(self, other: object) -> Any:
+        return self._op("divide", other)
+
+    def __rtruediv__(self, other: object) -> Any:
+        return self._op("divide", other, True)
+
+    def __neg__(self) -> Any:
+        return Pending("act", here(), src=self, op=_NEGATIVE, scale=1.0, dtype=None)
+
+
+class Tensor(_Arithmetic):
     """An ``nl.ndarray``: shape, dtype, buffer, and where the kernel made it."""
 
     def __init__(self, shape: tuple[Any, ...], dtype: DType, buffer: Buffer,
@@ -160,7 +245,7 @@ def _reshape(v: View, shape: tuple[int, ...]) -> View:
     return View(v.tensor, v.offset, v.p0, (*part, *new), v.dt)
 
 
-class View:
+class View(_Arithmetic):
     """A strided window of a tensor: element ``offset``, first partition ``p0``, axes."""
 
     __slots__ = ("axes", "dt", "offset", "p0", "shape", "tensor")
@@ -287,7 +372,7 @@ def same_shape(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     return tuple(s for s in a if s != 1) == tuple(s for s in b if s != 1)
 
 
-class Pending:
+class Pending(_Arithmetic):
     """A lazy result of the older API (``nl.load``, ``nl.matmul``, ``nl.copy`` ...): written
     straight into its destination when assigned, or into a fresh tile when used."""
 

@@ -31,6 +31,7 @@ from ..arch import Arch, get_arch
 from ..compiler import MatmulSpec
 from ..errors import SweepError, SystolicError
 from ..nki import record_kernel
+from ..nki.run import unwritten
 from ..timing.core import time_program
 from ..views.report import Report
 from ..workload import Op, OpResult, Workload, intensity, time_op, workload_totals
@@ -42,7 +43,6 @@ from .figures import (
     dma_transfers,
     flat_core,
     on_chip_high_water,
-    unwritten_outputs,
 )
 from .overrides import apply_overrides, overridable_fields
 
@@ -199,14 +199,9 @@ def kernel_figures(target: KernelTarget, inputs: dict[str, Any]) -> dict[str, An
                                      arch=arch)
     except TypeError as exc:  # a param.NAME the kernel does not take
         raise SweepError(f"{target.function}: {exc}") from None
-    outs = [(t.name or f"#{i + 1}", recorded.addresses[t.id],
-             t.free_elems * t.dtype.itemsize) for i, t in enumerate(recorded.outputs)]
-    short = unwritten_outputs(recorded.program, outs)
-    if short:
-        name, wrote, size = short[0]
-        raise SweepError(f"the kernel writes only {wrote:,} of the {size:,} bytes of its "
-                         f"output {name}, so it would be timed on less work; does a block "
-                         f"size not divide the shape?")
+    why = unwritten(recorded)
+    if why:
+        raise SweepError(f"the kernel {why}")
     timing = time_program(recorded.program, arch)
     out = flat_core(timing.to_dict(), dma_transfers(timing))
     sbuf, psum = on_chip_high_water(recorded.program)

@@ -28,7 +28,7 @@ from ..timing.core import QUEUE_NAMES, CoreTiming
 from ..views.report import CAUSES as PE_CAUSES
 
 __all__ = ["CORE_FIGURES", "KERNEL_FIGURES", "MAXIMIZE", "PE_FIGURES", "dma_transfers", "flat_core",
-           "on_chip_high_water", "unwritten_outputs"]
+           "on_chip_high_water"]
 
 CORE_FIGURES = ("latency_us", "tflops", "peak_tflops", "hfu", "bound", "dma_bytes",
                 "hbm_bytes", "dma_gbps", "intensity", "flops", "useful_macs", "instructions",
@@ -93,27 +93,3 @@ def on_chip_high_water(program: Program) -> tuple[int, int]:
     return top[Space.SBUF], top[Space.PSUM]
 
 
-def unwritten_outputs(program: Program, outputs: list[tuple[str, int, int]]
-                      ) -> list[tuple[str, int, int]]:
-    """``(name, bytes written, bytes)`` of each output ``(name, address, bytes)`` of device
-    memory that the Program's writes there do not fill: a kernel whose loop bounds skip
-    part of its result (a block size that does not divide the shape: ``N // BN`` is 0) runs
-    fast because it does less, and must not win a sweep. Writes are counted in bytes, so an
-    output written twice over one half and never over the other is not caught; that takes
-    a byte map and no kernel of ours writes a result twice."""
-    if not outputs:
-        return []
-    starts = np.array([a for _, a, _ in outputs], dtype=np.int64)
-    order = np.argsort(starts)
-    written = np.zeros(len(outputs), dtype=np.int64)
-    for ins in program:
-        dst = getattr(ins, "dst", None)
-        if isinstance(dst, AccessPattern) and dst.space is Space.DRAM:
-            i = int(np.searchsorted(starts[order], dst.offset, side="right")) - 1
-            if i >= 0:
-                j = int(order[i])
-                _, at, size = outputs[j]
-                if dst.offset < at + size:
-                    written[j] += dst.partitions * dst.free_elems * dst.itemsize
-    return [(name, int(w), size) for (name, _, size), w in zip(outputs, written, strict=True)
-            if w < size]

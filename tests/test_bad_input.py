@@ -1,0 +1,80 @@
+"""Bad input is one line and exit 2, never a traceback or a lie (issue 22: the cases that
+used to end in a Python traceback or in NaN with exit 0)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from systolic.cli import main
+
+EX = Path(__file__).resolve().parents[1] / "examples"
+BASIC = f"{EX / 'kernels' / 'basic_matmul.py'}:basic_matmul"
+
+
+def one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    try:
+        rc = main(argv)
+    except SystemExit as exc:  # argparse's own errors exit through _Parser.error
+        rc = int(exc.code or 0)
+    cap = capsys.readouterr()
+    assert rc == 2, cap
+    assert cap.err.startswith("systolic: error:") and cap.err.count("\n") == 1, cap.err
+    assert "Traceback" not in cap.err
+    return cap.err
+
+
+@pytest.mark.parametrize("argv", [
+    ["matmul", "128", "128", "128", "--timeline", "t.png", "--width", "99999999"],
+    ["matmul", "128", "128", "128", "--timeline", "t.png", "--height", "20000"],
+    ["kernel", BASIC, "--arg", "lhsT=bf16[128,128]", "--arg", "rhs=bf16[128,512]",
+     "--timeline", "t.png", "--width", "99999999"],
+])
+def test_a_plot_too_large_to_draw_is_refused(tmp_path, monkeypatch, capsys, argv) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert "16,384" in one_line_error(capsys, argv)
+    assert not (tmp_path / "t.png").exists()  # nothing written
+
+
+@pytest.mark.parametrize(("args", "match"), [
+    (["--arg", "lhsT=bf16[128,128]"], "basic_matmul needs --arg rhs="),
+    (["--arg", "lhsT=bf16[128,128]", "--arg", "rhs=bf16[128,512]", "--arg", "z=bf16[1,1]"],
+     "--arg z: basic_matmul has no parameter 'z' (it takes lhsT, rhs)"),
+    (["--arg", "lhsT=bf16[128,128]", "--arg", "lhsT=bf16[128,128]"], "given twice"),
+    (["--arg", "lhsT=bf16[128,128]", "--arg", "rhs=bf16[128,512]", "--param", "X=1"],
+     "--param X: basic_matmul has no parameter 'X'"),
+    (["--arg", "lhsT=bf16[128,128]", "--param", "rhs=1"],  # a number where a tensor goes
+     "basic_matmul.py:12: the kernel raised AttributeError"),
+])
+def test_kernel_arguments_are_checked_against_the_signature(capsys, args, match) -> None:
+    assert match in one_line_error(capsys, ["kernel", BASIC, *args])
+
+
+def test_kernel_arguments_bind_by_name(capsys) -> None:
+    base = ["kernel", BASIC, "--json"]
+    assert main([*base, "--arg", "lhsT=bf16[128,128]", "--arg", "rhs=bf16[128,512]"]) == 0
+    in_order = json.loads(capsys.readouterr().out)
+    assert main([*base, "--arg", "rhs=bf16[128,512]", "--arg", "lhsT=bf16[128,128]"]) == 0
+    swapped = json.loads(capsys.readouterr().out)
+    assert swapped["latency_us"] == in_order["latency_us"]
+    assert swapped["instructions"] == in_order["instructions"]
+
+
+def test_a_kernel_that_leaves_its_output_unwritten_is_refused(capsys) -> None:
+    # N = 500 is not a multiple of the kernel's 512-column tiles: its N loop runs zero times,
+    # so it used to exit 0 with NaN values and a 0 us "bound by PE compute"
+    err = one_line_error(capsys, [
+        "kernel", f"{EX / 'kernels' / 'tiled_matmul.py'}:tiled_matmul", "--arg",
+        "lhsT=bf16[128,128]", "--arg", "rhs=bf16[128,500]", "--values"])
+    assert "writes only 0 of the 128,000 bytes of its output" in err
+    assert "[128, 500] bfloat16" in err
+
+
+def test_a_worker_count_past_any_machine_is_refused(tmp_path, capsys) -> None:
+    err = one_line_error(capsys, ["sweep", str(EX / "sweeps" / "fp8_double_row.yaml"),
+                                  "--out", str(tmp_path / "s.sqlite"), "--workers",
+                                  "99999999999999999999"])
+    assert "--workers" in err and "1,024" in err
+    assert not (tmp_path / "s.sqlite").exists()
