@@ -363,3 +363,65 @@ def test_python_operators_and_column_broadcasting(tmp_path: Path) -> None:
     assert any(isinstance(i, TensorScalar) and i.reverse0 for i in rec.program.instructions)
     assert any(isinstance(i, TensorScalar) and i.operand0_ap is not None
                for i in rec.program.instructions)
+
+
+NORM = '''
+@nki.jit
+def k(x, g):
+    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)
+    ip = nl.arange(128)[:, None]
+    i1 = nl.arange(1)[:, None]
+    jf = nl.arange(x.shape[1])[None, :]
+    g_tile = nl.load(g.reshape((1, g.shape[0]))[i1, jf])
+    g_all = g_tile.broadcast_to((128, g.shape[0]))
+    for i in nl.affine_range(x.shape[0] // 128):
+        t = nl.load(x[i * 128 + ip, jf], mask=(i * 128 + ip < x.shape[0]))
+        mean = nl.mean(t, axis=1)
+        y = (t - mean) * g_all
+        y[...] = nl.multiply(y, 2.0, mask=(i * 128 + ip < x.shape[0]))
+        nl.store(out[i * 128 + ip, jf], value=y, mask=(i * 128 + ip < x.shape[0]))
+    return out
+'''
+
+
+def test_all_true_masks_and_a_partition_broadcast_of_a_loaded_row(tmp_path: Path) -> None:
+    p = write_kernel(tmp_path, NORM)
+    rng = np.random.default_rng(10)
+    x = rng.normal(0, 1, (256, 96)).astype(np.float32)
+    g = rng.normal(0, 1, (96,)).astype(np.float32)
+    out = snki.values(snki.load_kernel(str(p), "k"), [x, g])
+    x64 = x.astype(np.float64)
+    ref = (x64 - x64.mean(1, keepdims=True)) * g * 2
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-6)
+    rec = snki.record_kernel(str(p), "k", ["fp32[256,96]", "fp32[96]"], {}, arch="trn2")
+    # the broadcast is one DMA whose 128 partitions read the same device-memory row
+    bcast = [i for i in rec.program.instructions if isinstance(i, DmaCopy)
+             and i.src.space is Space.DRAM and i.dst.partitions == 128
+             and i.src.partition_step == 0]
+    assert len(bcast) == 1
+
+
+@pytest.mark.parametrize(("line", "match"), [
+    ("t = nl.load(x[ip, jf], mask=(ip < 100))", "a mask that leaves out part of the tile"),
+    ("t = nl.load(x[ip, jf], mask=True)", "mask= must be a comparison"),
+    ("t = nl.exp(nl.load(x[ip, jf])).broadcast_to((128, 64))",
+     "broadcasts a one-partition tile"),
+    ("t = nl.exp(nl.load(x[i1, jf])).broadcast_to((128, 64))",
+     "broadcast_to of a tile computed on chip"),
+])
+def test_masks_and_broadcasts_the_model_cannot_run_are_refused(tmp_path: Path, line: str,
+                                                               match: str) -> None:
+    src = f'''
+@nki.jit
+def k(x):
+    out = nl.ndarray((128, 64), dtype=x.dtype, buffer=nl.shared_hbm)
+    ip = nl.arange(128)[:, None]
+    i1 = nl.arange(1)[:, None]
+    jf = nl.arange(64)[None, :]
+    {line}
+    nl.store(out, value=t)
+    return out
+'''
+    p = write_kernel(tmp_path, src)
+    with pytest.raises(KernelError, match=match):
+        snki.record_kernel(str(p), "k", ["fp32[128,64]"], {}, arch="trn2")

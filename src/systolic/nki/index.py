@@ -7,7 +7,7 @@ from typing import Any
 
 from .record import fail
 
-__all__ = ["Expr", "Grid"]
+__all__ = ["Expr", "Grid", "Mask", "check_mask"]
 
 
 class Expr:
@@ -36,6 +36,29 @@ class Expr:
         raise fail("an index expression multiplies only by integers")
 
     __rmul__ = __mul__
+
+    def _cmp(self, op: str, other: object) -> Mask:
+        if not isinstance(other, int):
+            raise fail("a mask compares an index expression with an integer "
+                       "(i * 128 + i_p < num_rows)")
+        return Mask(((self, op, other),))
+
+    def __lt__(self, other: object) -> Mask:  # type: ignore[override]
+        return self._cmp("<", other)
+
+    def __le__(self, other: object) -> Mask:  # type: ignore[override]
+        return self._cmp("<=", other)
+
+    def __gt__(self, other: object) -> Mask:  # type: ignore[override]
+        return self._cmp(">", other)
+
+    def __ge__(self, other: object) -> Mask:  # type: ignore[override]
+        return self._cmp(">=", other)
+
+    def values(self) -> range:
+        """The index's values over its axis."""
+        return range(self.const, self.const + self.coef * self.size, self.coef or 1) \
+            if self.coef else range(self.const, self.const + 1)
 
     def __getitem__(self, key: object) -> Expr:
         """``nl.arange(n)[:, None]`` is the partition axis, ``[None, :]`` the free one."""
@@ -69,3 +92,42 @@ class Grid:
 
     def __iter__(self) -> Any:
         return iter(self.axes)
+
+
+_TESTS = {"<": lambda v, b: v < b, "<=": lambda v, b: v <= b, ">": lambda v, b: v > b,
+          ">=": lambda v, b: v >= b}
+
+
+class Mask:
+    """An NKI mask: comparisons of index expressions with integers, joined by ``&``
+    (``mask=(i * 128 + i_p < num_rows)``). Each clause is checked over its axis's values."""
+
+    __slots__ = ("clauses",)
+
+    def __init__(self, clauses: tuple[tuple[Expr, str, int], ...]) -> None:
+        self.clauses = clauses
+
+    def __and__(self, other: object) -> Mask:
+        if not isinstance(other, Mask):
+            raise fail("a mask joins other masks with & only")
+        return Mask(self.clauses + other.clauses)
+
+    def all_true(self) -> bool:
+        """Every element the mask covers is selected."""
+        return all(_TESTS[op](v, bound) for e, op, bound in self.clauses for v in
+                   (e.values()[0], e.values()[-1]))  # affine: the ends decide
+
+
+def check_mask(mask: object, what: str, where: tuple[str, int] | None = None) -> None:
+    """Accept no mask, or a mask that selects every element (a shape that is a whole number
+    of tiles); refuse one that drops part of the tile, which the model does not execute
+    yet, rather than compute elements the kernel masked off."""
+    if mask is None:
+        return
+    if not isinstance(mask, Mask):
+        raise fail(f"{what}: mask= must be a comparison of index expressions "
+                   f"(i * 128 + i_p < n), not {type(mask).__name__}", where)
+    if not mask.all_true():
+        raise fail(f"{what}: a mask that leaves out part of the tile is not modelled yet "
+                   f"(here the shape is not a whole number of tiles); use a shape that is",
+                   where)

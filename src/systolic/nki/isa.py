@@ -14,6 +14,7 @@ from typing import Any
 
 from ..dtypes import get_format
 from ..isa import Engine
+from .index import check_mask
 from .ops import (
     _add,
     record_activation,
@@ -69,7 +70,7 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
         if kw.pop(flag, False):
             raise fail(f"nc_matmul {flag}=True is not modelled", where)
     kw.pop("name", None)
-    kw.pop("mask", None)
+    check_mask(kw.pop("mask", None), "nc_matmul", where)
     if len(args) == 3 or "dst" in kw:
         names: tuple[str, ...] = ("dst", "stationary", "moving")
         vals = dict(zip(names, args, strict=False))
@@ -104,7 +105,7 @@ def tensor_copy(*args: Any, **kw: Any) -> Pending | None:
     dtype=, engine=)`` returns a new tile."""
     where = here()
     kw.pop("name", None)
-    kw.pop("mask", None)
+    check_mask(kw.pop("mask", None), "tensor_copy", where)
     eng = kw.pop("engine", None)
     if len(args) == 2 or "dst" in kw:
         vals = dict(zip(("dst", "src"), args, strict=False))
@@ -122,7 +123,7 @@ def tensor_copy(*args: Any, **kw: Any) -> Pending | None:
 def tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
     where = here()
     kw.pop("name", None)
-    kw.pop("mask", None)
+    check_mask(kw.pop("mask", None), "tensor_tensor", where)
     eng = kw.pop("engine", None)
     if len(args) == 4 or "dst" in kw:
         names: tuple[str, ...] = ("dst", "data1", "data2", "op")
@@ -177,8 +178,7 @@ class reduce_cmd:
 
 
 def _no_mask(kw: dict[str, Any], what: str, where: tuple[str, int]) -> None:
-    if kw.pop("mask", None) is not None:
-        raise fail(f"{what}: mask= is not modelled yet", where)
+    check_mask(kw.pop("mask", None), what, where)
 
 
 def _activation_extras(kw: dict[str, Any], where: tuple[str, int], reduce: bool

@@ -8,7 +8,7 @@ from typing import Any
 
 from ..isa import ActivationFunc, AluOp
 from . import ops as _isa
-from .index import Expr, Grid
+from .index import Expr, Grid, check_mask
 from .record import current, fail, here
 from .tensor import NlOp, Pending, Tensor, View, as_view, binary
 from .types import BUFFERS, DTYPES, ParDim, TileSize, to_dtype
@@ -109,15 +109,13 @@ def arange(*args: int) -> Expr:
 
 def load(src: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Pending:
     where = here()
-    if mask is not None:
-        raise fail("masks are not modelled; slice the tile instead", where)
+    check_mask(mask, "nl.load", where)
     return Pending("load", where, src=src)
 
 
 def store(dst: Any, value: Any, mask: Any = None, **kw: Any) -> None:
     where = here()
-    if mask is not None:
-        raise fail("masks are not modelled; slice the tile instead", where)
+    check_mask(mask, "nl.store", where)
     target = as_view(dst)
     _isa.record_dma(target, as_view(value), where)
 
@@ -137,8 +135,7 @@ class _Callable(NlOp):
     def __call__(self, *args: Any, **kw: Any) -> Pending:
         where = here()
         dtype = kw.pop("dtype", None)
-        if kw.pop("mask", None) is not None:
-            raise fail(f"nl.{self.name}: mask= is not modelled yet", where)
+        check_mask(kw.pop("mask", None), f"nl.{self.name}", where)
         if self.name in ("copy",):
             return Pending("copy", where, src=args[0], dtype=dtype)
         if self.alu is not None and len(args) == 2 and not kw:
@@ -156,9 +153,9 @@ def _reduce(name: str, alu: AluOp) -> Any:
     def reduce(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False,
                **kw: Any) -> Pending:
         where = here()
-        if kw.pop("mask", None) is not None or kw:
-            raise fail(f"nl.{name}: argument(s) {', '.join(sorted(kw)) or 'mask'} not "
-                       f"modelled", where)
+        check_mask(kw.pop("mask", None), f"nl.{name}", where)
+        if kw:
+            raise fail(f"nl.{name}: argument(s) {', '.join(sorted(kw))} not modelled", where)
         return Pending("reduce", where, src=x, op=op, axis=axis, negate=False, dtype=dtype,
                        keepdims=bool(keepdims), engine=None)
 

@@ -71,6 +71,8 @@ def record_dma(dst: View, src: View, where: tuple[str, int]) -> None:
                    "nisa.tensor_copy", where)
     _match(dst, src, "dma_copy", where)
     _add("dma", dst, (src,), where)
+    if dst.buffer.on_chip and not src.buffer.on_chip and dst.size == dst.tensor.full.size:
+        dst.tensor.loaded_from = src
 
 
 def _casting_dma(dst: View, src: View, where: tuple[str, int]) -> None:

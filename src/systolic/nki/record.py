@@ -105,6 +105,8 @@ class Recorder:
     def add(self, op: Op) -> None:
         if self.pending:
             self.flush(op)
+        for v in (op.dst, *op.outs):  # written: no longer a copy of what it was loaded from
+            v.tensor.loaded_from = None
         self.ops.append(op)
 
     def flush(self, op: Op | None = None) -> None:

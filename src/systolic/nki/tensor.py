@@ -124,6 +124,27 @@ class _Arithmetic:
     def __neg__(self) -> Any:
         return Pending("act", here(), src=self, op=_NEGATIVE, scale=1.0, dtype=None)
 
+    def broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+        """A [1, F] tile on every one of ``shape[0]`` partitions: a new SBUF tile, loaded
+        again from the device memory the tile came from with a DMA whose partitions all read
+        the same row (partition step 0). A tile computed on chip is refused (a partition
+        broadcast on chip goes through the PE or GpSimd, not modelled yet)."""
+        where = here()
+        v = as_view(self)
+        shape = tuple(int(d) for d in shape)
+        if v.partitions != 1 or len(shape) < 2 or prod(shape[1:]) != v.size:
+            raise fail(f"broadcast_to({list(shape)}) of a {list(v.shape)} tile: this model "
+                       f"broadcasts a one-partition tile [1, F] to [P, F]", where)
+        src = v.tensor.loaded_from
+        if src is None or v.size != v.tensor.full.size:
+            raise fail("broadcast_to of a tile computed on chip is not modelled yet; "
+                       "broadcast it from the device-memory tensor it was loaded from", where)
+        rows = View(src.tensor, src.offset, 0, (Axis(0, shape[0]), *src.axes[1:]), src.dt)
+        out = Tensor(shape, v.dtype, v.tensor.buffer, where)
+        current().add_tensor(out)
+        HOOKS["dma"](out.full, rows, where)
+        return out
+
 
 class Tensor(_Arithmetic):
     """An ``nl.ndarray``: shape, dtype, buffer, and where the kernel made it."""
@@ -148,6 +169,9 @@ class Tensor(_Arithmetic):
         self.is_input = is_input
         # the innermost loop the kernel was in when it made the tensor (Recorder.add_tensor)
         self.loop: Loop | None = None
+        # the device-memory view a whole on-chip tile was last loaded from, if nothing has
+        # written it since (nki/ops.py record_dma; broadcast_to reads it again)
+        self.loaded_from: View | None = None
         self.pdim: int | None = pdim if buffer.on_chip else None
         strides, acc = [0] * len(dims), 1
         for i in range(len(dims) - 1, -1, -1):
@@ -398,6 +422,9 @@ class Pending(_Arithmetic):
         t = self.materialize()
         t += other
         return t
+
+    def __setitem__(self, key: object, value: object) -> None:
+        self.materialize()[key] = value  # type: ignore[index]
 
     def materialize(self) -> Tensor:
         if self.result is not None:
