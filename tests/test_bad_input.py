@@ -78,3 +78,27 @@ def test_a_worker_count_past_any_machine_is_refused(tmp_path, capsys) -> None:
                                   "99999999999999999999"])
     assert "--workers" in err and "1,024" in err
     assert not (tmp_path / "s.sqlite").exists()
+
+
+@pytest.mark.parametrize(("head", "match"), [
+    ("import nki.compiler as ncc\n", "imports nki.compiler, a part of the NKI API"),
+    ("import no_such_module_here\n", "imports no_such_module_here, a module that is not"),
+    ("raise ValueError('at import')\n", "loading the kernel file raised ValueError"),
+])
+def test_a_kernel_file_that_cannot_load_is_one_line(tmp_path, capsys, head, match) -> None:
+    f = tmp_path / "k.py"
+    f.write_text("import nki\nimport nki.language as nl\n" + head +
+                 "\n@nki.jit\ndef k(x):\n    return x\n")
+    err = one_line_error(capsys, ["kernel", f"{f}:k", "--arg", "x=bf16[128,128]"])
+    assert match in err and f"{f}:3:" in err
+
+
+def test_a_kernel_file_defining_a_dataclass_loads(tmp_path, capsys) -> None:
+    # issue 19: the module is registered while it runs (dataclasses look it up)
+    f = tmp_path / "k.py"
+    f.write_text("import nki\nimport nki.language as nl\nfrom dataclasses import dataclass\n\n"
+                 "@dataclass\nclass Cfg:\n    tile: int = 128\n\n@nki.jit\ndef k(x):\n"
+                 "    out = nl.ndarray(x.shape, dtype=x.dtype, buffer=nl.shared_hbm)\n"
+                 "    nl.store(out, value=nl.load(x))\n    return out\n")
+    assert main(["kernel", f"{f}:k", "--arg", "x=bf16[128,128]", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["instructions"] == 2

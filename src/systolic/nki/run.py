@@ -230,8 +230,23 @@ def load_kernel(path: str, function: str) -> Any:
                             f"{getattr(exc, 'msg', None) or exc}") from None
     folder = os.path.dirname(os.path.abspath(path))
     sys.path.insert(0, folder)  # a kernel file may import its neighbours
+    sys.modules[name] = module  # registered while it runs (dataclasses look it up)
     try:
         exec(code, module.__dict__)
+    except ModuleNotFoundError as exc:
+        lineno = _kernel_line(exc.__traceback__)[1]
+        missing = exc.name or str(exc)
+        top = missing.split(".")[0]
+        what = ("a part of the NKI API this model does not provide yet (nki.compiler's "
+                "direct allocation among them)" if top in ("nki", "neuronxcc") else
+                "a module that is not installed")
+        raise SystolicError(f"{path}:{lineno}: the kernel imports {missing}, {what}") from None
+    except SystolicError:
+        raise
+    except Exception as exc:
+        lineno = _kernel_line(exc.__traceback__)[1]
+        raise SystolicError(f"{path}:{lineno}: loading the kernel file raised "
+                            f"{type(exc).__name__}: {exc}") from None
     finally:
         sys.path.remove(folder)
     fn = getattr(module, function, None)
