@@ -196,11 +196,11 @@ def mean(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False,
     """``nl.mean``: the sum of each partition's free elements (tensor_reduce), times 1/n
     (tensor_scalar)."""
     from .ops import materialize
-    from .tensor import as_view as _as_view
 
     where = here()
     total = materialize(sum(x, axis=axis, dtype="float32", keepdims=keepdims, **kw))
-    n = _as_view(x).size // _as_view(x).partitions
+    v = as_view(x)
+    n = v.size // v.partitions
     return Pending("ts", where, src=total, op0=multiply, operand0=1.0 / n, reverse0=False,
                    op1=None, operand1=None, reverse1=False, dtype=dtype)
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import itertools
 from math import prod
-from typing import Any, NamedTuple, TypeGuard
+from typing import Any, NamedTuple
 
-from ..isa import ActivationFunc, AluOp
 from .index import Expr, Grid
-from .record import HOOKS, Loop, Op, current, fail, here
+from .lazy import Arithmetic, NlOp, Pending, as_view, binary
+from .record import HOOKS, Loop, current, fail, here
 from .types import Buffer, DType, ParDim
 
 __all__ = ["Axis", "Expr", "Grid", "NlOp", "Pending", "Tensor", "View", "as_view", "binary",
@@ -42,111 +42,7 @@ class Axis(NamedTuple):
 _ALL = slice(None)
 
 
-class NlOp:
-    """``nl.add``, ``nl.exp`` and friends: usable as ``op=`` (its ``alu`` or ``act``)."""
-
-    def __init__(self, name: str, alu: AluOp | None, act: ActivationFunc | None) -> None:
-        self.name, self.alu, self.act = name, alu, act
-
-    def __repr__(self) -> str:
-        return f"nl.{self.name}"
-
-
-_OPERATORS = {name: NlOp(name, alu, None) for name, alu in (
-    ("add", AluOp.ADD), ("subtract", AluOp.SUBTRACT), ("multiply", AluOp.MULTIPLY),
-    ("divide", AluOp.DIVIDE))}
-_NEGATIVE = NlOp("negative", None, ActivationFunc.NEGATIVE)
-
-
-def _is_number(x: object) -> TypeGuard[int | float]:
-    return isinstance(x, int | float) and not isinstance(x, bool)
-
-
-def _column(col: View, full: View) -> bool:
-    """``col`` is one element per partition of ``full`` and ``full`` is wider: NKI
-    broadcasts it along the free axis (a tensor_scalar with a [P, 1] operand)."""
-    return (col.partitions == full.partitions and col.size == col.partitions
-            and full.size > full.partitions)
-
-
-def binary(op: NlOp, x: object, y: object, where: tuple[str, int], dtype: object = None
-           ) -> Pending:
-    """``op(x, y)`` of tiles and numbers: a tensor_scalar when one side is a number or a
-    [P, 1] column of the other (broadcast along the free axis, reversed when it is on the
-    left), else a tensor_tensor."""
-    ts = {"op1": None, "operand1": None, "reverse1": False, "dtype": dtype}
-    if _is_number(y) and not _is_number(x):
-        return Pending("ts", where, src=x, op0=op, operand0=float(y), reverse0=False, **ts)
-    if _is_number(x) and not _is_number(y):
-        return Pending("ts", where, src=y, op0=op, operand0=float(x), reverse0=True, **ts)
-    vx, vy = as_view(x), as_view(y)
-    if _column(vy, vx):
-        return Pending("ts", where, src=vx, op0=op, operand0=vy, reverse0=False, **ts)
-    if _column(vx, vy):
-        return Pending("ts", where, src=vy, op0=op, operand0=vx, reverse0=True, **ts)
-    return Pending("tt", where, a=vx, b=vy, op=op, dtype=dtype)
-
-
-class _Arithmetic:
-    """Python operators on tiles and lazy results, as NKI allows them (``a * b``,
-    ``t / n``, ``-t``): each is the nl function of the same name."""
-
-    __slots__ = ()
-
-    def _op(self, name: str, other: object, swap: bool = False) -> Any:
-        op, where = _OPERATORS[name], here()
-        return binary(op, other, self, where) if swap else binary(op, self, other, where)
-
-    def __add__(self, other: object) -> Any:
-        return self._op("add", other)
-
-    def __radd__(self, other: object) -> Any:
-        return self._op("add", other, True)
-
-    def __sub__(self, other: object) -> Any:
-        return self._op("subtract", other)
-
-    def __rsub__(self, other: object) -> Any:
-        return self._op("subtract", other, True)
-
-    def __mul__(self, other: object) -> Any:
-        return self._op("multiply", other)
-
-    def __rmul__(self, other: object) -> Any:
-        return self._op("multiply", other, True)
-
-    def __truediv__(self, other: object) -> Any:
-        return self._op("divide", other)
-
-    def __rtruediv__(self, other: object) -> Any:
-        return self._op("divide", other, True)
-
-    def __neg__(self) -> Any:
-        return Pending("act", here(), src=self, op=_NEGATIVE, scale=1.0, dtype=None)
-
-    def broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
-        """A [1, F] tile on every one of ``shape[0]`` partitions: a new SBUF tile, loaded
-        again from the device memory the tile came from with a DMA whose partitions all read
-        the same row (partition step 0). A tile computed on chip is refused (a partition
-        broadcast on chip goes through the PE or GpSimd, not modelled yet)."""
-        where = here()
-        v = as_view(self)
-        shape = tuple(int(d) for d in shape)
-        if v.partitions != 1 or len(shape) < 2 or prod(shape[1:]) != v.size:
-            raise fail(f"broadcast_to({list(shape)}) of a {list(v.shape)} tile: this model "
-                       f"broadcasts a one-partition tile [1, F] to [P, F]", where)
-        src = v.tensor.loaded_from
-        if src is None or v.size != v.tensor.full.size:
-            raise fail("broadcast_to of a tile computed on chip is not modelled yet; "
-                       "broadcast it from the device-memory tensor it was loaded from", where)
-        rows = View(src.tensor, src.offset, 0, (Axis(0, shape[0]), *src.axes[1:]), src.dt)
-        out = Tensor(shape, v.dtype, v.tensor.buffer, where)
-        current().add_tensor(out)
-        HOOKS["dma"](out.full, rows, where)
-        return out
-
-
-class Tensor(_Arithmetic):
+class Tensor(Arithmetic):
     """An ``nl.ndarray``: shape, dtype, buffer, and where the kernel made it."""
 
     def __init__(self, shape: tuple[Any, ...], dtype: DType, buffer: Buffer,
@@ -210,6 +106,9 @@ class Tensor(_Arithmetic):
     def view(self) -> View:
         return self.full
 
+    def broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+        return self.full.broadcast_to(shape)
+
     def ap(self, pattern: Any, offset: int = 0, dtype: Any = None, **kw: Any) -> View:
         """NKI's raw access pattern: ``[[step, count], ...]`` outermost first, in elements
         from ``offset``; on chip the first pair is the partition axis (step = the tile's
@@ -269,7 +168,7 @@ def _reshape(v: View, shape: tuple[int, ...]) -> View:
     return View(v.tensor, v.offset, v.p0, (*part, *new), v.dt)
 
 
-class View(_Arithmetic):
+class View(Arithmetic):
     """A strided window of a tensor: element ``offset``, first partition ``p0``, axes."""
 
     __slots__ = ("axes", "dt", "offset", "p0", "shape", "tensor")
@@ -390,74 +289,34 @@ class View(_Arithmetic):
         HOOKS["tensor_tensor"](self, self, b, "add", None, here())
         return self
 
+    def view(self) -> View:
+        return self
+
+    def broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+        """A [1, F] tile on every one of ``shape[0]`` partitions: a new SBUF tile, loaded
+        again from the device memory the tile came from with a DMA whose partitions all read
+        the same row (partition step 0). A tile computed on chip is refused (a partition
+        broadcast on chip goes through the PE or GpSimd, not modelled yet)."""
+        where = here()
+        v = self
+        shape = tuple(int(d) for d in shape)
+        if v.partitions != 1 or len(shape) < 2 or prod(shape[1:]) != v.size:
+            raise fail(f"broadcast_to({list(shape)}) of a {list(v.shape)} tile: this model "
+                       f"broadcasts a one-partition tile [1, F] to [P, F]", where)
+        src = v.tensor.loaded_from
+        if src is None or v.size != v.tensor.full.size:
+            raise fail("broadcast_to of a tile computed on chip is not modelled yet; "
+                       "broadcast it from the device-memory tensor it was loaded from", where)
+        rows = View(src.tensor, src.offset, 0, (Axis(0, shape[0]), *src.axes[1:]), src.dt)
+        out = Tensor(shape, v.dtype, v.tensor.buffer, where)
+        current().add_tensor(out)
+        HOOKS["dma"](out.full, rows, where)
+        return out
+
 
 def same_shape(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     """Shapes agree up to dimensions of size 1 (NKI drops them freely)."""
     return tuple(s for s in a if s != 1) == tuple(s for s in b if s != 1)
-
-
-class Pending(_Arithmetic):
-    """A lazy result of the older API (``nl.load``, ``nl.matmul``, ``nl.copy`` ...): written
-    straight into its destination when assigned, or into a fresh tile when used."""
-
-    __slots__ = ("args", "kind", "result", "where")
-
-    def __init__(self, kind: str, where: tuple[str, int], **args: Any) -> None:
-        self.kind, self.where, self.args = kind, where, args
-        self.result: Tensor | None = None
-        current().pending.append(self)
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        return self.materialize().shape
-
-    @property
-    def dtype(self) -> DType:
-        return self.materialize().dtype
-
-    def __getitem__(self, key: object) -> View:
-        return self.materialize()[key]
-
-    def __iadd__(self, other: object) -> Tensor:
-        t = self.materialize()
-        t += other
-        return t
-
-    def __setitem__(self, key: object, value: object) -> None:
-        self.materialize()[key] = value  # type: ignore[index]
-
-    def materialize(self) -> Tensor:
-        if self.result is not None:
-            return self.result
-        rec = current()
-        rec.writing.add(id(self))
-        try:
-            self.result = HOOKS["materialize"](self)
-        finally:
-            rec.writing.discard(id(self))
-        return self.result
-
-    def write_into(self, dst: View, accumulate: bool | None = None) -> None:
-        self.result = dst.tensor  # consumed (set first: recording flushes pending results)
-        rec = current()
-        rec.writing.add(id(self))
-        try:
-            HOOKS["write_pending"](self, dst, accumulate)
-        finally:
-            rec.writing.discard(id(self))
-
-
-def as_view(x: object) -> View:
-    """A View of a tensor, a view, or a lazy result (materialised into a fresh tile)."""
-    if isinstance(x, View):
-        return x
-    if isinstance(x, Tensor):
-        return x.full
-    if isinstance(x, Pending):
-        if x.result is not None and x.kind != "mm":
-            return x.result.full
-        return x.materialize().full
-    raise fail(f"expected a tensor or a tile, got {type(x).__name__}")
 
 
 def assign(target: View, value: object) -> None:
@@ -474,7 +333,3 @@ def assign(target: View, value: object) -> None:
         HOOKS["dma"](target, src, here())
     else:
         HOOKS["copy"](target, src, None, here())
-
-
-def record(op: Op) -> None:
-    current().add(op)

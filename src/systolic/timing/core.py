@@ -34,28 +34,19 @@ Model.
 Placement depends only on earlier instructions, so a prefix's schedule is the schedule's
 prefix (:func:`time_prefixes`, used by systolic.extrapolate).
 
-What-if (``what_if=True``, issue 18 part 5): the same schedule re-run with one set of costs
-at zero (DMA transfers and their fixed cost, the Vector/Scalar/GpSimd instructions, or the
-Tensor Engine's): every op keeps its dependencies and its place in each resource's order,
-and is timed again; so a what-if latency is never above the real one, and says how far
-removing that cost alone could take the kernel.
+What-if latencies (``what_if=True``): :mod:`systolic.timing.whatif`.
 
 Time is counted in integer ticks of ``arch.tick_hz`` (the least common multiple of the
 engine clocks: every engine cycle is a whole number of ticks; DMA times round up to a
 tick), so the breakdown adds up exactly.
 
-Critical path. Each op records which constraint set its start (its binder: a dependency,
-the op that held its resource, the HBM server, or the PE's issue interval / weight load)
-and the time on that binder the constraint refers to. Walking back from the op that ends
-last, each op's own time is charged to its cause and each wait between a binder and the
-op to ``sync`` (semaphore latency, access and dependency overheads) or ``dma_latency``
-(the DMA fixed cost). The parts telescope, so they sum to the latency exactly.
+Critical path by cause: :mod:`systolic.timing.critical_path` (each op records the
+constraint that set its start; the parts sum to the latency exactly).
 """
 
 from __future__ import annotations
 
 from math import ceil
-from typing import NamedTuple
 
 import numpy as np
 
@@ -79,10 +70,12 @@ from ..isa import (
 )
 from . import pe as pe_rules
 from .costs import engine_cycles, engine_hz
+from .critical_path import OpRecord, critical_path
 from .deps import Tracker, region
 from .dma import dma_cost, queue_for
 from .result import CAUSES, QUEUE_NAMES, WHAT_IF, Cause, CoreTiming, queue_names
 from .timeline import Timeline
+from .whatif import Plan, rerun
 
 __all__ = ["CAUSES", "QUEUE_NAMES", "SCHEDULES", "CoreTiming", "queue_names", "time_prefixes",
            "time_program"]
@@ -95,22 +88,6 @@ _ENGINE_CAUSE = {Engine.VECTOR: Cause.VECTOR, Engine.SCALAR: Cause.SCALAR,
 _DQ = len(QUEUE_NAMES)  # the first DMA engine's queue id
 _COMPUTE = (MatMul, MatmultMx)
 _LOADS = (LoadStationary, LdWeightMx)
-
-
-class OpRecord(NamedTuple):
-    """One timed op of the real schedule: its instruction, how many queues it holds, its
-    start, the cause of its own time, its binder (-1: a root) with the time ``ref`` on the
-    binder the constraint refers to, when it entered (``enter``) and the cause of the wait
-    ``ref -> enter``."""
-
-    instr: int
-    queues: int
-    start: int
-    own: Cause
-    binder: int
-    ref: int
-    enter: int
-    lag: Cause
 
 
 def _program_format(program: Program) -> tuple[str, str]:
@@ -156,19 +133,6 @@ def time_prefixes(program: Program, arch: Arch | str, cuts: tuple[int, ...], *,
     return [sch.assemble(cut, fmt, perf_mode or mode) for cut in cuts]
 
 
-class _Plan(NamedTuple):
-    """What the what-if pass needs of one op: its kind (``pe``, ``load``, ``engine``,
-    ``dma``), its dependencies as (op, latency in ticks), the resources it holds in the
-    real schedule's order, its duration(s) and, for the PE, its issue interval."""
-
-    kind: str
-    deps: tuple[tuple[int, int], ...]
-    resources: tuple[object, ...]
-    dur: int
-    interval: int = 0
-    hbm: int = 0
-
-
 class _Scheduler:
     def __init__(self, arch: Arch, mode: str, what_if: bool) -> None:
         self.arch = arch
@@ -187,7 +151,7 @@ class _Scheduler:
         self.queue: list[int] = []  # its (first) queue id
         self.records: list[OpRecord] = []
         self.ends: list[int] = []
-        self.plans: list[_Plan] = []
+        self.plans: list[Plan] = []
         self.tracker = Tracker(self.queue, _TENSOR)
         # the resources of the real schedule
         self.timelines: dict[object, Timeline] = {}
@@ -262,7 +226,7 @@ class _Scheduler:
             if not moved:
                 return t, binder
 
-    def _add(self, rec: OpRecord, q: int, end: int, plan: _Plan | None) -> int:
+    def _add(self, rec: OpRecord, q: int, end: int, plan: Plan | None) -> int:
         op = len(self.queue)
         self.queue.append(q)
         self.records.append(rec)
@@ -311,7 +275,7 @@ class _Scheduler:
             rec = OpRecord(i, 1, t, own, db, self.ends[db], t, Cause.SYNC)
         else:
             rec = OpRecord(i, 1, t, own, -1, 0, t, Cause.IDLE)
-        self._add(rec, q, t + dur, _Plan("engine", deps, keys, dur))
+        self._add(rec, q, t + dur, Plan("engine", deps, keys, dur))
         self.tracker.commit(op, rd, wr)
         return op
 
@@ -376,7 +340,7 @@ class _Scheduler:
         plan = None
         if self.what_if:  # the resources the re-run keeps in order
             keys = (*(_DQ + e for e in engines), *(("fifo", e, qid) for e in engines))
-            plan = _Plan("dma", deps, keys, occ, hbm=hb)
+            plan = Plan("dma", deps, keys, occ, hbm=hb)
         self._add(rec, q0, end, plan)
         self.tracker.commit(op, rd, wr)
         self.dma_bytes += c.bytes  # type: ignore[attr-defined]
@@ -409,7 +373,7 @@ class _Scheduler:
             rec = OpRecord(i, 1, t, Cause.PE, self.pe_prev, t, t, Cause.IDLE)
         else:
             rec = OpRecord(i, 1, t, Cause.PE, -1, 0, t, Cause.IDLE)
-        op = self._add(rec, _TENSOR, t + dur, _Plan("pe", deps, (), dur, interval))
+        op = self._add(rec, _TENSOR, t + dur, Plan("pe", deps, (), dur, interval))
         self.pe_prev, self.pending = op, -1
         self.tracker.commit(op, rd, wr)
         self.macs2 += macs2
@@ -427,7 +391,7 @@ class _Scheduler:
             rec = OpRecord(i, 1, t, Cause.WEIGHT_LOAD, b, t, t, Cause.IDLE)
         else:
             rec = OpRecord(i, 1, t, Cause.WEIGHT_LOAD, -1, 0, t, Cause.IDLE)
-        op = self._add(rec, _TENSOR, t + c, _Plan("load", deps, (), c))
+        op = self._add(rec, _TENSOR, t + c, Plan("load", deps, (), c))
         self.load_last = self.pending = op
         self.tracker.commit(op, rd, ())
 
@@ -463,53 +427,6 @@ class _Scheduler:
             self.macs_at.append(self.macs2)
             self.dma_at.append((self.dma_bytes, self.hbm_bytes))
 
-    def rerun(self, free: str, n: int) -> int:
-        """The latency of the first ``n`` ops with one set of costs at zero (module
-        docstring, What-if): each op in the real schedule's start order, after its
-        dependencies and after the previous op of each resource it holds."""
-        kind_free = {"dma_free": "dma", "engines_free": "engine", "pe_free": "pe", "": ""}[free]
-        real = self.records
-        order = sorted(range(n), key=lambda op: (real[op].start, op))
-        ends = [0] * n
-        res_free: dict[object, int] = {}
-        hbm_free = 0
-        pe = pe_rules.PE_IDLE
-        fixed = 0 if kind_free == "dma" else self.fixed
-        latency = 0
-        for op in order:
-            p = self.plans[op]
-            zero = p.kind == kind_free or (kind_free == "pe" and p.kind == "load")
-            t = 0
-            for d, lat in p.deps:
-                e = ends[d] + lat
-                if e > t:
-                    t = e
-            dur = 0 if zero else p.dur
-            if p.kind == "pe":
-                t, _, pe = pe_rules.compute_step(pe, 0 if zero else p.interval, t)
-                end = t + dur
-            elif p.kind == "load":
-                t, _, pe = pe_rules.load_step(pe, dur, t)
-                end = t + dur
-            else:
-                if p.kind == "dma":
-                    t += fixed
-                for r in p.resources:
-                    f = res_free.get(r, 0)
-                    if f > t:
-                        t = f
-                end = t + dur
-                if p.kind == "dma" and p.hbm and not zero:
-                    sh = max(t, hbm_free)
-                    hbm_free = sh + p.hbm
-                    end = max(end, hbm_free)
-                for r in p.resources:
-                    res_free[r] = end
-            ends[op] = end
-            if end > latency:
-                latency = end
-        return latency
-
     def assemble(self, cut: int, fmt: str, mode: str) -> CoreTiming:
         """The summary of the ops of instructions ``< cut``."""
         arch = self.arch
@@ -536,31 +453,12 @@ class _Scheduler:
             lo, hi = interval_union(starts[sel], ends[sel])
             busy[name] = int(np.sum(hi - lo))
             counts[name] = int(np.count_nonzero(sel))
-        what = {k: self.rerun(k, n) for k in WHAT_IF} if self.what_if else {}
+        what = ({k: rerun(self.plans, self.records, k, n, self.fixed) for k in WHAT_IF}
+                if self.what_if else {})
         return CoreTiming(
             arch=arch, tick_hz=self.tick, latency=latency,
             op_instr=instr[:n].copy(), op_queue=queue, op_queues=nqs,
-            starts=starts, ends=ends, bound_ticks=self._critical_path(ends, latency),
+            starts=starts, ends=ends, bound_ticks=critical_path(self.records, ends, latency),
             busy_ticks=busy, instructions=counts, dma_bytes=dma_bytes,
             hbm_bytes=hbm_bytes, useful_macs=macs2 // 2, fmt=fmt, perf_mode=mode,
             op_cause=own, what_if=what, schedule=self.mode)
-
-    def _critical_path(self, ends: np.ndarray, latency: int) -> dict[str, int]:
-        parts = [0] * len(Cause)
-        if not len(ends):
-            return {c.key: 0 for c in Cause}
-        op = int(np.argmax(ends))
-        t = latency
-        recs = self.records
-        while op >= 0:
-            r = recs[op]
-            lo = r.ref if r.binder >= 0 else 0
-            if lo > t:
-                lo = t
-            ent = min(max(r.enter, lo), t)
-            parts[r.own] += t - ent
-            parts[r.lag] += ent - lo
-            t = lo
-            op = r.binder
-        parts[Cause.IDLE] += t  # a root that does not start at 0
-        return {c.key: parts[c] for c in Cause}

@@ -1,0 +1,169 @@
+"""Lazy results and the operators that make them: ``nl.add`` and friends as objects
+(:class:`NlOp`), the :class:`Pending` result of the older API (``nl.load``, ``nl.exp(t)``,
+``a * b``), the Python operators on tiles (:class:`Arithmetic`, mixed into tensors, views
+and lazy results) and their dispatch to tensor_tensor or tensor_scalar (:func:`binary`).
+
+Below :mod:`systolic.nki.tensor`: tiles are reached through their ``view()`` method.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+from ..isa import ActivationFunc, AluOp
+from .record import HOOKS, current, fail, here
+from .types import DType
+
+if TYPE_CHECKING:
+    from .tensor import Tensor, View
+
+__all__ = ["Arithmetic", "NlOp", "Pending", "as_view", "binary"]
+
+
+class NlOp:
+    """``nl.add``, ``nl.exp`` and friends: usable as ``op=`` (its ``alu`` or ``act``)."""
+
+    def __init__(self, name: str, alu: AluOp | None, act: ActivationFunc | None) -> None:
+        self.name, self.alu, self.act = name, alu, act
+
+    def __repr__(self) -> str:
+        return f"nl.{self.name}"
+
+
+_OPERATORS = {name: NlOp(name, alu, None) for name, alu in (
+    ("add", AluOp.ADD), ("subtract", AluOp.SUBTRACT), ("multiply", AluOp.MULTIPLY),
+    ("divide", AluOp.DIVIDE))}
+_NEGATIVE = NlOp("negative", None, ActivationFunc.NEGATIVE)
+
+
+def _is_number(x: object) -> TypeGuard[int | float]:
+    return isinstance(x, int | float) and not isinstance(x, bool)
+
+
+def _column(col: View, full: View) -> bool:
+    """``col`` is one element per partition of ``full`` and ``full`` is wider: NKI
+    broadcasts it along the free axis (a tensor_scalar with a [P, 1] operand)."""
+    return (col.partitions == full.partitions and col.size == col.partitions
+            and full.size > full.partitions)
+
+
+def binary(op: NlOp, x: object, y: object, where: tuple[str, int], dtype: object = None
+           ) -> Pending:
+    """``op(x, y)`` of tiles and numbers: a tensor_scalar when one side is a number or a
+    [P, 1] column of the other (broadcast along the free axis, reversed when it is on the
+    left), else a tensor_tensor."""
+    ts = {"op1": None, "operand1": None, "reverse1": False, "dtype": dtype}
+    if _is_number(y) and not _is_number(x):
+        return Pending("ts", where, src=x, op0=op, operand0=float(y), reverse0=False, **ts)
+    if _is_number(x) and not _is_number(y):
+        return Pending("ts", where, src=y, op0=op, operand0=float(x), reverse0=True, **ts)
+    vx, vy = as_view(x), as_view(y)
+    if _column(vy, vx):
+        return Pending("ts", where, src=vx, op0=op, operand0=vy, reverse0=False, **ts)
+    if _column(vx, vy):
+        return Pending("ts", where, src=vy, op0=op, operand0=vx, reverse0=True, **ts)
+    return Pending("tt", where, a=vx, b=vy, op=op, dtype=dtype)
+
+
+class Arithmetic:
+    """Python operators on tiles and lazy results, as NKI allows them (``a * b``,
+    ``t / n``, ``-t``): each is the nl function of the same name."""
+
+    __slots__ = ()
+
+    def _op(self, name: str, other: object, swap: bool = False) -> Any:
+        op, where = _OPERATORS[name], here()
+        return binary(op, other, self, where) if swap else binary(op, self, other, where)
+
+    def __add__(self, other: object) -> Any:
+        return self._op("add", other)
+
+    def __radd__(self, other: object) -> Any:
+        return self._op("add", other, True)
+
+    def __sub__(self, other: object) -> Any:
+        return self._op("subtract", other)
+
+    def __rsub__(self, other: object) -> Any:
+        return self._op("subtract", other, True)
+
+    def __mul__(self, other: object) -> Any:
+        return self._op("multiply", other)
+
+    def __rmul__(self, other: object) -> Any:
+        return self._op("multiply", other, True)
+
+    def __truediv__(self, other: object) -> Any:
+        return self._op("divide", other)
+
+    def __rtruediv__(self, other: object) -> Any:
+        return self._op("divide", other, True)
+
+    def __neg__(self) -> Any:
+        return Pending("act", here(), src=self, op=_NEGATIVE, scale=1.0, dtype=None)
+
+
+class Pending(Arithmetic):
+    """A lazy result of the older API (``nl.load``, ``nl.matmul``, ``nl.copy`` ...): written
+    straight into its destination when assigned, or into a fresh tile when used."""
+
+    __slots__ = ("args", "kind", "result", "where")
+
+    def __init__(self, kind: str, where: tuple[str, int], **args: Any) -> None:
+        self.kind, self.where, self.args = kind, where, args
+        self.result: Tensor | None = None
+        current().pending.append(self)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.materialize().shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.materialize().dtype
+
+    def __getitem__(self, key: object) -> View:
+        return self.materialize()[key]
+
+    def __iadd__(self, other: object) -> Tensor:
+        t = self.materialize()
+        t += other
+        return t
+
+    def __setitem__(self, key: object, value: object) -> None:
+        self.materialize()[key] = value
+
+    def view(self) -> View:
+        """The whole tile it lands in (materialised into a fresh tile when unassigned)."""
+        return self.materialize().full
+
+    def broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+        return self.materialize().full.broadcast_to(shape)
+
+    def materialize(self) -> Tensor:
+        if self.result is not None:
+            return self.result
+        rec = current()
+        rec.writing.add(id(self))
+        try:
+            self.result = HOOKS["materialize"](self)
+        finally:
+            rec.writing.discard(id(self))
+        return self.result
+
+    def write_into(self, dst: View, accumulate: bool | None = None) -> None:
+        self.result = dst.tensor  # consumed (set first: recording flushes pending results)
+        rec = current()
+        rec.writing.add(id(self))
+        try:
+            HOOKS["write_pending"](self, dst, accumulate)
+        finally:
+            rec.writing.discard(id(self))
+
+
+def as_view(x: object) -> View:
+    """A View of a tensor, a view, or a lazy result (materialised into a fresh tile)."""
+    view = getattr(x, "view", None)
+    if view is None:
+        raise fail(f"expected a tensor or a tile, got {type(x).__name__}")
+    return view()  # type: ignore[no-any-return]
