@@ -12,8 +12,20 @@ from typing import NoReturn
 from .errors import SystolicError
 from .version import __version__
 
-# Subcommand modules, in the order --help lists them.
-COMMANDS = ("matmul", "step", "run", "roofline", "kernel", "sweep", "rtl")
+# Subcommand modules, in the order --help lists them, each with the one line --help shows.
+# The lines are here, not read from the modules, so that `systolic --help` and `systolic
+# CMD ...` import no subcommand but CMD (issue 20: importing all seven cost ~0.1 s and pulled
+# in the whole package); tests/test_startup.py checks they match each module's own.
+SUMMARIES = {
+    "matmul": "lower one matmul and report its program, cycles, whole-core time and accuracy",
+    "step": "step one matmul through the systolic array, cycle by cycle",
+    "run": "cost a YAML workload of named matmuls, per op and in total",
+    "roofline": "peaks per format, the HBM slope, lower ceilings, a workload's ops as points",
+    "kernel": "run an NKI kernel file: its Program, counts, whole-core time, values",
+    "sweep": "run a sweep of many timing runs into a results store, or show one",
+    "rtl": "the integer PE cell and array in Amaranth HDL: Verilog, simulation",
+}
+COMMANDS = tuple(SUMMARIES)
 
 DESCRIPTION = """\
 Model a weight-stationary systolic matmul engine (Trainium PE / Tensor Engine class):
@@ -48,19 +60,34 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``only``, just that subcommand's module is imported and the
+    others are listed by their summary line (enough for --help and "invalid choice")."""
     parser = _Parser(prog="systolic", description=DESCRIPTION,
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"systolic {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in COMMANDS:
-        importlib.import_module(f".commands.{name}", __package__).add_parser(sub)
+        if only is None or name == only:
+            importlib.import_module(f".commands.{name}", __package__).add_parser(sub)
+        else:
+            sub.add_parser(name, help=SUMMARIES[name])
     return parser
 
 
+def _command(argv: Sequence[str]) -> str:
+    """The subcommand ``argv`` names ("" if none): the first word not an option, as the
+    top-level parser has no option that takes a value."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word if word in SUMMARIES else ""
+    return ""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(only=_command(words) or "")
+    args = parser.parse_args(words)
     if not getattr(args, "run", None):
         parser.print_help()
         return 2
