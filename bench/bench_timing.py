@@ -209,17 +209,34 @@ print(json.dumps({"build_s": t1 - t0, "core_s": t2 - t1, "instructions": len(pro
 """
 
 
+def _median_wall(argv: list[str], env: dict[str, str], runs: int = 5) -> float:
+    walls = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env)
+        walls.append(time.perf_counter() - t0)
+    return sorted(walls)[runs // 2]
+
+
 def core_bench(large: bool) -> dict[str, object]:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    out: dict[str, object] = {}
-    for n in (2048, 8192, 16384):
+    # issue 20's baselines, in the same run: the targets are ratios to `systolic --help`
+    # (which no longer imports numpy) and so also to `import numpy`
+    numpy_s = _median_wall([sys.executable, "-c", "import numpy"], env)
+    help_s = _median_wall([sys.executable, "-m", "systolic", "--help"], env)
+    print(f"baselines: import numpy {numpy_s:.3f} s, systolic --help {help_s:.3f} s "
+          "(median of 5)", flush=True)
+    out: dict[str, object] = {"import_numpy_s": numpy_s, "help_s": help_s}
+    for n in (2048, 4096, 8192, 16384):
         cli = popen_rusage([sys.executable, "-c", CORE_CLI, str(n)], env)
-        line = (f"core {n:>5}^3: systolic matmul --json wall {cli['wall_s']:.2f} s, peak "
+        line = (f"core {n:>5}^3: systolic matmul --json wall {cli['wall_s']:.2f} s "
+                f"({cli['wall_s'] / help_s:.1f}x --help, {cli['wall_s'] / numpy_s:.1f}x "
+                f"import numpy), peak "
                 f"{cli['peak_mib']:.0f} MiB, {cli['instructions']:,} instructions, latency "
                 f"{cli['latency_us']:,.1f} us, hfu {100 * cli['hfu']:.1f}%, bound "
                 f"{cli['bound']}")
         full = None
-        if n < 16384 or large:
+        if n < 8192 or large:
             full = popen_rusage([sys.executable, "-c", CORE_FULL, str(n)], env)
             line += (f" | every instruction: wall {full['wall_s']:.2f} s (lower "
                      f"{full['lower_s']:.2f} s, time_program {full['core_s']:.2f} s), peak "

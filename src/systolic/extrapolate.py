@@ -37,8 +37,13 @@ from .views.report import Report, _breakdown_units, build_report
 
 __all__ = ["FULL_LIMIT", "MAX_SLICE", "matmul_report"]
 
-# Products of at most this many instructions (estimated) are lowered and timed whole.
-FULL_LIMIT = 60_000
+# Products of at most this many instructions (estimated) are lowered and timed whole, with
+# the what-if re-runs the slice path leaves out. A slice costs 3-7 M-tile blocks, the whole
+# product ``mt`` of them, so past a few thousand instructions the slice is the cheaper one:
+# measured (bench/bench_timing.py --core, issue 20) 4096^3 bf16, 19,712 instructions, took
+# 1.70 s wall timed whole and 0.45 s from its slice, to the same latency. 2048^3 (3,072
+# estimated) stays whole.
+FULL_LIMIT = 8_000
 MAX_SLICE = 8
 
 
