@@ -502,10 +502,28 @@ def run_mutant(m: Mutant, copy: Path, timeout: float, kills: bool = True) -> Out
     return Outcome(m, status, time.perf_counter() - t0, detail)
 
 
+# Catalogues written with the tests of later issues (19-22), one module per layer, each a
+# ``MUTANTS`` tuple of the same records; loaded when the tool runs.
+EXTRA = ("mutants_sweep", "mutants_cli", "mutants_nki_breadth", "mutants_timing", "mutants_nki")
+
+
+def catalogue() -> list[Mutant]:
+    """:data:`CATALOGUE` and every :data:`EXTRA` module's ``MUTANTS`` that exists."""
+    import importlib.util
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    out = list(CATALOGUE)
+    for name in EXTRA:
+        if importlib.util.find_spec(name) is not None:
+            out.extend(importlib.import_module(name).MUTANTS)
+    return out
+
+
 def _select(names: list[str]) -> list[Mutant]:
+    every = catalogue()
     if not names:
-        return list(CATALOGUE)
-    by_name = {m.name: m for m in CATALOGUE}
+        return every
+    by_name = {m.name: m for m in every}
     unknown = [n for n in names if n not in by_name]
     if unknown:
         raise SystemExit(f"unknown mutant(s) {', '.join(unknown)}; see --list")

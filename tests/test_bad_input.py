@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from systolic.arch import get_arch
 from systolic.cli import main
 
 EX = Path(__file__).resolve().parents[1] / "examples"
@@ -102,3 +103,81 @@ def test_a_kernel_file_defining_a_dataclass_loads(tmp_path, capsys) -> None:
                  "    nl.store(out, value=nl.load(x))\n    return out\n")
     assert main(["kernel", f"{f}:k", "--arg", "x=bf16[128,128]", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["instructions"] == 2
+
+
+def test_a_spec_built_with_a_perf_mode_spelling_lowers() -> None:
+    # issue 22: the string stayed a string and lower() failed on str.k_fold
+    from systolic.compiler import MatmulSpec, lower
+    from systolic.isa import MatMul, PerfMode
+
+    spec = MatmulSpec(128, 256, 512, "fp8_e4m3", "double_row")
+    assert spec.perf_mode is PerfMode.DOUBLE_ROW
+    mms = [i for i in lower(spec, get_arch("trn2")).program if isinstance(i, MatMul)]
+    # K = 256 fp8 folds two rows per PE row: one MatMul of 128 partitions (seed 000)
+    assert len(mms) == 1 and mms[0].moving.partitions == 128
+
+
+@pytest.mark.parametrize("mode", ["bogus", 7, (0, 0), 1.5])
+def test_a_spec_with_no_perf_mode_is_one_line(mode: object) -> None:
+    from systolic.compiler import MatmulSpec
+    from systolic.errors import SystolicError
+
+    with pytest.raises(SystolicError, match="unknown perf mode"):
+        MatmulSpec(128, 128, 128, "bf16", mode)  # type: ignore[arg-type]
+
+
+def _guarded(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """one_line_error with an alarm: a blocking open fails the test instead of hanging it."""
+    import signal
+
+    def boom(signum: int, frame: object) -> None:
+        raise TimeoutError(f"{argv} blocked")
+
+    old = signal.signal(signal.SIGALRM, boom)
+    signal.alarm(20)
+    try:
+        return one_line_error(capsys, argv)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+@pytest.mark.parametrize("argv", [["run", "{f}"], ["roofline", "--workload", "{f}"]])
+def test_a_workload_fifo_is_refused_without_blocking(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str],
+                                                    argv: list[str]) -> None:
+    import os
+
+    fifo = tmp_path / "w.yaml"
+    os.mkfifo(fifo)  # no writer: an open() for reading would block forever
+    err = _guarded([a.replace("{f}", str(fifo)) for a in argv], capsys)
+    assert "is a FIFO" in err
+
+
+@pytest.mark.parametrize(("path", "what"), [("/dev/zero", "a character device"),
+                                            ("{dir}", "a directory")])
+def test_a_workload_that_is_not_a_file_is_refused(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str],
+                                                  path: str, what: str) -> None:
+    err = _guarded(["run", path.replace("{dir}", str(tmp_path))], capsys)
+    assert f"is {what}" in err
+
+
+def test_a_huge_workload_file_is_refused_by_its_size(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    from systolic.workload import MAX_FILE_BYTES
+
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"#" * (MAX_FILE_BYTES + 1))  # a comment: valid YAML, just too long
+    assert f"more than {MAX_FILE_BYTES:,} bytes" in _guarded(["run", str(big)], capsys)
+    ok = tmp_path / "ok.yaml"
+    ok.write_bytes(b"#" * (MAX_FILE_BYTES - 200) + b"\n- {name: a, m: 1, k: 1, n: 1}\n")
+    assert main(["run", str(ok), "--json"]) == 0  # the limit itself is accepted
+
+
+@pytest.mark.parametrize("argv", [["run", "a\x00.yaml"], ["roofline", "--workload", "\x00"]])
+def test_a_workload_path_with_a_nul_byte_is_one_line(capsys: pytest.CaptureFixture[str],
+                                                     argv: list[str]) -> None:
+    # found by tests/test_cli_fuzz.py: os.open raised ValueError (embedded null byte)
+    assert "holds a NUL byte" in one_line_error(capsys, argv)

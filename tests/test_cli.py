@@ -188,10 +188,13 @@ def test_mx_rule_default_is_the_documented_one() -> None:
 
     from systolic import api
     from systolic.cli import build_parser
+    from systolic.commands.matmul import MX_RULE
 
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command").choices  # type: ignore
-    default = sub["matmul"].get_default("mx_rule")
+    # unset on the parser (so it can be refused alone), the API's default when used
+    assert sub["matmul"].get_default("mx_rule") is None
+    default = MX_RULE
     assert default == inspect.signature(api.matmul).parameters["mx_rule"].default
     doc = (Path(__file__).parent.parent / "docs" / "mx_layout.md").read_text()
     assert f"`systolic matmul --mx-rule` default to `{default}`" in doc
@@ -215,3 +218,171 @@ def test_piped_output_at_80_columns_is_whole_and_unpadded(argv: list[str]) -> No
     lines = proc.stdout.splitlines()
     assert lines and "…" not in proc.stdout
     assert [ln for ln in lines if ln != ln.rstrip()] == []
+
+
+# -- issue 22: flags alike on every command, one "wrote" wording, progress on stderr ---------
+
+_ROOT = Path(__file__).parent.parent
+_TILED = f"{_ROOT / 'examples' / 'kernels' / 'tiled_matmul.py'}:tiled_matmul"
+_KARGS = ["--arg", "lhsT=bf16[128,128]", "--arg", "rhs=bf16[128,512]"]
+_SHORT = str(_ROOT / "examples" / "shortfalls.yaml")
+
+
+def _refused(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    try:
+        rc = main(argv)
+    except SystemExit as exc:
+        rc = int(exc.code or 0)
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith("systolic: error:") and err.count("\n") == 1, err
+    return err
+
+
+@pytest.mark.parametrize("argv", [
+    ["matmul", "128", "128", "128", "--arch", "TRN1"],
+    ["step", "3", "3", "3", "--arch", "Trn1"],
+    ["run", EXAMPLE, "--arch", "TRN1"],
+    ["roofline", "--arch", "TRN1"],
+    ["kernel", _TILED, *_KARGS, "--arch", "TRN1"],
+])
+def test_arch_takes_any_case_like_dtype(capsys: pytest.CaptureFixture[str],
+                                        argv: list[str]) -> None:
+    assert main([*argv, "--json"]) == 0
+    assert '"trn1"' in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [
+    ["matmul", "128", "128", "128"], ["step", "3", "3", "3"], ["roofline"],
+    ["run", EXAMPLE], ["kernel", _TILED, *_KARGS]])
+def test_a_bad_arch_is_refused_alike_everywhere(capsys: pytest.CaptureFixture[str],
+                                                argv: list[str]) -> None:
+    err = _refused(capsys, [*argv, "--arch", "trn9"])
+    assert "argument --arch: invalid choice: 'trn9'" in err
+    assert "trn1" in err and "trn3" in err
+
+
+def test_perf_mode_lists_the_modes_it_takes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["matmul", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "none, double_row, double_row_sw_interleave" in help_text
+    assert "timed and computed as double_row" in help_text
+    for mode in ("double_column", "double_pixel"):  # no known encoding (seed 000)
+        err = _refused(capsys, ["matmul", "128", "128", "128", "--perf-mode", mode])
+        assert "choose from 'none', 'double_row', 'double_row_sw_interleave'" in err
+
+
+def test_sw_interleave_says_it_is_timed_as_double_row(capsys: pytest.CaptureFixture[str]
+                                                      ) -> None:
+    argv = ["matmul", "256", "256", "256", "--dtype", "fp8_e4m3", "--perf-mode"]
+    assert main([*argv, "double_row_sw_interleave"]) == 0
+    assert "timed and computed as double_row" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("argv", "needs"), [
+    (["matmul", "128", "128", "128", "--width", "800"], "--timeline"),
+    (["matmul", "128", "128", "128", "--height", "800"], "--timeline"),
+    (["run", EXAMPLE, "--width", "800"], "--timeline or --loss-bar"),
+    (["run", EXAMPLE, "--timeline-op", "x"], "--timeline"),
+    (["roofline", "--width", "800"], "-o/--output"),
+    (["kernel", _TILED, *_KARGS, "--width", "800"], "--timeline"),
+    (["matmul", "128", "128", "128", "--mx-rule", "ocp", "--check"], "an MX --dtype"),
+    (["matmul", "128", "128", "128", "--dtype", "mxfp8_e4m3", "--arch", "trn3",
+      "--mx-rule", "ocp"], "--check"),
+])
+def test_an_option_that_does_nothing_alone_is_refused(
+        capsys: pytest.CaptureFixture[str], argv: list[str], needs: str) -> None:
+    err = _refused(capsys, argv)
+    assert f"does nothing without {needs}" in err
+
+
+def test_step_html_refuses_an_image_suffix(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    page = tmp_path / "x.png"
+    err = _refused(capsys, ["step", "3", "3", "3", "--html", str(page)])
+    assert "name the file .html" in err and not page.exists()
+
+
+def _writers(tmp: Path) -> list[tuple[list[str], str, str]]:
+    """(argv, the file, what the wrote line says) of every command that writes a file."""
+    t = str(tmp)
+    return [
+        (["matmul", "128", "128", "128", "--trace", f"{t}/a.json"], f"{t}/a.json",
+         "Perfetto trace, "),
+        (["matmul", "128", "128", "128", "--timeline", f"{t}/a.png"], f"{t}/a.png",
+         "whole-core timeline"),
+        (["run", _SHORT, "--loss-bar", f"{t}/b.png"], f"{t}/b.png", "loss bar per op"),
+        (["run", _SHORT, "--timeline", f"{t}/c.svg"], f"{t}/c.svg", "whole-core timeline of"),
+        (["roofline", "-o", f"{t}/d.png"], f"{t}/d.png", "roofline"),
+        (["kernel", _TILED, *_KARGS, "--trace", f"{t}/e.json.gz"], f"{t}/e.json.gz",
+         "Perfetto trace, gzip, "),
+        (["kernel", _TILED, *_KARGS, "--timeline", f"{t}/f.png"], f"{t}/f.png",
+         "whole-core timeline"),
+        (["step", "3", "3", "3", "--html", f"{t}/g.html"], f"{t}/g.html",
+         "step page, 7 cycles"),
+    ]
+
+
+def test_every_writer_says_wrote_file_and_what(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    import re
+
+    for argv, path, what in _writers(tmp_path):
+        assert main(argv) == 0, argv
+        lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("wrote ")]
+        assert len(lines) == 1, (argv, lines)
+        assert re.fullmatch(rf"wrote {re.escape(path)} \({re.escape(what)}.*\)", lines[0]), \
+            lines[0]
+        assert Path(path).stat().st_size > 0
+
+
+def test_rtl_writers_use_the_same_wording(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    require_module("amaranth", "amaranth (the rtl commands)")
+    v, w = tmp_path / "a.v", tmp_path / "a.vcd"
+    assert main(["rtl", "verilog", "--rows", "2", "--cols", "2", "-o", str(v)]) == 0
+    assert main(["rtl", "sim", "--rows", "2", "--cols", "2", "--cycles", "4",
+                 "--vcd", str(w)]) == 0
+    out = capsys.readouterr().out
+    assert f"wrote {v} (Verilog, 2 x 2 array, {v.stat().st_size:,} bytes)" in out
+    assert f"wrote {w} (VCD waveform)" in out
+
+
+def test_rtl_doc_names_the_scopes_the_vcd_has(tmp_path: Path) -> None:
+    require_module("amaranth", "amaranth (the rtl commands)")
+    import re
+
+    vcd = tmp_path / "a.vcd"
+    assert main(["rtl", "sim", "--rows", "2", "--cols", "2", "--cycles", "2",
+                 "--vcd", str(vcd)]) == 0
+    stack: list[str] = []
+    scopes = set()
+    for line in vcd.read_text().splitlines():  # $scope module NAME $end / $upscope $end
+        if m := re.match(r"\$scope \w+ (\S+) \$end", line):
+            stack.append(m.group(1))
+            scopes.add(".".join(stack))
+        elif line.startswith("$upscope"):
+            stack.pop()
+    doc = (_ROOT / "docs" / "rtl.md").read_text()
+    named = set(re.findall(r"`(bench\.[\w.<>]+)`", doc))
+    assert named, "docs/rtl.md names no VCD scope"
+    for scope in named:
+        assert scope.replace("<k>", "1").replace("<m>", "0") in scopes, (scope, scopes)
+
+
+def test_progress_goes_to_stderr_and_json_stays_clean(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "k.json"
+    assert main(["kernel", _TILED, *_KARGS, "--trace", str(trace), "--json",
+                 "--progress"]) == 0
+    cap = capsys.readouterr()
+    json.loads(cap.out)  # stdout is the JSON and nothing else
+    for stage in ("recording tiled_matmul", "timing ", "writing the trace"):
+        assert f"systolic: {stage}" in cap.err, cap.err
+    assert main(["matmul", "1024", "1024", "1024", "--trace", str(trace), "--progress"]) == 0
+    err = capsys.readouterr().err
+    assert "systolic: lowering every instruction of 1024x1024x1024 bf16" in err
+    assert "systolic: writing the trace of" in err
+    # without --progress and off a terminal: nothing on stderr
+    assert main(["matmul", "256", "256", "256", "--json"]) == 0
+    assert capsys.readouterr().err == ""

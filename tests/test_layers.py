@@ -22,7 +22,7 @@ LAYERS: list[set[str]] = [
     {"memory", "executor"},
     {"verify"},
     {"timing"},
-    {"sim", "compiler"},
+    {"sim", "compiler", "schema"},
     {"views"},
     {"api", "extrapolate"},
     {"workload", "nki", "rtl"},

@@ -310,3 +310,186 @@ def test_show_best_per_group_is_each_group_s_true_minimum(tmp_path: Path) -> Non
                           "--best-per", "shape"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert "--best-per shape: not an input of this sweep" in bad.stderr
+
+
+# -- bounds on user code, and one-line errors (issue 22) ---------------------------------------
+
+EVIL = """\
+import os
+import signal
+import time
+
+from basic_matmul import basic_matmul
+
+
+def k(lhsT, rhs, MODE=0):
+    if MODE == 1:
+        os._exit(0)
+    if MODE == 2:
+        while True:
+            pass
+    if MODE == 3:  # the limit's signal cannot reach it: the parent kills the worker
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(60)
+    return basic_matmul(lhsT, rhs)
+"""
+EVIL_ARGS = {"lhsT": "bf16[128, 64]", "rhs": "bf16[128, 128]"}
+
+
+def _evil(tmp_path: Path) -> str:
+    (tmp_path / "basic_matmul.py").write_text(
+        (ROOT / "examples" / "kernels" / "basic_matmul.py").read_text())
+    (tmp_path / "evil.py").write_text(EVIL)
+    return str(tmp_path / "evil.py")
+
+
+def test_a_point_that_exits_or_loops_is_a_failed_point_and_the_pool_goes_on(
+        tmp_path: Path) -> None:
+    kernel = _evil(tmp_path)
+    out = tmp_path / "r.sqlite"
+    spec = sw.parse_sweep(f"run: {{kernel: '{kernel}:k', args: {json.dumps(EVIL_ARGS)}}}\n"
+                          f"axes:\n  param.MODE: [0, 1, 2, 4, 5, 6]\n", "s.yaml")
+    summary = execute(spec, out, workers=2, point_timeout=1.0)
+    rows, _ = read_rows(out)
+    by = {r["param.MODE"]: r for r in rows}
+    assert summary.ran == 6 and sorted(by) == [0, 1, 2, 4, 5, 6]
+    for mode in (0, 4, 5, 6):  # the points after the dead worker ran on a new one
+        assert by[mode]["status"] == "ok" and by[mode]["hbm_bytes"] == (
+            128 * 64 + 128 * 128 + 64 * 128) * 2
+    assert by[1]["status"] == "failed"
+    assert "worker process exited with status 0" in by[1]["error"]
+    assert by[2]["status"] == "failed"
+    # the kernel line the loop was on (lines 12 and 13 of EVIL: ``while True: pass``)
+    assert by[2]["error"] in [("the point ran past its time limit of 1 s (--point-timeout) "
+                               f"and was stopped at {kernel}:{line}") for line in (12, 13)]
+    assert summary.failed == 2
+
+
+def test_a_dead_or_stuck_worker_costs_its_point_only(tmp_path: Path) -> None:
+    from systolic.sweep.executors import run_pool
+
+    kernel = _evil(tmp_path)
+    spec = sw.parse_sweep(f"run: {{kernel: '{kernel}:k', args: {json.dumps(EVIL_ARGS)}}}\n"
+                          f"axes: {{param.MODE: [0, 1, 3, 7, 8]}}\n", "s.yaml")
+    points = [(f"key{p['param.MODE']}", p) for _, p in spec.points()]
+    # one chunk: the worker dies at its second point, its replacement is stuck at the third
+    got = [r for batch in run_pool(spec.target, [points], 1, timeout=0.5) for r in batch]
+    by = {r["key"]: r for r in got}
+    assert sorted(by) == ["key0", "key1", "key3", "key7", "key8"] and len(got) == 5
+    assert [by[k]["status"] for k in ("key0", "key7", "key8")] == ["ok"] * 3
+    assert "exited with status 0" in by["key1"]["error"]
+    assert by["key3"]["error"] == ("the point ran past its time limit of 0.5 s "
+                                   "(--point-timeout) and was stopped at a call that never "
+                                   "returned (its worker was killed)")
+
+
+def test_the_time_limit_stops_a_point_in_a_thread_as_on_a_dask_worker(tmp_path: Path) -> None:
+    import threading
+
+    kernel = _evil(tmp_path)
+    spec = sw.parse_sweep(f"run: {{kernel: '{kernel}:k', args: {json.dumps(EVIL_ARGS)}}}\n"
+                          f"fixed: {{param.MODE: 2}}\n", "s.yaml")
+    [(_, p)] = list(spec.points())
+    got: list[dict[str, Any]] = []
+    t = threading.Thread(target=lambda: got.append(ev.evaluate_one(spec.target, "k", p, 0.3)))
+    t.start()
+    t.join(30)
+    assert not t.is_alive() and got[0]["status"] == "failed"
+    assert got[0]["error"].endswith((f"stopped at {kernel}:13", f"stopped at {kernel}:12"))
+    # the same in this (main) thread, through SIGALRM; a point within its limit is untouched
+    assert ev.evaluate_one(spec.target, "k", p, 0.3)["error"].endswith((f"{kernel}:13",
+                                                                        f"{kernel}:12"))
+    ok = ev.evaluate_one(spec.target, "k", {**p, "param.MODE": 0}, 60.0)
+    assert ok["status"] == "ok" and ok["figures"]["flops"] == 2 * 128 * 64 * 128
+
+
+def test_an_arch_override_that_overflows_the_timing_is_a_clean_failed_point() -> None:
+    rows = sw.run({"run": {"matmul": {"m": 128, "k": 128, "n": 128}},
+                   "axes": {"dma_engine_bytes_per_ns": [1.0e-300, 10.0]}}, executor="serial")
+    rows = rows.to_dict("records") if hasattr(rows, "to_dict") else rows
+    bad, good = sorted(rows, key=lambda r: r["dma_engine_bytes_per_ns"])
+    assert good["status"] == "ok"
+    assert bad["status"] == "failed" and "please report" not in bad["error"]
+    assert "overflow" in bad["error"] and "dma_engine_bytes_per_ns" in bad["error"]
+
+
+def test_a_billion_point_grid_runs_its_first_point_before_hashing_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from systolic.sweep import runner
+
+    hashed = 0
+    real_key = runner.point_key
+
+    def key(*a: Any) -> str:
+        nonlocal hashed
+        hashed += 1
+        if hashed > 10_000:
+            raise AssertionError("every key hashed before the points run")
+        return real_key(*a)
+
+    class Stop(Exception):
+        pass
+
+    ran: list[int] = []
+
+    def progress(n: int, failed: int, skipped: int) -> None:
+        ran.append(n)
+        if sum(ran) >= 3:
+            raise Stop
+
+    monkeypatch.setattr(runner, "point_key", key)
+    axis = "{from: 1, to: 1000, step: 1}"
+    spec = sw.parse_sweep(f"run: {{matmul: null}}\naxes:\n  m: {axis}\n  k: {axis}\n"
+                          f"  n: {axis}\n")
+    assert spec.size == 10**9
+    with pytest.raises(Stop):
+        execute(spec, tmp_path / "r.sqlite", executor="serial", progress=progress)
+    assert hashed <= 4
+    rows, _ = read_rows(tmp_path / "r.sqlite")
+    assert [(r["m"], r["k"], r["n"]) for r in rows] == [(1, 1, 1), (1, 1, 2), (1, 1, 3)]
+
+
+def test_the_cli_refuses_bad_run_and_show_options_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from systolic.cli import main
+    from systolic.commands import sweep as cmd
+    from systolic.sweep.runner import DEFAULT_POINT_TIMEOUT
+
+    assert cmd.DEFAULT_POINT_TIMEOUT == DEFAULT_POINT_TIMEOUT  # the help says the same
+    spec = _write(tmp_path, "run: {matmul: {m: 128, k: 128, n: 128}}\naxes:\n  arch: [trn1, "
+                            "trn2]\n")
+    out = str(tmp_path / "r.sqlite")
+    execute(sw.parse_sweep(spec.read_text()), out, executor="serial")
+    cases = [
+        (["sweep", str(spec), "--out", out, "--workers", "99999999999999999999"],
+         "99999999999999999999 is more than 1,024"),
+        (["sweep", str(spec), "--out", out, "--dask", "bogus"],
+         "--dask 'bogus': expected local, local:N or a scheduler address"),
+        (["sweep", str(spec), "--out", out, "--dask", "local:0"], "worker count from 1"),
+        (["sweep", str(spec), "--out", out, "--point-timeout", "0"], "above 0"),
+        (["sweep", str(spec), "--out", out, "--point-timeout", "nan"], "above 0"),
+        (["sweep", "show", out, "--pareto", "bound,latency_us"], "bound is not a number"),
+        (["sweep", "show", out, "--x", "arch"], "--x sets an axis of the plot; add --plot"),
+        (["sweep", "show", out, "--y", "arch"], "--y sets an axis of the plot"),
+        (["sweep", "show", out, "--best-per", ""], "--best-per '': name inputs"),
+        (["sweep", "show", out, "--best-per", "arch,"], "name inputs"),
+        (["sweep", "show", out, "--point-timeout", "3"], "--point-timeout belong to a run"),
+        (["sweep", str(spec), "--out", out, "--all"], "--all: only with systolic sweep show"),
+    ]
+    for argv, fragment in cases:
+        parsed_by_argparse = "--workers" in argv or ("--point-timeout" in argv
+                                                     and "show" not in argv)
+        with pytest.raises(SystemExit) if parsed_by_argparse else _nothing():
+            rc = main(argv)
+            assert rc == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("systolic: error: ") and err.count("\n") == 1, (argv, err)
+        assert fragment in err, (argv, err)
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None

@@ -233,3 +233,33 @@ def test_a_timing_without_op_causes_keeps_one_tensor_row(case, tmp_path):
     rows = Counter(names[e["tid"]] for e in doc["traceEvents"] if e["ph"] == "X")
     counts = prog.counts()
     assert rows["Tensor"] == counts["LoadStationary"] + counts["MatMul"]
+
+
+def test_a_gz_trace_is_gzip_of_the_plain_one_and_deterministic(tmp_path) -> None:
+    import gzip
+
+    spec = MatmulSpec(256, 256, 1024)
+    prog = lower(spec, TRN2).program
+    rep = build_report(prog, TRN2, spec)
+    plain = write_trace(rep, prog, tmp_path / "t.json").read_bytes()
+    first = write_trace(rep, prog, tmp_path / "t.json.gz").read_bytes()
+    assert first[:2] == b"\x1f\x8b"  # the gzip magic (RFC 1952)
+    assert first[3] & 0x08 == 0 and first[4:8] == b"\0\0\0\0"  # no FNAME, MTIME 0
+    assert gzip.decompress(first) == plain
+    assert write_trace(rep, prog, tmp_path / "u.json.gz").read_bytes() == first  # no mtime
+
+
+def test_trace_metadata_has_the_schema_views(tmp_path) -> None:
+    spec = MatmulSpec(128, 256, 512)
+    prog = lower(spec, TRN2).program
+    rep = build_report(prog, TRN2, spec)
+    other = load_trace(write_trace(rep, prog, tmp_path / "t.json",
+                                   metadata={"note": "x"}))["otherData"]
+    assert other["schema"] == 2 and other["note"] == "x"
+    assert other["pe"]["cycles"] == other["cycles"] == rep.cycles
+    assert other["pe"]["useful_macs"] == 128 * 256 * 512
+    assert other["core"]["latency_us"] == other["latency_us"]
+    assert other["core"]["bound"]["by"] == other["bound"]
+    # a bare Schedule has no whole-core view, so no schema keys either
+    bare = load_trace(write_trace(rep.schedule, prog, tmp_path / "s.json"))["otherData"]
+    assert "core" not in bare and "schema" not in bare

@@ -29,7 +29,8 @@ import numpy as np
 
 from .arch import Arch
 from .compiler import Lowered, MatmulSpec, lower
-from .compiler.tiling import check_size, tile
+from .compiler.tiling import check_size, matmul_count, tile
+from .errors import ShapeError
 from .isa import Program, ReadOut
 from .timing.core import CoreTiming, time_prefixes
 from .timing.tensor_engine import ComputeCosts, Kind, Schedule
@@ -45,6 +46,11 @@ __all__ = ["FULL_LIMIT", "MAX_SLICE", "matmul_report"]
 # estimated) stays whole.
 FULL_LIMIT = 8_000
 MAX_SLICE = 8
+# A product timed whole (it has too few M tiles to slice, or --trace/--timeline asks for
+# every instruction) lowers and schedules every instruction, at about 30,000 per second
+# (docs/PERFORMANCE.md): past this many (estimated) it is refused in one line rather than
+# run for minutes (issue 22: `matmul 3 3 2147483648` is one M tile of 4 M MatMuls).
+WHOLE_LIMIT = 1_000_000
 
 
 def _estimate(spec: MatmulSpec, arch: Arch) -> tuple[int, int]:
@@ -58,8 +64,12 @@ def matmul_report(spec: MatmulSpec, arch: Arch, *, full: bool = False
     """The timing Report of ``spec`` (both views), and the Lowered product when it was
     lowered whole (``full`` forces that: the trace and timeline need every instruction)."""
     check_size(spec, arch)  # by arithmetic, before any tile list is built (issue 22 H1)
+    if full or -(-spec.m // arch.cols) <= 4:  # timed whole: refused before tile() too
+        _refuse_whole(spec, matmul_count(spec, arch) * (4 if spec.dtype == "fp32" else 3),
+                      full)
     mt, per = _estimate(spec, arch)
     if full or mt * per <= FULL_LIMIT or mt <= 4 or spec.dtype.startswith("mx"):
+        _refuse_whole(spec, mt * per, full)
         low = lower(spec, arch)
         return build_report(low.program, arch, spec), low
     # three full blocks give two increments to compare; a full last tile is the third
@@ -70,8 +80,19 @@ def matmul_report(spec: MatmulSpec, arch: Arch, *, full: bool = False
         if rep is not None:
             return rep, None
         j += 2
+    _refuse_whole(spec, mt * per, full)
     low = lower(spec, arch)
     return build_report(low.program, arch, spec), low
+
+
+def _refuse_whole(spec: MatmulSpec, estimated: int, full: bool) -> None:
+    if estimated > WHOLE_LIMIT:
+        why = ("the trace and timeline need every instruction" if full else
+               "it has too few M tiles to time from a slice")
+        raise ShapeError(f"{spec.m}x{spec.k}x{spec.n} would be timed whole ({why}): about "
+                         f"{estimated:,} instructions, over {WHOLE_LIMIT:,} (minutes of "
+                         f"scheduling); use a smaller shape, or more rows (M) and fewer "
+                         f"columns (N)")
 
 
 def _blocks(program: Program, spec: MatmulSpec, arch: Arch, out_offset: int,

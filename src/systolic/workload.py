@@ -23,6 +23,7 @@ their repeats.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,8 +37,9 @@ from .dtypes import FORMATS, get_format
 from .errors import SystolicError, WorkloadError
 from .extrapolate import matmul_report
 from .isa import PerfMode, Program
+from .schema import SCHEMA_VERSION, core_fields, core_view, pe_fields, pe_view
 from .views.report import CAUSES, Report
-from .yaml_source import YamlSource, compose, read_text
+from .yaml_source import YamlSource, compose
 
 __all__ = ["OPERAND_FORMATS", "Op", "OpResult", "Workload", "evaluate", "intensity",
            "load_workload", "parse_workload", "time_op", "workload_json", "workload_totals"]
@@ -56,6 +58,9 @@ MAX_REPEAT = 1 << 40
 # PyYAML composes nested nodes recursively: past a few hundred levels it would exhaust the
 # stack (RecursionError), so deeper files are refused before parsing.
 MAX_NESTING = 64
+# PyYAML composes about a megabyte of nodes a second here: a workload file past this size
+# would take seconds before its first error, and no list of named matmuls needs it.
+MAX_FILE_BYTES = 1 << 22
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,9 +259,50 @@ def parse_workload(text: str, path: str = "<workload>", *, arch: str | None = No
     return Workload(path, title, tuple(ops))
 
 
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def read_workload_text(path: str | os.PathLike[str]) -> tuple[str, str]:
+    """``(name, text)`` of a workload file, refused in one line when it is not a regular
+    file (a FIFO with no writer would block the open forever, ``/dev/zero`` would be read
+    until memory runs out) or is larger than :data:`MAX_FILE_BYTES`. The file is opened
+    without blocking and checked on the open descriptor, so a path swapped for a FIFO
+    between a check and the open cannot block either."""
+    name = os.fspath(path)
+    try:
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise WorkloadError(f"{name}: cannot read the workload: {exc.strerror}") from None
+    except ValueError:  # a NUL byte in the path: no file has that name
+        raise WorkloadError(f"{name!r}: cannot read the workload: the path holds a NUL "
+                            f"byte") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((k for test, k in _KINDS if test(mode)), "not a regular file")
+            raise WorkloadError(f"{name}: is {kind}; a workload is read only from a regular "
+                                f"file")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MAX_FILE_BYTES + 1)  # a file growing as it is read stops here too
+    except OSError as exc:
+        raise WorkloadError(f"{name}: cannot read the workload: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_FILE_BYTES:
+        raise WorkloadError(f"{name}: is more than {MAX_FILE_BYTES:,} bytes; a workload is a "
+                            f"short list of matmuls (examples/ holds files of a few hundred)")
+    try:
+        return name, data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WorkloadError(f"{name}: cannot read the workload: {exc}") from None
+
+
 def load_workload(path: str | os.PathLike[str], *, arch: str | None = None) -> Workload:
-    """Read and check a workload file (see the module docstring)."""
-    name, text = read_text(path, "workload", WorkloadError)
+    """Read and check a workload file (see the module docstring; :func:`read_workload_text`
+    for the files it refuses)."""
+    name, text = read_workload_text(path)
     return parse_workload(text, name, arch=arch)
 
 
@@ -296,6 +342,7 @@ class OpResult:
                                  "instructions", "breakdown")},
             "largest_loss": {"cause": cause, "percent": pct},
             "ideal_intensity": intensity(s),
+            "pe": pe_view(rep), "core": core_view(rep.core),
         }
 
 
@@ -343,7 +390,7 @@ def workload_totals(results: Sequence[OpResult]) -> dict[str, Any]:
     ``cycles``, ``pe_us``, ``pe_tflops``, ``utilization`` (useful MACs over the array's
     capacity in the total cycles), ``breakdown``, ``largest_loss``."""
     lat_s = pe_s = at_peak_s = 0.0
-    cycles = flops = macs = capacity = dma_bytes = hbm_bytes = 0
+    cycles = flops = macs = capacity = dma_bytes = hbm_bytes = tail = 0
     bound: dict[str, float] = {}
     busy: dict[str, float] = {}
     ins: dict[str, int] = {}
@@ -355,6 +402,7 @@ def workload_totals(results: Sequence[OpResult]) -> dict[str, Any]:
         pe_s += rep.seconds * r
         at_peak_s += res.op.flops / (rep.peak_tflops * 1e12) * r
         cycles += rep.cycles * r
+        tail += rep.readout_tail * r
         flops += res.op.flops * r
         macs += rep.useful_macs * r
         capacity += rep.cycles * res.op.arch.pes * rep.pack * r
@@ -369,6 +417,23 @@ def workload_totals(results: Sequence[OpResult]) -> dict[str, Any]:
             causes[k] += float(part) * r
     percent = {k: 100.0 * v / cycles if cycles else 0.0 for k, v in causes.items()}
     cause, pct = _largest(percent)
+    core_view_ = core_fields(latency_s=lat_s, flops=flops, peak_flops_s=at_peak_s,
+                             bound_s=bound, busy_s=busy, instructions=ins,
+                             dma_bytes=dma_bytes, hbm_bytes=hbm_bytes)
+    pe = pe_fields(cycles=cycles, seconds=pe_s, useful_macs=macs, capacity_macs=capacity,
+                   peak_tflops=core_view_["peak_tflops"], breakdown=causes, readout_tail=tail)
+    return {"pe": pe, "core": core_view_, **_flat_totals(results, lat_s, pe_s, at_peak_s, cycles,
+                                                    flops, macs, capacity, dma_bytes,
+                                                    hbm_bytes, bound, busy, ins, causes,
+                                                    percent, cause, pct)}
+
+
+def _flat_totals(results: Sequence[OpResult], lat_s: float, pe_s: float, at_peak_s: float,
+                 cycles: int, flops: int, macs: int, capacity: int, dma_bytes: int,
+                 hbm_bytes: int, bound: dict[str, float], busy: dict[str, float],
+                 ins: dict[str, int], causes: dict[str, float], percent: dict[str, float],
+                 cause: str, pct: float) -> dict[str, Any]:
+    """Schema 1's flat keys of the total, kept for one release (docs/json.md)."""
     return {
         "latency_us": lat_s * 1e6, "flops": flops,
         "calls": sum(res.op.repeat for res in results),
@@ -394,5 +459,5 @@ def workload_totals(results: Sequence[OpResult]) -> dict[str, Any]:
 def workload_json(workload: Workload, results: Sequence[OpResult]) -> dict[str, Any]:
     """``{"name", "file", "ops": [...], "total": {...}}`` (:meth:`OpResult.to_dict`,
     :func:`workload_totals`)."""
-    return {"name": workload.name, "file": workload.path,
+    return {"schema": SCHEMA_VERSION, "name": workload.name, "file": workload.path,
             "ops": [r.to_dict() for r in results], "total": workload_totals(results)}

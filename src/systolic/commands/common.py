@@ -49,13 +49,24 @@ def add_output_args(p: argparse.ArgumentParser) -> None:
     add_plot_size(p, "timeline 520")
 
 
+# The width of every plot when --width is not given.
+PLOT_WIDTH = 1200
+
+
 def add_plot_size(p: argparse.ArgumentParser, height: str) -> None:
-    """--width / --height of a command's plots, the same on every plotting command."""
+    """--width / --height of a command's plots, the same on every plotting command (None
+    when not given, so a command can refuse them without a plot: :func:`check_plot_size`)."""
     size = bounded_int(MAX_PLOT_PX, "the largest plot side")
-    p.add_argument("--width", type=size, default=1200, metavar="PX",
-                   help="plot width in pixels (1200)")
+    p.add_argument("--width", type=size, metavar="PX",
+                   help=f"plot width in pixels ({PLOT_WIDTH})")
     p.add_argument("--height", type=size, metavar="PX",
                    help=f"plot height in pixels ({height})")
+
+
+def check_plot_size(args: argparse.Namespace, plots: str, present: bool) -> None:
+    """Refuse --width / --height when no plot is asked for (``plots`` names the options)."""
+    for opt in ("width", "height"):
+        refuse_alone(getattr(args, opt, None) is not None, f"--{opt}", plots, present)
 
 
 def plot_path(text: str) -> str:
@@ -70,9 +81,22 @@ def plot_path(text: str) -> str:
 
 
 @contextlib.contextmanager
-def progress_bar(description: str, total: int | None = None, *, enabled: bool = True
-                 ) -> Iterator[Callable[[int], None]]:
-    """A rich progress bar on stderr (only on a terminal); yields ``advance(n)``."""
+def progress_bar(description: str, total: int | None = None, *, enabled: bool = True,
+                 forced: bool = False) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar on stderr (only on a terminal, when ``enabled``); yields
+    ``advance(n)``. ``forced`` (--progress) writes a line at the start and one at the end
+    instead, terminal or not."""
+    if forced:
+        count = [0]
+
+        def add(n: int) -> None:
+            count[0] += n
+
+        with stage(description, argparse.Namespace(progress=True)):
+            yield add
+        sys.stderr.write(f"systolic: {description}: {count[0]:,}"
+                         f"{'' if total is None else f' of {total:,}'}\n")
+        return
     if not enabled or not sys.stderr.isatty():
         yield lambda n: None
         return
@@ -127,11 +151,81 @@ def dtype_name(text: str) -> str:
     return text.lower()
 
 
-def wrote(path: str, detail: str = "", *, json_mode: bool = False) -> None:
-    """Say that a file was written: on stdout with a table, on stderr under --json (so the
-    JSON stays the only thing on stdout)."""
-    print(f"wrote {path}" + (f" ({detail})" if detail else ""),
-          file=sys.stderr if json_mode else sys.stdout)
+def arch_name(text: str) -> str:
+    """Arch preset names are case-insensitive too, as in workload files (``TRN2``)."""
+    return text.lower()
+
+
+def add_arch(p: argparse.ArgumentParser, help: str, default: str | None = "trn2") -> None:
+    """--arch, the same on every command: any case, one of the presets."""
+    from ..arch import ARCHS
+
+    p.add_argument("--arch", default=default, type=arch_name, choices=list(ARCHS),
+                   metavar="ARCH", help=f"{help}: {', '.join(ARCHS)}, any case")
+
+
+def html_path(text: str) -> str:
+    """An argparse type for a .html output, refused by its suffix before the work, as the
+    plot paths are (a page written to ``x.png`` opens as a broken image)."""
+    from pathlib import Path
+
+    if text and Path(text).suffix.lower() not in (".html", ".htm"):  # "" is refused below
+        raise argparse.ArgumentTypeError(f"{text}: a step page is HTML; name the file "
+                                         f".html")
+    return output_path("step page")(text)
+
+
+def refuse_alone(given: bool, option: str, needs: str, present: bool) -> None:
+    """An option that does nothing without another is refused (issue 22): a --width with no
+    plot to size was silently ignored."""
+    if given and not present:
+        raise SystolicError(f"{option} does nothing without {needs}")
+
+
+def wrote(path: str, what: str, *, json_mode: bool = False) -> None:
+    """Say that a file was written, in one wording everywhere: ``wrote FILE (what)``, on
+    stdout with a table, on stderr under --json (so the JSON stays the only thing on
+    stdout)."""
+    print(f"wrote {path} ({what})", file=sys.stderr if json_mode else sys.stdout)
+
+
+def file_size(path: str) -> str:
+    """The size of a written file in words (``416.2 MB``), for the ``wrote`` line."""
+    import os
+
+    size = os.path.getsize(path)
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            return f"{size / scale:,.1f} {unit}"
+    return f"{size} bytes"
+
+
+def add_progress(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--progress", action="store_true",
+                   help="report each stage of long work on stderr even when it is not a "
+                        "terminal (on a terminal it is shown anyway, except under --json)")
+
+
+@contextlib.contextmanager
+def stage(description: str, args: argparse.Namespace) -> Iterator[None]:
+    """One stage of long work reported on stderr (never stdout, so --json stays clean): a
+    transient spinner on a terminal (not under --json), a line and its time with
+    --progress; nothing otherwise."""
+    import time
+
+    forced = bool(getattr(args, "progress", False))
+    if forced:
+        t0 = time.perf_counter()
+        sys.stderr.write(f"systolic: {description} ...\n")
+        sys.stderr.flush()
+        yield
+        sys.stderr.write(f"systolic: {description}: done in {time.perf_counter() - t0:.1f} s\n")
+        return
+    if getattr(args, "json", False) or not sys.stderr.isatty():
+        yield
+        return
+    with _stderr_console().status(description):
+        yield
 
 
 def print_rich(*renderables: Any) -> None:

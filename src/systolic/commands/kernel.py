@@ -15,11 +15,17 @@ from ..nki.alloc import DEFAULT_BUFFERS
 from ..timing.core import SCHEDULES
 from .common import (
     MAX_PLOT_PX,
+    PLOT_WIDTH,
+    add_arch,
     add_json,
+    add_progress,
     bounded_int,
+    check_plot_size,
+    file_size,
     output_path,
     plot_path,
     positive_int,
+    stage,
     wrote,
 )
 
@@ -28,7 +34,14 @@ Run an NKI kernel file unmodified on the model and time it on the whole NeuronCo
 engine, DMA queue and HBM: latency, TFLOP/s, what bounds it). --arg gives the kernel's
 tensor arguments in order (shapes only: no values are computed unless --values); --param
 passes keyword meta-parameters (ints, floats, or strings). --trace writes a Perfetto
-profile and --timeline a PNG/SVG with one row per engine and DMA queue.
+profile (gzip-compressed when named .gz) and --timeline a PNG/SVG with one row per engine
+and DMA queue. --json prints the whole core's view under "core" and the Tensor Engine's
+alone (the kernel's PE instructions with their operands on chip, seed 003) under "pe", as
+systolic matmul (docs/json.md); the flat keys beside them are schema 1's, kept for one
+release.
+
+The kernel file is Python, run with your privileges, as nki.simulate runs it: run only
+files you trust. Output paths are written through symlinks (the link's target is replaced).
 
 examples:
   systolic kernel examples/kernels/tiled_matmul.py:tiled_matmul --arch trn2 \\
@@ -45,7 +58,7 @@ def add_parser(sub: Any) -> None:
                                       "whole-core time, values",
                        description=HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("target", metavar="FILE.py:FUNCTION")
-    p.add_argument("--arch", default="trn2", help="trn1, inf2, trn2 or trn3 (default trn2)")
+    add_arch(p, "arch preset (default trn2)")
     p.add_argument("--arg", action="append", default=[], metavar="NAME=DTYPE[D0,D1,...]",
                    help="a tensor argument, in order")
     p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
@@ -68,8 +81,10 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--timeline", metavar="FILE.png", type=plot_path,
                    help="plot the whole-core timeline: one row per engine and DMA queue")
     p.add_argument("--width", type=bounded_int(MAX_PLOT_PX, "the largest plot side"),
-                   default=1200, metavar="PX",
-                   help="--timeline width in pixels (1200; the height follows the rows)")
+                   metavar="PX",
+                   help=f"--timeline width in pixels ({PLOT_WIDTH}; the height follows the "
+                        f"rows)")
+    add_progress(p)
     add_json(p)
     p.set_defaults(run=run)
 
@@ -161,6 +176,17 @@ def random_inputs(specs: list[Any], seed: int) -> list[np.ndarray]:
     return out
 
 
+def pe_alone(rec: Any) -> Any:
+    """The Tensor Engine alone of a recorded kernel (seed 003's view, as ``systolic matmul``
+    gives it): its PE instructions in program order, operands on chip, or None when it has
+    none."""
+    from ..isa import Group, Program
+    from ..views.report import build_report
+
+    pe = Program(i for i in rec.program if isinstance(i, Group.PE))
+    return build_report(pe, rec.arch) if len(pe) else None
+
+
 def run(args: argparse.Namespace) -> int:
     from ..arch import get_arch
     from ..nki.run import (
@@ -171,9 +197,10 @@ def run(args: argparse.Namespace) -> int:
         set_default_arch,
         time_recorded,
         timing_fields,
-        write_kernel_trace,
     )
+    from ..schema import views
 
+    check_plot_size(args, "--timeline", args.timeline is not None)
     path, sep, func = args.target.rpartition(":")
     if not sep or not path or not func:
         raise SystolicError(f"{args.target!r} is not FILE.py:FUNCTION")
@@ -183,31 +210,42 @@ def run(args: argparse.Namespace) -> int:
     params = dict((k, _value(v)) for k, v in (_split(p, "--param") for p in args.param))
     kernel = load_kernel(path, func)
     specs = _bind(kernel, func, [(n, parse_arg(v)) for n, v in named], params)
-    rec = record(kernel, specs, params, arch=arch, buffers=args.buffers)
+    with stage(f"recording {func}", args):
+        rec = record(kernel, specs, params, arch=arch, buffers=args.buffers)
     _refuse_unwritten(rec, func)
-    core = time_recorded(rec, args.schedule)
+    with stage(f"timing {len(rec.program):,} instructions on the whole core", args):
+        core = time_recorded(rec, args.schedule)
+        pe = pe_alone(rec)
     info: dict[str, Any] = {
         "kernel": args.target, "arch": arch.name, "nki_ops": rec.ops,
         "instructions": len(rec.program), "counts": rec.counts(),
         "opcodes": rec.program.counts(), "weight_cache_hits": rec.cache_hits,
         "allocation": _allocation(rec),
     }
-    info.update(timing_fields(core))
+    info.update(timing_fields(core))  # schema 1's flat keys, kept for one release
+    info.update(views(pe, core))
     if args.values:
         arrays = random_inputs(specs, args.seed)
-        res = execute(rec, arrays)
+        with stage("computing the values", args):
+            res = execute(rec, arrays)
         outs = res if isinstance(res, tuple | list) else [res]
         info["outputs"] = [{"shape": list(o.shape), "dtype": str(o.dtype),
                             "sum": float(np.asarray(o, dtype=np.float64).sum()),
                             "max_abs": float(np.abs(np.asarray(o, dtype=np.float64)).max())}
                            for o in outs if isinstance(o, np.ndarray)]
     if args.trace is not None:
-        write_kernel_trace(core, rec, args.trace)
+        from ..views.trace import write_trace
+
+        with stage(f"writing the trace of {len(rec.program):,} instructions", args):
+            write_trace(core, rec.program, args.trace, lines=rec.lines,
+                        metadata={**views(pe, core), "kernel": args.target,
+                                  "bound_kind": info["core"]["bound"]["kind"]})
     if args.timeline is not None:
         from ..views.core_plot import core_timeline_plot
 
-        core_timeline_plot(core, args.timeline, width=args.width,
-                           title=f"{os.path.basename(path)}:{func}")
+        with stage(f"drawing the timeline of {len(rec.program):,} instructions", args):
+            core_timeline_plot(core, args.timeline, width=args.width or PLOT_WIDTH,
+                               title=f"{os.path.basename(path)}:{func}")
     if args.program:
         print(rec.program.text())
     if args.json:
@@ -215,7 +253,8 @@ def run(args: argparse.Namespace) -> int:
     elif not args.program:
         _print_human(args.target, rec, core, info)
     if args.trace is not None:
-        wrote(args.trace, "Perfetto trace", json_mode=args.json)
+        gz = ", gzip" if args.trace.endswith(".gz") else ""
+        wrote(args.trace, f"Perfetto trace{gz}, {file_size(args.trace)}", json_mode=args.json)
     if args.timeline is not None:
         wrote(args.timeline, "whole-core timeline", json_mode=args.json)
     return 0

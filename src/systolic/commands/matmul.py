@@ -10,24 +10,41 @@ from typing import Any
 import numpy as np
 
 from ..api import make_spec
-from ..arch import ARCHS, get_arch
+from ..arch import get_arch
 from ..compiler import lower
-from ..dtypes import FORMATS
+from ..dtypes import FORMATS, get_format
 from ..errors import SystolicError
 from ..isa import PerfMode
+from ..isa.generation import UNENCODED_PERF_MODES
+from ..schema import views
 from .common import (
+    PLOT_WIDTH,
+    add_arch,
     add_json,
     add_output_args,
+    add_progress,
+    check_plot_size,
     dtype_name,
+    file_size,
     plot_path,
     positive_int,
     progress_bar,
+    refuse_alone,
     seed,
+    stage,
     wrote,
 )
 
 # --check keeps a, b, the result, their float64 reference and the simulator's device memory.
 _CHECK_LIMIT = 1 << 27
+
+# The perf modes the compiler emits (seed 000: {None, DoubleRow, DoubleRowSwInterleave});
+# DoubleColumn and DoublePixel validate but have no known encoding.
+PERF_MODES = [m.spelling for m in PerfMode if m not in UNENCODED_PERF_MODES]
+
+# --check's MX scale rule when --mx-rule is not given: systolic.matmul's default (the option
+# itself defaults to None, so that it is refused without an MX format and --check).
+MX_RULE = "trainium"
 
 HELP = "lower one matmul and report its program, cycles, whole-core time and accuracy"
 DESCRIPTION = """\
@@ -42,8 +59,18 @@ simulator and reports the error against float64.
 and DMA queue, as a Neuron Explorer profile names them (Tensor (LDWEIGHTS), TensorMatrix
 (MATMUL), Vector, Scalar, GpSimd, DMA queue 0..15), the timeline with an overview and a
 zoom on the first MatMuls once there are more than 16 (--core-timeline is an older name
-of --timeline). Each file written is reported as "wrote FILE" (on stderr with --json).
---program prints the program text (under "program" with --json).
+of --timeline). Each file written is reported as "wrote FILE (what)" (on stderr with
+--json).
+--program prints the program text (under "program" with --json). A trace named .gz is
+written gzip-compressed (Perfetto opens it as it is); the "wrote" line gives each file's
+size. --json prints the Tensor Engine's view under "pe" and the whole core's under "core"
+(docs/json.md); the flat keys beside them are schema 1's, kept for one release.
+
+--perf-mode takes the modes the compiler emits (seed 000's live set): none, double_row and
+double_row_sw_interleave. The last is DoubleRow with its access pattern swapped (the gen3
+encoding): the same two contraction rows per PE pass, so it is timed and computed as
+double_row and differs only in its bundle bytes (docs/bundles.md). double_column and
+double_pixel have no known encoding.
 
 examples:
   systolic matmul 2048 2048 2048
@@ -67,12 +94,13 @@ def add_parser(sub: Any) -> None:
                    if f not in ("e8m0", "int48", "fp4_e2m1")], metavar="FMT",
                    help="operand format, any case (default bf16): " + ", ".join(
                        f for f in FORMATS if f not in ("e8m0", "int48", "fp4_e2m1")))
-    p.add_argument("--arch", default="trn2", choices=list(ARCHS), help="arch preset (trn2)")
-    p.add_argument("--perf-mode", default="none", choices=[m.spelling for m in PerfMode],
-                   metavar="MODE", help="none (default) or double_row (fp8, trn2/trn3)")
+    add_arch(p, "arch preset (default trn2)")
+    p.add_argument("--perf-mode", default="none", choices=PERF_MODES, type=str.lower,
+                   metavar="MODE", help=f"{', '.join(PERF_MODES)} (default none; the "
+                                        f"double_row modes: fp8 on trn2/trn3)")
     p.add_argument("--numerics", default="fast", choices=["fast", "systolic"],
                    help="accumulation order of --check (default fast)")
-    p.add_argument("--mx-rule", default="trainium", choices=["ocp", "trainium"],
+    p.add_argument("--mx-rule", choices=["ocp", "trainium"],
                    help="MX scale rule for --check with an mx format (default trainium, as "
                         "systolic.matmul; docs/mx_layout.md)")
     p.add_argument("--check", action="store_true",
@@ -82,6 +110,7 @@ def add_parser(sub: Any) -> None:
     add_output_args(p)
     p.add_argument("--core-timeline", metavar="FILE.png", dest="timeline", type=plot_path,
                    help="the same as --timeline (its older name)")
+    add_progress(p)
     add_json(p)
     p.set_defaults(run=run)
 
@@ -102,16 +131,26 @@ def _check(args: argparse.Namespace) -> dict[str, float]:
     else:
         a = rng.standard_normal((args.m, args.k)).astype(np.float32)
         b = rng.standard_normal((args.k, args.n)).astype(np.float32)
-    with progress_bar("simulating", enabled=not args.json) as tick:
+    with progress_bar("simulating", enabled=not args.json, forced=args.progress) as tick:
         res = matmul(a, b, dtype=args.dtype, arch=args.arch, perf_mode=args.perf_mode,
-                     numerics=args.numerics, mx_rule=args.mx_rule, progress=tick)
+                     numerics=args.numerics, mx_rule=args.mx_rule or MX_RULE,
+                     progress=tick)
     ref = a.astype(np.float64) @ b.astype(np.float64)
     err = np.abs(res.out.astype(np.float64) - ref)
     scale = float(np.abs(ref).max()) or 1.0
     return {"max_abs_error": float(err.max()), "max_rel_error": float(err.max()) / scale}
 
 
+def _check_options(args: argparse.Namespace) -> None:
+    """Options that do nothing without another are refused (issue 22)."""
+    check_plot_size(args, "--timeline", args.timeline is not None)
+    mx = get_format(args.dtype).kind == "mx"
+    refuse_alone(args.mx_rule is not None, "--mx-rule", "an MX --dtype (mxfp8_e4m3 ...)", mx)
+    refuse_alone(args.mx_rule is not None, "--mx-rule", "--check", args.check)
+
+
 def run(args: argparse.Namespace) -> int:
+    _check_options(args)
     arch = get_arch(args.arch)
     spec = make_spec(args.m, args.k, args.n, args.dtype, arch, args.perf_mode)
     if args.program:
@@ -130,33 +169,40 @@ def run(args: argparse.Namespace) -> int:
     checked = _check(args) if args.check else {}
     # a large regular product is timed from a slice of its M tiles (systolic.extrapolate);
     # the trace and timeline need every instruction, so they lower it whole
-    report, lowered = matmul_report(spec, arch, full=bool(args.trace or args.timeline))
+    full = bool(args.trace or args.timeline)
+    what = "lowering every instruction" if full else "lowering and timing"
+    with stage(f"{what} of {spec.m}x{spec.k}x{spec.n} {spec.dtype}", args):
+        report, lowered = matmul_report(spec, arch, full=full)
     out: dict[str, Any] = {
         "arch": arch.name, "dtype": spec.dtype, "perf_mode": spec.perf_mode.spelling,
         "m": spec.m, "k": spec.k, "n": spec.n, "instructions": dict(report.counts),
     }
-    out.update(report_fields(report))
+    out.update(report_fields(report))  # schema 1's flat keys, kept for one release
+    out.update(views(report, report.core))
     out.update(checked)
     if args.trace is not None and lowered is not None:
         from ..views.trace import write_trace
 
-        write_trace(report, lowered.program, args.trace)
+        with stage(f"writing the trace of {len(lowered.program):,} instructions", args):
+            write_trace(report, lowered.program, args.trace)
     if args.timeline is not None and lowered is not None:
         from ..views.plots import timeline_plot
 
         mode = "" if spec.perf_mode.spelling == "none" else f" {spec.perf_mode.spelling}"
-        timeline_plot(report, lowered.program, args.timeline, width=args.width,
-                      height=args.height or 520,
-                      title=f"matmul {spec.m}x{spec.k}x{spec.n} {spec.dtype}{mode} on "
-                            f"{arch.name}")
+        with stage(f"drawing the timeline of {len(lowered.program):,} instructions", args):
+            timeline_plot(report, lowered.program, args.timeline,
+                          width=args.width or PLOT_WIDTH, height=args.height or 520,
+                          title=f"matmul {spec.m}x{spec.k}x{spec.n} {spec.dtype}{mode} on "
+                                f"{arch.name}")
     if args.json:
         print(json.dumps(out, indent=2))
     else:
         _print_human(out, report)
     if args.trace is not None:
-        wrote(args.trace, "Perfetto trace", json_mode=args.json)
+        gz = ", gzip" if args.trace.endswith(".gz") else ""
+        wrote(args.trace, f"Perfetto trace{gz}, {file_size(args.trace)}", json_mode=args.json)
     if args.timeline is not None:
-        wrote(args.timeline, "timeline", json_mode=args.json)
+        wrote(args.timeline, "whole-core timeline", json_mode=args.json)
     return 0
 
 
@@ -165,6 +211,9 @@ def _print_human(out: dict[str, Any], report: Any) -> None:
     # the instruction counts are the report's "program" row, right below
     print(f"{out['m']}x{out['k']}x{out['n']} {out['dtype']}{mode} on {out['arch']}")
     print(report.to_text())
+    if out["perf_mode"] == "double_row_sw_interleave":
+        print("double_row_sw_interleave is timed and computed as double_row: the same two "
+              "contraction rows per PE pass, only its bundle bytes differ (seed 000)")
     if "max_rel_error" in out:
         print(f"check: max_rel_error {out['max_rel_error']:.3e} against float64 "
               f"(max_abs_error {out['max_abs_error']:.3e})")

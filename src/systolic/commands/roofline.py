@@ -23,15 +23,19 @@ import json
 from typing import Any
 
 from ..api import make_spec
-from ..arch import ARCHS, Arch, get_arch
+from ..arch import Arch, get_arch
 from ..compiler import lower
 from ..dtypes import get_format
 from ..errors import SystolicError
 from ..isa import Program, ReadOut
 from ..views.report import build_report
 from .common import (
+    PLOT_WIDTH,
+    add_arch,
     add_json,
     add_plot_size,
+    add_progress,
+    check_plot_size,
     plot_path,
     print_rich,
     progress_bar,
@@ -70,13 +74,13 @@ CEILINGS = (
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("roofline", help=HELP, description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arch", choices=list(ARCHS),
-                   help="arch preset (default: the workload's, else trn2); with --workload, "
-                        "every op runs on it")
+    add_arch(p, "arch preset (default: the workload's, else trn2; with --workload, every "
+                "op runs on it)", default=None)
     p.add_argument("--workload", metavar="FILE.yaml", help="place this workload's ops")
     p.add_argument("-o", "--output", metavar="FILE.png", type=plot_path,
                    help="write the plot (.png or .svg)")
     add_plot_size(p, "800")
+    add_progress(p)
     add_json(p)
     p.set_defaults(run=run)
 
@@ -157,6 +161,7 @@ def roofline_data(arch: Arch | str, results: list[Any] | None = None) -> dict[st
 
 
 def run(args: argparse.Namespace) -> int:
+    check_plot_size(args, "-o/--output", args.output is not None)
     results = None
     arch_name = args.arch or "trn2"
     if args.workload:
@@ -168,20 +173,21 @@ def run(args: argparse.Namespace) -> int:
             raise SystolicError(f"{args.workload} mixes arches ({', '.join(archs)}); pass "
                                 f"--arch to put every op on one roofline")
         arch_name = archs[0]
-        with progress_bar("lowering ops", total=len(workload.ops),
-                          enabled=not args.json) as tick:
+        with progress_bar("lowering ops", total=len(workload.ops), enabled=not args.json,
+                          forced=args.progress) as tick:
             results = evaluate(workload, tick)
     data = roofline_data(arch_name, results)
     if args.output is not None:
         from ..views.plots import roofline_plot
 
-        roofline_plot(data, args.output, width=args.width, height=args.height or 800)
+        roofline_plot(data, args.output, width=args.width or PLOT_WIDTH,
+                      height=args.height or 800)
     if args.json:
         print(json.dumps(data, indent=2))
     else:
         _print(data)
     if args.output is not None:
-        wrote(args.output, json_mode=args.json)
+        wrote(args.output, "roofline", json_mode=args.json)
     return 0
 
 

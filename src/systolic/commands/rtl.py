@@ -20,7 +20,7 @@ from ..artifacts import write_text
 from ..errors import ShapeError, SystolicError
 from ..rtl.array import ArrayStimulus, WeightStationaryArray
 from ..rtl.cell import WEIGHT_BITS, int_range
-from .common import output_path, positive_int, seed
+from .common import output_path, positive_int, seed, wrote
 
 # Amaranth's Python simulator steps about 40,000 PE-cycles a second here (a 32 x 32 array,
 # 96 cycles: 3 s); past this many the run would take minutes.
@@ -125,7 +125,7 @@ def _verilog(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(text)
     else:
-        print(f"wrote {args.output} ({args.rows} x {args.cols} array, {len(text):,} bytes)")
+        wrote(args.output, f"Verilog, {args.rows} x {args.cols} array, {len(text):,} bytes")
     return 0
 
 
@@ -178,7 +178,7 @@ def _sim(args: argparse.Namespace) -> int:
         f"({int(stimulus.clear.sum())} clear cycles, {int((~stimulus.rst_n).sum())} reset cycles)"
     )
     if args.vcd is not None:
-        print(f"wrote {args.vcd}")
+        wrote(args.vcd, "VCD waveform")
     return 0
 
 

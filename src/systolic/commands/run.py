@@ -8,12 +8,24 @@ from typing import Any
 
 from rich.markup import escape
 
-from ..arch import ARCHS
 from ..errors import SystolicError
 from ..timing.core import CAUSES as CORE_CAUSES
 from ..views.report import CAUSES
 from ..workload import evaluate, load_workload, time_op, workload_json
-from .common import add_json, add_plot_size, plot_path, print_rich, progress_bar, wrote
+from .common import (
+    PLOT_WIDTH,
+    add_arch,
+    add_json,
+    add_plot_size,
+    add_progress,
+    check_plot_size,
+    plot_path,
+    print_rich,
+    progress_bar,
+    refuse_alone,
+    stage,
+    wrote,
+)
 
 HELP = "cost a YAML workload of named matmuls, per op and in total"
 DESCRIPTION = """\
@@ -21,9 +33,11 @@ Read a YAML workload (a list of named matmuls a[m, k] @ b[k, n] with dtype, arch
 and repeat), time each op and print one table, per op and in total (each op counting repeat
 times). Two views side by side: the whole NeuronCore (time, TFLOP/s, hfu and what bounds
 it: DMA, PE, PSUM evacuation ...) and the Tensor Engine alone (PE cycles, PE TFLOP/s,
-utilization and its largest loss, seed 003). --json prints {"ops": [...], "total": {...}}
-with the same keys: latency_us, tflops, hfu, bound ... for the core; cycles, pe_us,
-pe_tflops, utilization, breakdown, largest_loss for the Tensor Engine.
+utilization and its largest loss, seed 003). --json prints {"schema", "ops": [...],
+"total": {...}}, each op and the total with the Tensor Engine's view under "pe" and the
+whole core's under "core", as systolic matmul (docs/json.md); the flat keys beside them
+(latency_us, tflops, hfu, bound ...; cycles, pe_us, pe_tflops, utilization, breakdown,
+largest_loss) are schema 1's, kept for one release.
 
 A file looks like this (examples/ has more):
 
@@ -55,7 +69,7 @@ def add_parser(sub: Any) -> None:
     p = sub.add_parser("run", help=HELP, description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", metavar="FILE.yaml", help="the workload file")
-    p.add_argument("--arch", choices=list(ARCHS), help="run every op on this arch instead")
+    add_arch(p, "run every op on this arch instead", default=None)
     p.add_argument("--timeline", metavar="FILE.png", type=plot_path,
                    help="plot one op's whole-core timeline (PNG/SVG)")
     p.add_argument("--timeline-op", metavar="NAME", help="the op --timeline shows (first)")
@@ -63,16 +77,22 @@ def add_parser(sub: Any) -> None:
                    help="plot a stacked bar per op of where its Tensor Engine cycles "
                         "went (PNG/SVG)")
     add_plot_size(p, "timeline 520; loss bar 90 + 42 per bar")
+    add_progress(p)
     add_json(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    check_plot_size(args, "--timeline or --loss-bar",
+                    args.timeline is not None or args.loss_bar is not None)
+    refuse_alone(args.timeline_op is not None, "--timeline-op", "--timeline",
+                 args.timeline is not None)
     workload = load_workload(args.file, arch=args.arch)
     if args.timeline_op and args.timeline_op not in {op.name for op in workload.ops}:
         raise SystolicError(f"--timeline-op {args.timeline_op!r} names no op of {args.file}; "
                             f"ops: {', '.join(op.name for op in workload.ops)}")
-    with progress_bar("timing ops", total=len(workload.ops), enabled=not args.json) as tick:
+    with progress_bar("timing ops", total=len(workload.ops), enabled=not args.json,
+                      forced=args.progress) as tick:
         results = evaluate(workload, tick)
     data = workload_json(workload, results)
     if args.timeline is not None:
@@ -80,23 +100,28 @@ def run(args: argparse.Namespace) -> int:
 
         res = next(r for r in results if r.op.name == (args.timeline_op or r.op.name))
         s = res.op.spec
-        report, program = ((res.report, res.program) if res.program is not None
-                           else time_op(s, res.op.arch, full=True))  # every instruction
+        with stage(f"lowering every instruction of {res.op.name}", args):
+            report, program = ((res.report, res.program) if res.program is not None
+                               else time_op(s, res.op.arch, full=True))
         assert program is not None
-        timeline_plot(report, program, args.timeline, width=args.width,
-                      height=args.height or 520,
-                      title=f"{res.op.name}: {s.m}x{s.k}x{s.n} {s.dtype} on {res.op.arch.name}")
+        with stage(f"drawing the timeline of {len(program):,} instructions", args):
+            timeline_plot(report, program, args.timeline, width=args.width or PLOT_WIDTH,
+                          height=args.height or 520,
+                          title=f"{res.op.name}: {s.m}x{s.k}x{s.n} {s.dtype} on "
+                                f"{res.op.arch.name}")
     if args.loss_bar is not None:
         from ..views.plots import loss_bar_plot
 
-        loss_bar_plot(data, args.loss_bar, width=args.width, height=args.height)
+        loss_bar_plot(data, args.loss_bar, width=args.width or PLOT_WIDTH, height=args.height)
     if args.json:
         print(json.dumps(data, indent=2))
     else:
         _print_table(data)
-    for path in (args.timeline, args.loss_bar):
-        if path is not None:
-            wrote(path, json_mode=args.json)
+    if args.timeline is not None:
+        op = args.timeline_op or workload.ops[0].name
+        wrote(args.timeline, f"whole-core timeline of {op}", json_mode=args.json)
+    if args.loss_bar is not None:
+        wrote(args.loss_bar, "loss bar per op", json_mode=args.json)
     return 0
 
 

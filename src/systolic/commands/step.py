@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 from rich.markup import escape
 
-from ..arch import ARCHS, get_arch
+from ..arch import get_arch
 from ..errors import ShapeError, SystolicError
 from ..geometry import wavefront_cycles
 from ..sim.systolic import SystolicRun, step_matmul
-from .common import add_json, dtype_name, output_path, positive_int, seed, wrote
+from .common import add_arch, add_json, dtype_name, html_path, positive_int, seed, wrote
 
 HELP = "step one matmul through the systolic array, cycle by cycle"
 DESCRIPTION = """\
@@ -56,9 +56,9 @@ def add_parser(sub: Any) -> None:
     formats = [f for f in get_arch("trn2").formats if f not in ("fp32r", "tf32")]
     p.add_argument("--dtype", default="bf16", type=dtype_name, choices=formats, metavar="FMT",
                    help="operand format, any case (default bf16): " + ", ".join(formats))
-    p.add_argument("--arch", default="trn2", choices=list(ARCHS), help="arch preset (trn2)")
+    add_arch(p, "arch preset (default trn2)")
     p.add_argument("--seed", type=seed, default=0, help="random seed of the operands (0)")
-    p.add_argument("--html", metavar="FILE.html", type=output_path("step page"),
+    p.add_argument("--html", metavar="FILE.html", type=html_path,
                    help="write the step-through page")
     add_json(p)
     p.set_defaults(run=run)
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
         from ..views.web import write_step_page
 
         write_step_page(args.html, result, s, x, args.dtype)
-        wrote(args.html, f"{result.cycles} cycles", json_mode=args.json)
+        wrote(args.html, f"step page, {result.cycles} cycles", json_mode=args.json)
     return 0
 
 

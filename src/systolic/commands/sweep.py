@@ -16,6 +16,8 @@ from .common import bounded_int, positive_int
 # A local pool of more processes than this only thrashes a machine of this class (each
 # worker imports the model and holds its own Program); also below the OS's semaphore limits
 MAX_WORKERS = 1024
+# sweep/runner.py DEFAULT_POINT_TIMEOUT (not imported: --help stays fast; a test checks them)
+DEFAULT_POINT_TIMEOUT = 600.0
 
 HELP = "run a sweep of many timing runs into a results store, or show one"
 DESCRIPTION = """\
@@ -25,7 +27,8 @@ an SQLite file. Re-running the same command resumes: points already stored are s
 A point that fails (a format the arch lacks, an SBUF overflow) is stored with its error.
 
   systolic sweep FILE.yaml --out RESULTS [--workers N | --dask ADDRESS | --dask local[:N]]
-  systolic sweep show RESULTS [--top N] [--best-per INPUT,...] [--json] [--csv F]
+                           [--point-timeout S] [--retry-failed]
+  systolic sweep show RESULTS [--top N] [--best-per INPUT,...] [--json] [--csv F] [--all]
                               [--parquet F] [--pareto X,Y] [--plot F.png [--x AXIS] [--y AXIS]]
 
 examples:
@@ -54,6 +57,9 @@ def add_parser(sub: Any) -> None:
                         "LocalCluster of N workers here (needs the dask extra)")
     r.add_argument("--retry-failed", action="store_true",
                    help="run the stored failed points again")
+    r.add_argument("--point-timeout", type=_seconds, metavar="S",
+                   help=f"stop a point after S seconds and store it as failed "
+                        f"({DEFAULT_POINT_TIMEOUT:g})")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     s = p.add_argument_group("show")
     s.add_argument("--top", type=positive_int, default=10, metavar="N",
@@ -69,23 +75,38 @@ def add_parser(sub: Any) -> None:
     s.add_argument("--plot", metavar="F.png", help="plot the objective against one or two axes")
     s.add_argument("--x", metavar="AXIS", help="the plot's x axis (default: the first axis)")
     s.add_argument("--y", metavar="AXIS", help="a second axis: the plot is then a heatmap")
+    s.add_argument("--all", action="store_true",
+                   help="every row of the store, also those of earlier versions of the sweep "
+                        "(another kernel file, other args); default: the latest only")
     p.add_argument("--json", action="store_true", help="print one JSON object for scripts")
     p.set_defaults(run=run)
 
 
-_RUN_ONLY = ("out", "workers", "dask", "retry_failed", "no_progress")
-_SHOW_ONLY = ("csv", "parquet", "pareto", "plot", "x", "y", "best_per")
+_RUN_ONLY = ("out", "workers", "dask", "retry_failed", "no_progress", "point_timeout")
+_SHOW_ONLY = ("csv", "parquet", "pareto", "plot", "x", "y", "best_per", "all")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a number of seconds above 0")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
     if args.file == "show":
-        used = [f"--{a.replace('_', '-')}" for a in _RUN_ONLY if getattr(args, a)]
+        used = [f"--{a.replace('_', '-')}" for a in _RUN_ONLY if getattr(args, a) is not None
+                and getattr(args, a) is not False]
         if used or not args.results:
             raise SweepError("usage: systolic sweep show RESULTS [--top N] ... "
                              + (f"({', '.join(used)} belong to a run)" if used else
                                 "(name the store)"))
         return _show(args)
-    used = [f"--{a.replace('_', '-')}" for a in _SHOW_ONLY if getattr(args, a)]
+    used = [f"--{a.replace('_', '-')}" for a in _SHOW_ONLY if getattr(args, a) is not None
+            and getattr(args, a) is not False]
     if args.results or used:
         raise SweepError(f"{' '.join(used) or args.results}: only with systolic sweep show")
     if not args.out:
@@ -97,14 +118,19 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from ..sweep import load_sweep
+    from ..sweep.executors import parse_dask
     from ..sweep.runner import execute
 
+    if args.dask:
+        parse_dask(args.dask)  # a typo refused before the store is touched
     spec = load_sweep(args.file)
     bar = _progress(spec.size, not args.no_progress and not args.json)
+    timeout = DEFAULT_POINT_TIMEOUT if args.point_timeout is None else args.point_timeout
     with bar as tick:
         summary = execute(spec, args.out, workers=args.workers, dask=args.dask,
                           retry_failed=args.retry_failed, progress=tick, on_start=bar.start,
-                          announce=lambda s: print(s, file=sys.stderr, flush=True))
+                          announce=lambda s: print(s, file=sys.stderr, flush=True),
+                          point_timeout=timeout)
     if args.json:
         print(json.dumps({"total": summary.total, "ran": summary.ran,
                           "failed": summary.failed, "skipped": summary.skipped,
@@ -116,11 +142,12 @@ def _run(args: argparse.Namespace) -> int:
 
 
 class _progress:
-    """A rich bar on stderr (a terminal only): done, failed, rate, ETA."""
+    """A rich bar on stderr (a terminal only) over the whole sweep: points found in the store
+    and points run, failed, rate, ETA."""
 
     def __init__(self, total: int, enabled: bool) -> None:
         self.total, self.enabled = total, enabled and sys.stderr.isatty()
-        self.failed = self.done = 0
+        self.failed = self.done = self.skipped = 0
 
     def __enter__(self) -> Any:
         if not self.enabled:
@@ -143,14 +170,17 @@ class _progress:
         self.task = self.prog.add_task("sweep", total=self.total, failed=0, rate="")
         return self.tick
 
-    def start(self, todo: int, skipped: int) -> None:
+    def start(self, total: int, stored: int) -> None:
         if self.enabled:
-            label = f"sweep ({skipped:,} already done)" if skipped else "sweep"
-            self.prog.update(self.task, total=todo, description=label)
+            label = f"sweep ({stored:,} rows in the store)" if stored else "sweep"
+            self.prog.update(self.task, total=total, description=label)
 
-    def tick(self, n: int, failed: int) -> None:
+    def tick(self, n: int, failed: int, skipped: int = 0) -> None:
         self.failed += failed
-        self.prog.advance(self.task, n)
+        self.skipped += skipped
+        self.prog.advance(self.task, n + skipped)
+        if skipped:
+            self.prog.update(self.task, description=f"sweep ({self.skipped:,} already done)")
         speed = self.prog.tasks[0].speed
         self.prog.update(self.task, failed=self.failed,
                          rate=f"{speed:,.1f} pts/s" if speed else "")
@@ -162,15 +192,26 @@ class _progress:
 
 def _show(args: argparse.Namespace) -> int:
     from ..sweep.analysis import best, best_per, feasible, objective_of, pareto
-    from ..sweep.store import read_rows
+    from ..sweep.store import read_store
 
     if args.plot:
         from ..views.plots import check_plot_path
 
         check_plot_path(args.plot)
-    rows, meta = read_rows(args.results)
+    elif args.x is not None or args.y is not None:
+        raise SweepError(f"{'--x' if args.x is not None else '--y'} sets an axis of the plot; "
+                         f"add --plot F.png")
+    groups = ([n.strip() for n in args.best_per.split(",")] if args.best_per is not None
+              else [])
+    if args.best_per is not None and (not groups or not all(groups)):
+        raise SweepError(f"--best-per {args.best_per!r}: name inputs, INPUT,... (for example "
+                         f"dim.M,arch)")
+    view = read_store(args.results, every=args.all)
+    rows, meta = view.rows, view.meta
     if not rows:
-        raise SweepError(f"{args.results}: the store has no points yet")
+        raise SweepError(f"{args.results}: the store has no points yet"
+                         + (f" of its latest sweep ({view.hidden:,} rows of earlier versions; "
+                            f"--all shows them)" if view.hidden else ""))
     obj = objective_of(meta)
     ok = feasible(rows, meta)
     top = best(rows, meta, args.top)
@@ -180,7 +221,6 @@ def _show(args: argparse.Namespace) -> int:
         if len(names) != 2:
             raise SweepError(f"--pareto {args.pareto}: name two figures, X,Y")
         front = pareto(rows, meta, names[0], names[1])
-    groups = [n.strip() for n in args.best_per.split(",")] if args.best_per else []
     per = best_per(rows, meta, groups) if groups else []
     for r, f in zip(rows, ok, strict=True):
         r["feasible"] = bool(f)
@@ -196,12 +236,14 @@ def _show(args: argparse.Namespace) -> int:
     failed = sum(r["status"] != "ok" for r in rows)
     if args.json:
         print(json.dumps({"name": meta.get("name"), "points": len(rows), "failed": failed,
+                          "hidden": view.hidden,
                           "feasible": int(ok.sum()), "objective": meta.get("objective"),
                           "best": top, "pareto": front,
                           **({"best_per": {"inputs": groups, "rows": per}} if groups else {})},
                          indent=2, default=str))
         return 0
-    _print_best(rows, meta, top, front, failed, int(ok.sum()), obj.figure, args, groups, per)
+    _print_best(rows, meta, top, front, failed, int(ok.sum()), obj.figure, args, groups, per,
+                view.hidden)
     return 0
 
 
@@ -235,8 +277,8 @@ def _fmt(v: Any) -> str:
 
 def _print_best(rows: list[dict[str, Any]], meta: dict[str, Any], top: list[dict[str, Any]],
                 front: list[dict[str, Any]], failed: int, n_ok: int, figure: str,
-                args: argparse.Namespace, groups: list[str], per: list[dict[str, Any]]
-                ) -> None:
+                args: argparse.Namespace, groups: list[str], per: list[dict[str, Any]],
+                hidden: int) -> None:
     from rich import box
     from rich.markup import escape
     from rich.table import Table
@@ -262,7 +304,9 @@ def _print_best(rows: list[dict[str, Any]], meta: dict[str, Any], top: list[dict
     out.append(escape(f"{meta.get('name', args.results)}: {len(rows):,} points, {failed:,} "
                       f"failed, {n_ok:,} feasible; objective {way} {figure}"
                       + (f"; constraints: {', '.join(meta['constraints'])}"
-                         if meta.get("constraints") else "")))
+                         if meta.get("constraints") else "")
+                      + (f"; {hidden:,} rows of earlier versions of the sweep not shown "
+                         f"(--all shows them)" if hidden else "")))
     # errors that differ only in their numbers (byte counts, lines) are one kind
     kinds: dict[str, list[Any]] = {}
     for r in rows:

@@ -45,6 +45,19 @@ class MatmulSpec:
     zp_a: int = 0
     zp_b: int = 0
 
+    def __post_init__(self) -> None:
+        # issue 22: MatmulSpec(128, 256, 512, "fp8_e4m3", "double_row") kept the string, and
+        # lower() failed deep in tiling on str.k_fold; a spelling or an int is parsed here
+        # (an unknown one is a one-line ShapeError naming the modes)
+        if not isinstance(self.perf_mode, PerfMode):
+            try:
+                mode = PerfMode.parse(self.perf_mode)
+            except (ValueError, TypeError, AttributeError):  # 7, 1.5, (0, 0): not a mode
+                names = ", ".join(m.spelling for m in PerfMode)
+                raise ShapeError(f"unknown perf mode {self.perf_mode!r}; choose one of "
+                                 f"{names}") from None
+            object.__setattr__(self, "perf_mode", mode)
+
 
 @dataclass(frozen=True, slots=True)
 class Span:

@@ -33,10 +33,13 @@ __all__ = [
     "ACCESS",
     "OPCODES",
     "Activation",
+    "BnAggr",
+    "BnStats",
     "DmaCopy",
     "DmaLoad",
     "Group",
     "Instruction",
+    "Iota",
     "LdWeightMx",
     "LoadStationary",
     "MatMul",
@@ -48,6 +51,7 @@ __all__ = [
     "TensorReduce",
     "TensorScalar",
     "TensorTensor",
+    "Transpose",
     "reads",
     "writes",
 ]
@@ -304,6 +308,57 @@ class QuantizeMx:
     engine: Engine = Engine.VECTOR
 
 
+# --- engine instructions added for the NKI breadth of issue 19 -------------------------
+@dataclass(frozen=True, slots=True)
+class Transpose:
+    """``nisa.nc_transpose(engine=vector)``: dst[f, p] = src[p, f], a PF-transpose of a tile of
+    at most 32 x 32 on the Vector engine (NKI docs, nki.isa.nc_transpose: "Vector Engine can
+    handle shape (32, 32) or smaller"), SBUF or PSUM on either side, the dtype kept. ``src``
+    is [P, F] (its free dims flattened), ``dst`` [F, P]. The Tensor Engine's transpose is a
+    matmul against an identity (LoadStationary + MatMul), not this instruction."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class BnStats:
+    """``nisa.bn_stats`` (Vector engine): per partition of ``src`` [P, N] (N <= 512,
+    ``nl.tile_size.bn_stats_fmax``), six fp32 statistics into ``dst`` [P, 6]: count, mean
+    and variance x count of the even-indexed elements, then the same of the odd-indexed ones
+    (NKI docs, nki.isa.bn_stats), rounded to dst's format."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class BnAggr:
+    """``nisa.bn_aggr`` (Vector engine): aggregate the (count, mean, variance x count)
+    triples of ``src`` [P, 3k] (the outputs of one or more bn_stats) into ``dst`` [P, 2]:
+    the mean and the (population) variance of all the elements they describe (NKI docs,
+    nki.isa.bn_aggr)."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class Iota:
+    """``nisa.iota`` (GpSimd engine): dst[p, j] = base + partition_step * p + free_step * j
+    in 32-bit integer math, cast to dst's format (NKI docs, nki.isa.iota), ``j`` the index
+    of the element in dst's free elements (row-major). Nothing is read."""
+
+    dst: AccessPattern
+    base: int = 0
+    partition_step: int = 0
+    free_step: int = 0
+    engine: Engine = Engine.GPSIMD
+
+
 # The engine of the PE's own instructions (class attributes: not fields, not in the text).
 LoadStationary.engine = Engine.TENSOR  # type: ignore[attr-defined]
 MatMul.engine = Engine.TENSOR  # type: ignore[attr-defined]
@@ -316,7 +371,7 @@ ReadOut.engine = Engine.VECTOR  # type: ignore[attr-defined]
 
 Instruction = (LoadStationary | MatMul | LdWeightMx | MatmultMx | DmaLoad | ReadOut | DmaCopy
                | TensorCopy | TensorTensor | Memset | Activation | QuantizeMx | TensorScalar
-               | TensorReduce)
+               | TensorReduce | Transpose | BnStats | BnAggr | Iota)
 # Every instruction class, in the union's order (opcode order of counts() and the text form).
 OPCODES: tuple[type, ...] = typing.get_args(Instruction)
 
@@ -333,7 +388,8 @@ class Group:
     DENSE: tuple[type, ...] = (LoadStationary, MatMul)
     DMA: tuple[type, ...] = (DmaLoad, DmaCopy)  # transfers on the DMA queues
     ELEMENTWISE: tuple[type, ...] = (TensorCopy, TensorTensor, Memset, Activation, QuantizeMx,
-                                     TensorScalar, TensorReduce)
+                                     TensorScalar, TensorReduce, Transpose, BnStats, BnAggr,
+                                     Iota)
     READOUT: tuple[type, ...] = (ReadOut,)
 
 
@@ -357,6 +413,10 @@ ACCESS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
     QuantizeMx: (("src",), ("dst", "scale")),
     TensorScalar: (("src", "operand0_ap", "operand1_ap"), ("dst",)),
     TensorReduce: (("src",), ("dst",)),
+    Transpose: (("src",), ("dst",)),
+    BnStats: (("src",), ("dst",)),
+    BnAggr: (("src",), ("dst",)),
+    Iota: ((), ("dst",)),
 }
 assert set(ACCESS) == set(OPCODES), "every instruction kind declares its accesses"
 

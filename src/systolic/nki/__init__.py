@@ -23,17 +23,11 @@ from . import isa, language, typing
 from .build import Recorded
 from .hook import install, uninstall
 from .run import Kernel, execute, load_kernel, parse_arg, record, record_kernel, values
+from .spmd import jit  # NKI's jit: a Kernel launchable on a grid, kernel[4, 2](...)
 
 __all__ = ["BenchmarkResult", "Kernel", "LatencyResult", "Recorded", "benchmark", "execute",
            "install", "isa", "jit", "language", "load_kernel", "parse_arg", "record",
            "record_kernel", "simulate", "simulate_kernel", "typing", "uninstall", "values"]
-
-
-def jit(func: Callable[..., Any] | None = None, **options: Any) -> Any:
-    """``@nki.jit`` or ``@nki.jit(platform_target="trn3", ...)``."""
-    if func is None:
-        return lambda f: Kernel(f, **options)
-    return Kernel(func, **options)
 
 
 def simulate(kernel: Any, **options: Any) -> Callable[..., Any]:

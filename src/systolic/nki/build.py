@@ -39,7 +39,7 @@ from ..isa import (
 from ..timing.dma import queue_for
 from ..verify import verify
 from .alloc import DEFAULT_BUFFERS, OnChip, Rotation
-from .lower import emit_nc_matmul, emit_nc_matmul_mx, new_state
+from .lower import LOWER, emit_nc_matmul, emit_nc_matmul_mx, new_state
 from .record import Op, Recorder
 from .tensor import Tensor, View
 
@@ -132,6 +132,12 @@ class _Group:
         self.rect, self.read, self.where = rect, False, where
 
 
+# the NKI call behind each recorded kind, for messages
+_NAMES = {"memset": "memset", "copy": "tensor_copy", "tt": "tensor_tensor",
+          "ts": "tensor_scalar", "act": "activation", "reduce": "tensor_reduce",
+          "dma": "dma_copy", "mm": "nc_matmul"}
+
+
 def _groups(ops: list[Op]) -> tuple[set[int], set[int], set[int]]:
     """Pass 1: the indices of matmuls that START and STOP their group, and of the PSUM
     memsets a group's START makes dead (``nl.zeros(psum)`` then ``+=``: the compiler
@@ -144,7 +150,8 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int], set[int]]:
     closed: list[_Group] = []
     closed_by: dict[int, list[_Group]] = {}  # PSUM tensor id -> its finished groups
     zeroed: dict[int, list[tuple[int, int, int, int]]] = {}
-    written: dict[int, list[tuple[int, int, int, int]]] = {}  # by a finished group / engine
+    # by a finished group (op None) or another engine's op: (rect, the op that wrote it)
+    written: dict[int, list[tuple[tuple[int, int, int, int], Op | None]]] = {}
 
     def close(g: _Group, t: int) -> None:
         starts.add(g.first)
@@ -173,10 +180,14 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int], set[int]]:
                     f"{same.where[1]} before anything read it; copy that result out first, "
                     f"or use accumulate=None to add"))
             if acc is True and not any(_contains(z, r) for z in zeroed.get(t, [])):
-                before = any(_overlap(w, r) for w in written.get(t, []))
-                why = ("whose accumulation already finished (it was read), which this model's "
-                       "PSUM cannot extend" if before else "that nothing wrote (its values "
-                       "are undefined)")
+                before = [o for w, o in written.get(t, []) if _overlap(w, r)]
+                why = ("that nothing wrote (its values are undefined)" if not before else
+                       "whose accumulation already finished (it was read), which this "
+                       "model's PSUM cannot extend" if before[-1] is None else
+                       f"that {_NAMES.get(before[-1].kind, before[-1].kind)} at line "
+                       f"{before[-1].where[1]} wrote: a matmul accumulating onto values a "
+                       f"non-matmul instruction wrote is undefined on NeuronCore-v2 and v3 "
+                       f"hardware (NKI docs, nc_matmul accumulate) and not modelled")
                 raise KernelError(*op.where, (
                     f"accumulate=True onto a PSUM region {why}; use accumulate=None (the "
                     f"first matmul overwrites) or add partial results on the Vector engine"))
@@ -195,7 +206,7 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int], set[int]]:
                 open_[t].remove(g)
                 close(g, t)
                 g.read = not is_dst
-                written.setdefault(t, []).append(g.rect)
+                written.setdefault(t, []).append((g.rect, None))
             for g in closed_by.get(t, ()):
                 if not is_dst and _overlap(g.rect, r):
                     g.read = True
@@ -207,7 +218,7 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int], set[int]]:
                     zs.append(r)
                     zero_by[(t, r)] = i
                 zeroed[t] = zs
-                written.setdefault(t, []).append(r)
+                written.setdefault(t, []).append((r, op))
     for t, groups in open_.items():
         for g in groups:
             close(g, t)
@@ -217,6 +228,55 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int], set[int]]:
                 "the result of this nc_matmul is never read out of PSUM; copy it out "
                 "(nisa.tensor_copy) or drop the matmul"))
     return starts, stops, dead
+
+
+# The kinds whose dst and outs are written and whose srcs are read, whole (the MX kinds
+# write or read scale rows in quadrants, and kinds added later are not checked until they
+# are listed here).
+_PLAIN = frozenset({"dma", "copy", "tt", "ts", "reduce", "act", "mm", "memset"})
+
+Rect = tuple[int, int, int, int]
+
+
+def _footprint(v: View) -> Rect:
+    """(first partition, end partition, first element, end element) a view can touch,
+    for any sign of its steps."""
+    lo = hi = v.offset
+    np_ = 1
+    for a in v.axes:
+        if a.part:
+            np_ = a.num
+        elif a.stride >= 0:
+            hi += a.stride * (a.num - 1)
+        else:
+            lo += a.stride * (a.num - 1)
+    return (v.p0, v.p0 + np_, lo, hi + 1)
+
+
+def _check_reads(ops: list[Op], inputs: list[Tensor]) -> None:
+    """Refuse an operation that reads a region of a tensor where nothing at all was written
+    before it (a tile whose load was dropped, an older-API result never assigned): its
+    values would be whatever the memory held, NaN in this model's fresh memory and garbage
+    on hardware. A read that overlaps something written passes: a kernel may compute on a
+    whole tile and keep only the part it loaded (the unwritten rest reads as NaN)."""
+    written: dict[int, list[Rect]] = {t.id: [(0, 1, 0, t.free_elems)] for t in inputs}
+    for op in ops:
+        plain = op.kind in _PLAIN
+        if plain:
+            for v in op.srcs:
+                t = v.tensor
+                r = _footprint(v)
+                if not any(_overlap(w, r) for w in written.get(t.id, ())):
+                    made = "an argument" if t.is_input else f"the tensor made at line {t.where[1]}"
+                    raise KernelError(*op.where, (
+                        f"{_NAMES.get(op.kind, op.kind)} reads {made} where nothing was "
+                        f"written before: its values would be whatever the memory held; write "
+                        f"it first (dma_copy, memset, a computation assigned to it)"))
+        for v in (op.dst, *op.outs) if plain else op.views():
+            rects = written.setdefault(v.tensor.id, [])
+            r = _footprint(v)
+            rects[:] = [w for w in rects if not _contains(r, w)]
+            rects.append(r)
 
 
 def _merge(dims: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -300,6 +360,7 @@ def build(rec: Recorder, result: Any, outputs: list[Tensor], check: bool = True,
         raise SystolicError(f"buffers must be a whole number of at least 1, not {buffers!r}")
     arch, ops = rec.arch, rec.ops
     starts, stops, dead = _groups(ops)
+    _check_reads(ops, rec.inputs)
     # pass 2: lifetimes of on-chip tensors
     first: dict[int, int] = {}
     last: dict[int, int] = {}
@@ -415,5 +476,7 @@ def _emit(op: Op, i: int, st: Any, addr: dict[int, int], starts: set[int],
         scale = _mx_scale(srcs[1], dst)
         out.append(QuantizeMx(srcs[0], dst, scale))
         st.invalidate(scale)
+    elif k in LOWER:  # kinds that carry their own lowering (nki/lower.py LOWER)
+        out.extend(LOWER[k](op, dst, srcs))
     if dst.space is Space.SBUF:
         st.invalidate(dst)

@@ -3,8 +3,10 @@
 :func:`install` puts a :class:`NkiFinder` first on ``sys.meta_path``. It answers only for
 the module names in :data:`ALIASES`; each resolves to a fresh module object carrying the
 public names of the matching ``systolic.nki`` module (so ``nki.isa.nc_matmul`` is
-``systolic.nki.isa.nc_matmul``). If a real ``nki`` or ``neuronxcc`` package is installed,
-:func:`install` says so in one warning line before it takes precedence for this process.
+``systolic.nki.isa.nc_matmul``); ``nki.jit`` is :func:`systolic.nki.spmd.jit`, whose
+kernels also launch on an SPMD grid (``kernel[4, 2](...)``). If a real ``nki`` or
+``neuronxcc`` package is installed, :func:`install` says so in one warning line before it
+takes precedence for this process.
 """
 
 from __future__ import annotations

@@ -5,9 +5,26 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .record import fail
 
-__all__ = ["Expr", "Grid", "Mask", "check_mask"]
+__all__ = ["Expr", "Grid", "Mask", "check_mask", "reduce_axis", "whole"]
+
+
+def whole(x: object) -> bool:
+    """An int (numpy's too), not a bool."""
+    return isinstance(x, int | np.integer) and not isinstance(x, bool)
+
+
+def reduce_axis(axis: object, what: str, where: tuple[str, int] | None = None) -> None:
+    """A reduction's ``axis``: None, an int or a tuple/list of ints (which ones the
+    operation accepts is its own check)."""
+    if axis is None or whole(axis) or (isinstance(axis, tuple | list) and axis
+                                       and all(whole(a) for a in axis)):
+        return
+    raise fail(f"{what} axis={axis!r}: an axis is an int or a tuple of ints (1 for the "
+               f"free axis of a [P, F] tile)", where)
 
 
 class Expr:
@@ -71,11 +88,26 @@ class Expr:
         return self
 
 
+def _span(s: object) -> str:
+    if not isinstance(s, slice):
+        return repr(s)
+    parts = ["" if v is None else repr(v) for v in (s.start, s.stop, s.step)]
+    return ":".join(parts if s.step is not None else parts[:2])
+
+
 class Grid:
     """``nl.mgrid[0:P, 0:F]``: ``.p`` and ``.x`` (also unpackable as ``i_p, i_f``)."""
 
-    def __init__(self, spans: tuple[slice, ...]) -> None:
-        self.axes = [Expr(i, (s.stop - (s.start or 0)) // (s.step or 1), s.start or 0,
+    def __init__(self, spans: tuple[Any, ...]) -> None:
+        for s in spans:
+            if not isinstance(s, slice) or not whole(s.stop) or not all(
+                    v is None or whole(v) for v in (s.start, s.step)):
+                raise fail(f"nl.mgrid takes ranges start:stop[:step] of whole numbers with a "
+                           f"stop (nl.mgrid[0:128, 0:512]), not {_span(s)}")
+            if (s.step is not None and s.step < 1) or len(range(s.start or 0, s.stop)) < 1:
+                raise fail(f"nl.mgrid range {_span(s)} must have a step of at least 1 and "
+                           f"cover at least one index")
+        self.axes = [Expr(i, len(range(s.start or 0, s.stop, s.step or 1)), s.start or 0,
                           s.step or 1) for i, s in enumerate(spans)]
 
     @property

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..dtypes import get_format
 from ..isa import Engine
-from .index import check_mask
+from .index import check_mask, reduce_axis
 from .ops import (
     _add,
     record_activation,
@@ -28,7 +30,7 @@ from .ops import (
 )
 from .record import current, fail, here
 from .tensor import Pending, Tensor, View, as_view
-from .types import BUFFERS, to_dtype
+from .types import BUFFERS, Buffer, fill_value, to_dtype
 
 __all__ = ["activation", "activation_reduce", "dma_copy", "engine", "matmul_perf_mode",
            "memset", "nc_matmul", "nc_matmul_mx", "quantize_mx", "reduce_cmd", "tensor_copy",
@@ -75,21 +77,25 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
         names: tuple[str, ...] = ("dst", "stationary", "moving")
         vals = dict(zip(names, args, strict=False))
         vals.update({k: kw.pop(k) for k in names if k in kw})
-        record_matmul(as_view(vals["dst"]), as_view(vals["stationary"]),
-                      as_view(vals["moving"]), kw.pop("accumulate", None),
-                      kw.pop("tile_position", ()), kw.pop("tile_size", ()),
-                      kw.pop("perf_mode", None), where)
+        _need(vals, names, "nc_matmul", where)
+        pos = _pair(kw.pop("tile_position", ()), "tile_position", where)
+        size = _pair(kw.pop("tile_size", ()), "tile_size", where)
+        perf = _perf_mode(kw.pop("perf_mode", None), where)
+        acc = kw.pop("accumulate", None)
         _no_extra(kw, "nc_matmul", where)
+        record_matmul(as_view(vals["dst"]), as_view(vals["stationary"]),
+                      as_view(vals["moving"]), acc, pos, size, perf, where)
         return None
     names = ("stationary", "moving")
     vals = dict(zip(names, args, strict=False))
     vals.update({k: kw.pop(k) for k in names if k in kw})
+    _need(vals, names, "nc_matmul", where)
     if kw.get("tile_position") or kw.get("tile_size"):
         raise fail("tile_position/tile_size need the current API: nc_matmul(dst, "
                    "stationary, moving, ...)", where)
     kw.pop("tile_position", None)
     kw.pop("tile_size", None)
-    perf = kw.pop("perf_mode", None)
+    perf = _perf_mode(kw.pop("perf_mode", None), where)
     _no_extra(kw, "nc_matmul", where)
     return Pending("mm", where, stationary=vals["stationary"], moving=vals["moving"],
                    perf_mode=perf)
@@ -98,6 +104,36 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
 def _no_extra(kw: dict[str, Any], what: str, where: tuple[str, int]) -> None:
     if kw:
         raise fail(f"{what}: argument(s) {', '.join(sorted(kw))} not modelled", where)
+
+
+def _pair(value: Any, name: str, where: tuple[str, int]) -> tuple[int, ...]:
+    """nc_matmul's tile_position / tile_size: () (the whole array) or (row, column) ints."""
+    if value is None or (isinstance(value, tuple | list) and not value):
+        return ()
+    if not isinstance(value, tuple | list) or len(value) != 2 or not all(
+            isinstance(v, int | np.integer) and not isinstance(v, bool) for v in value):
+        raise fail(f"nc_matmul {name}={value!r}: it is a pair of whole numbers (row, "
+                   f"column), or () for the whole 128 x 128 array", where)
+    return int(value[0]), int(value[1])
+
+
+def _perf_mode(value: Any, where: tuple[str, int]) -> Any:
+    """nc_matmul's perf_mode: None, a name or an ``nisa.matmul_perf_mode`` member."""
+    from ..errors import SystolicError
+    from ..isa import PerfMode
+
+    name = getattr(value, "value", value)
+    if name is None:
+        return None
+    if isinstance(name, str):
+        try:
+            PerfMode.parse(name)
+        except SystolicError as exc:
+            raise fail(f"nc_matmul perf_mode: {exc}", where) from None
+        return value
+    raise fail(f"nc_matmul perf_mode={value!r}: use nisa.matmul_perf_mode.none or "
+               f"nisa.matmul_perf_mode.double_row (a mode's name, not a "
+               f"{type(value).__name__})", where)
 
 
 def tensor_copy(*args: Any, **kw: Any) -> Pending | None:
@@ -112,8 +148,11 @@ def tensor_copy(*args: Any, **kw: Any) -> Pending | None:
         vals.update({k: kw.pop(k) for k in ("dst", "src") if k in kw})
         kw.pop("dtype", None)  # the current API casts to dst's dtype
         _no_extra(kw, "tensor_copy", where)
+        _need(vals, ("dst", "src"), "tensor_copy", where)
         record_copy(as_view(vals["dst"]), as_view(vals["src"]), eng, where)
         return None
+    if not args and "src" not in kw:
+        raise fail("tensor_copy: missing argument(s) src", where)
     src = args[0] if args else kw.pop("src")
     dtype = kw.pop("dtype", None)
     _no_extra(kw, "tensor_copy", where)
@@ -131,6 +170,8 @@ def tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
         vals.update({k: kw.pop(k) for k in names if k in kw})
         kw.pop("dtype", None)
         _no_extra(kw, "tensor_tensor", where)
+        _need(vals, names, "tensor_tensor", where)
+        _tt_op(vals["op"], where)
         record_tensor_tensor(as_view(vals["dst"]), as_view(vals["data1"]),
                              as_view(vals["data2"]), vals["op"], eng, where)
         return None
@@ -139,8 +180,36 @@ def tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
     vals.update({k: kw.pop(k) for k in names if k in kw})
     dtype = kw.pop("dtype", None)
     _no_extra(kw, "tensor_tensor", where)
+    _need(vals, names, "tensor_tensor", where)
+    _tt_op(vals["op"], where)
     return Pending("tt", where, a=vals["data1"], b=vals["data2"], op=vals["op"],
                    dtype=dtype, engine=eng)
+
+
+def _tt_op(op: Any, where: tuple[str, int]) -> None:
+    """tensor_tensor's op: an ``nl`` operator (nl.add ...) or an ALU op's name."""
+    from ..isa import AluOp
+
+    if isinstance(op, str):
+        try:
+            AluOp(op)
+        except ValueError:
+            raise fail(f"tensor_tensor op {op!r} is not one of "
+                       f"{', '.join(a.value for a in AluOp)}; pass nl.add, nl.multiply, "
+                       f"...", where) from None
+    elif getattr(op, "alu", None) is None:
+        raise fail(f"tensor_tensor op {op!r} is not an elementwise operator this model "
+                   f"implements; use nl.add, nl.subtract, nl.multiply, nl.maximum or "
+                   f"nl.minimum", where)
+
+
+def _memset_value(value: Any, dtype: Any, where: tuple[str, int]) -> float:
+    from ..errors import SystolicError
+
+    try:
+        return fill_value(value, to_dtype(dtype))
+    except SystolicError as exc:
+        raise fail(f"memset value: {exc}", where) from None
 
 
 def memset(*args: Any, **kw: Any) -> Tensor | None:
@@ -149,19 +218,26 @@ def memset(*args: Any, **kw: Any) -> Tensor | None:
     kw.pop("name", None)
     eng = kw.pop("engine", None)
     if (args and isinstance(args[0], tuple | list)) or "shape" in kw:
-        shape = args[0] if args else kw.pop("shape")
-        value = args[1] if len(args) > 1 else kw.pop("value")
-        dtype = args[2] if len(args) > 2 else kw.pop("dtype")
+        vals = dict(zip(("shape", "value", "dtype"), args, strict=False))
+        vals.update({k: kw.pop(k) for k in ("shape", "value", "dtype") if k in kw})
         buf = kw.pop("buffer", BUFFERS["sbuf"])
-        t = Tensor(tuple(shape), to_dtype(dtype), buf, where)
+        _no_extra(kw, "memset", where)
+        _need(vals, ("shape", "value", "dtype"), "memset", where)
+        if not isinstance(buf, Buffer) or not buf.on_chip:
+            raise fail(f"memset buffer={buf!r}: a memset fills an nl.sbuf or nl.psum tile",
+                       where)
+        t = Tensor(tuple(vals["shape"]), to_dtype(vals["dtype"]), buf, where)
+        value = _memset_value(vals["value"], t.dtype, where)
         current().add_tensor(t)
         record_memset(t.full, value, eng, where)
         return t
-    dst = args[0] if args else kw.pop("dst")
-    value = args[1] if len(args) > 1 else kw.pop("value")
+    vals = dict(zip(("dst", "value"), args, strict=False))
+    vals.update({k: kw.pop(k) for k in ("dst", "value") if k in kw})
     kw.pop("dtype", None)
     _no_extra(kw, "memset", where)
-    record_memset(as_view(dst), value, eng, where)
+    _need(vals, ("dst", "value"), "memset", where)
+    dst = as_view(vals["dst"])
+    record_memset(dst, _memset_value(vals["value"], dst.dtype, where), eng, where)
     return None
 
 
@@ -283,6 +359,7 @@ def tensor_reduce(*args: Any, **kw: Any) -> Pending | None:
     dtype = kw.pop("dtype", None)
     _no_extra(kw, "tensor_reduce", where)
     _need(vals, names[:3] if current_api else names[:2], "tensor_reduce", where)
+    reduce_axis(vals.get("axis"), "tensor_reduce", where)
     if current_api:
         record_tensor_reduce(as_view(vals["dst"]), as_view(vals["data"]), vals["op"],
                              vals.get("axis"), bool(vals.get("negate", False)), eng, where)
@@ -383,3 +460,97 @@ def quantize_mx(dst: Any = None, src: Any = None, dst_scale: Any = None,
         raise fail(f"quantize_mx dst has shape {list(d.shape)}; it must be [{p}, {f // 4}]",
                    where)
     _add("qmx", d, (s_, sc), where)
+
+
+# -- the NKI breadth of issue 19: transposes, bn_stats / bn_aggr, iota ----------------------
+def _current_api(args: tuple[Any, ...], kw: dict[str, Any], n: int) -> bool:
+    """The current API passes dst first (or as dst=) and returns nothing."""
+    return "dst" in kw or (len(args) >= n and isinstance(args[0], Tensor | View))
+
+
+def nc_transpose(*args: Any, **kw: Any) -> Pending | None:
+    """Current API ``nc_transpose(dst, data, engine=)``; older ``nc_transpose(data,
+    engine=, dtype=)`` returns the transposed tile (PSUM from the Tensor Engine, SBUF from
+    Vector). dst[F, P] = data[P, F] (nki/transpose.py)."""
+    from .transpose import record_transpose, transpose_pending
+
+    where = here()
+    kw.pop("name", None)
+    check_mask(kw.pop("mask", None), "nc_transpose", where)
+    eng = kw.pop("engine", None)
+    if _current_api(args, kw, 2):
+        vals = dict(zip(("dst", "data"), args, strict=False))
+        vals.update({k: kw.pop(k) for k in ("dst", "data") if k in kw})
+        _no_extra(kw, "nc_transpose", where)
+        _need(vals, ("dst", "data"), "nc_transpose", where)
+        record_transpose(as_view(vals["dst"]), as_view(vals["data"]), eng, where)
+        return None
+    data = args[0] if args else kw.pop("data", None)
+    dtype = kw.pop("dtype", None)
+    _no_extra(kw, "nc_transpose", where)
+    if data is None:
+        raise fail("nc_transpose: missing argument data", where)
+    return transpose_pending(data, eng, dtype, None, where)
+
+
+def _stats(kind: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Pending | None:
+    from .vector import record_bn_aggr, record_bn_stats, stats_pending
+
+    where = here()
+    kw.pop("name", None)
+    check_mask(kw.pop("mask", None), kind, where)
+    eng = kw.pop("engine", None)
+    if _current_api(args, kw, 2):
+        vals = dict(zip(("dst", "data"), args, strict=False))
+        vals.update({k: kw.pop(k) for k in ("dst", "data") if k in kw})
+        _no_extra(kw, kind, where)
+        _need(vals, ("dst", "data"), kind, where)
+        if eng not in (None, Engine.VECTOR):
+            raise fail(f"{kind} runs on the Vector engine (NKI docs)", where)
+        fn = record_bn_stats if kind == "bn_stats" else record_bn_aggr
+        fn(as_view(vals["dst"]), as_view(vals["data"]), where)
+        return None
+    data = args[0] if args else kw.pop("data", None)
+    dtype = kw.pop("dtype", None)
+    _no_extra(kw, kind, where)
+    if data is None:
+        raise fail(f"{kind}: missing argument data", where)
+    return stats_pending(kind, data, dtype, eng, where)
+
+
+def bn_stats(*args: Any, **kw: Any) -> Pending | None:
+    """``bn_stats(dst, data)`` / older ``bn_stats(data, dtype=)``: per partition of data
+    [P, N <= 512], (count, mean, variance x count) of its even and of its odd elements."""
+    return _stats("bn_stats", args, kw)
+
+
+def bn_aggr(*args: Any, **kw: Any) -> Pending | None:
+    """``bn_aggr(dst, data)`` / older ``bn_aggr(data, dtype=)``: the mean and variance per
+    partition of the bn_stats triples in data [P, 3k]."""
+    return _stats("bn_aggr", args, kw)
+
+
+def iota(*args: Any, **kw: Any) -> Pending | None:
+    """Older API ``iota(expr, dtype)``: the values of a one-axis ``nl.arange`` expression in a
+    new SBUF tile, made on GpSimd; ``iota(dst, expr)`` writes them into dst."""
+    from .vector import iota_pending, record_iota
+
+    where = here()
+    kw.pop("name", None)
+    check_mask(kw.pop("mask", None), "iota", where)
+    kw.pop("engine", None)
+    if _current_api(args, kw, 2):
+        vals = dict(zip(("dst", "expr"), args, strict=False))
+        vals.update({k: kw.pop(k) for k in ("dst", "expr") if k in kw})
+        _no_extra(kw, "iota", where)
+        _need(vals, ("dst", "expr"), "iota", where)
+        record_iota(as_view(vals["dst"]), vals["expr"], where)
+        return None
+    vals = dict(zip(("expr", "dtype"), args, strict=False))
+    vals.update({k: kw.pop(k) for k in ("expr", "dtype") if k in kw})
+    _no_extra(kw, "iota", where)
+    _need(vals, ("expr", "dtype"), "iota", where)
+    return iota_pending(vals["expr"], vals["dtype"], where)
+
+
+__all__ += ["bn_aggr", "bn_stats", "iota", "nc_transpose"]

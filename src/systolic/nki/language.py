@@ -8,10 +8,10 @@ from typing import Any
 
 from ..isa import ActivationFunc, AluOp
 from . import ops as _isa
-from .index import Expr, Grid, check_mask
+from .index import Expr, Grid, check_mask, reduce_axis, whole
 from .record import current, fail, here
 from .tensor import NlOp, Pending, Tensor, View, as_view, binary
-from .types import BUFFERS, DTYPES, ParDim, TileSize, to_dtype
+from .types import BUFFERS, DTYPES, Buffer, ParDim, TileSize, to_dtype
 
 __all__ = ["affine_range", "arange", "copy", "load", "matmul", "mgrid", "ndarray", "par_dim",
            "sequential_range", "static_range", "store", "tile_size", "zeros"]
@@ -36,7 +36,7 @@ class _Range:
     __slots__ = ("kind", "range")
 
     def __init__(self, kind: str, args: tuple[int, ...]) -> None:
-        self.kind, self.range = kind, range(*args)
+        self.kind, self.range = kind, _range(f"{kind}_range", args)
 
     def __len__(self) -> int:
         return len(self.range)
@@ -58,6 +58,15 @@ class _Range:
             rec.exit_loop(loop)
 
 
+def _range(what: str, args: tuple[Any, ...]) -> range:
+    """``range(*args)`` of whole numbers, else one line naming the call."""
+    if not 1 <= len(args) <= 3 or not all(whole(a) for a in args) or (
+            len(args) == 3 and args[2] == 0):
+        raise fail(f"nl.{what}({', '.join(map(repr, args))}): it takes one to three whole "
+                   f"numbers (stop, or start, stop[, step]) with a step other than 0")
+    return range(*(int(a) for a in args))
+
+
 def affine_range(*args: int, **kw: Any) -> _Range:
     return _Range("affine", args)
 
@@ -74,8 +83,14 @@ def ndarray(shape: Any, dtype: Any = None, buffer: Any = None, name: str = "",
             **kw: Any) -> Tensor:
     where = here()
     buf = buffer if buffer is not None else sbuf
-    if isinstance(buf, str):
+    if isinstance(buf, str) and buf in BUFFERS:
         buf = BUFFERS[buf]
+    if not isinstance(buf, Buffer):
+        raise fail(f"nl.ndarray buffer={buf!r}: use nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm "
+                   f"or nl.private_hbm", where)
+    if not isinstance(shape, tuple | list):
+        raise fail(f"nl.ndarray shape={shape!r}: a shape is a tuple of dimensions, e.g. "
+                   f"(128, 512)", where)
     t = Tensor(tuple(shape), to_dtype(dtype if dtype is not None else "float32"), buf, where,
                name)
     rec = current()
@@ -103,7 +118,7 @@ mgrid = _MGrid()
 
 
 def arange(*args: int) -> Expr:
-    r = range(*args)
+    r = _range("arange", args)
     return Expr(1, len(r), r.start, r.step)
 
 
@@ -156,6 +171,7 @@ def _reduce(name: str, alu: AluOp) -> Any:
         check_mask(kw.pop("mask", None), f"nl.{name}", where)
         if kw:
             raise fail(f"nl.{name}: argument(s) {', '.join(sorted(kw))} not modelled", where)
+        reduce_axis(axis, f"nl.{name}", where)
         return Pending("reduce", where, src=x, op=op, axis=axis, negate=False, dtype=dtype,
                        keepdims=bool(keepdims), engine=None)
 
@@ -210,3 +226,58 @@ __all__ += [*DTYPES, "abs", "add", "divide", "exp", "gelu_apprx_tanh", "hbm", "i
             "private_hbm", "prod", "psum", "reciprocal", "relu", "rsqrt", "sbuf",
             "shared_hbm", "sigmoid", "silu", "sqrt", "square", "subtract", "sum", "tanh"]
 _ = View  # re-exported type for annotations in kernels
+
+
+# -- the NKI breadth of issue 19: transposes, nl.ds, SPMD program ids -----------------------
+from .spmd import num_programs, program_id, program_ndim  # noqa: E402
+
+
+def transpose(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Pending:
+    """``nl.transpose(x)``: x [P, F] -> [F, P] in a new SBUF tile (nki/transpose.py: the
+    Vector engine for <= 32 x 32, else the Tensor Engine's identity matmul and a copy out of
+    PSUM)."""
+    from .transpose import transpose_pending
+
+    where = here()
+    check_mask(mask, "nl.transpose", where)
+    if kw:
+        raise fail(f"nl.transpose: argument(s) {', '.join(sorted(kw))} not modelled", where)
+    return transpose_pending(x, None, dtype, "sbuf", where)
+
+
+def ds(start: int, size: int) -> slice:
+    """``nl.ds(start, size)``: the slice start:start + size (a dynamic slice whose start is a
+    Python integer when the kernel is recorded)."""
+    if not isinstance(start, int) or not isinstance(size, int) or isinstance(start, bool):
+        raise fail(f"nl.ds(start, size) takes integers here, not {type(start).__name__} and "
+                   f"{type(size).__name__} (a start computed on device is not modelled)")
+    if size < 1:
+        raise fail(f"nl.ds size must be positive, not {size}")
+    return slice(start, start + size)
+
+
+def spmd_dim(*args: Any, **kw: Any) -> Any:
+    """``nl.spmd_dim``: placing SPMD instances on several NeuronCores is not modelled."""
+    raise fail("nl.spmd_dim places SPMD instances on several NeuronCores, which this model "
+               "does not; launch with a plain grid (kernel[4, 2]), run on one core")
+
+
+def nc(*args: Any, **kw: Any) -> Any:
+    """``nl.nc(n)``: placing SPMD instances on several NeuronCores is not modelled."""
+    raise fail("nl.nc(n) places SPMD instances on several NeuronCores, which this model does "
+               "not; launch with a plain grid (kernel[4, 2]), run on one core")
+
+
+class _TileSizes(TileSize):
+    """``nl.tile_size`` (NKI docs, nki.language.tile_size), with ``bn_stats_fmax``: bn_stats
+    takes at most 512 elements per partition."""
+
+    bn_stats_fmax = 512
+
+
+# (types.TileSize could carry bn_stats_fmax itself; types.py is not this change's file)
+tile_size = _TileSizes  # type: ignore[misc]
+
+
+__all__ += ["ds", "nc", "num_programs", "program_id", "program_ndim", "spmd_dim",
+            "transpose"]

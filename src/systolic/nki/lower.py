@@ -13,7 +13,9 @@ between the calls of one kernel.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..arch import Arch
 from ..compiler.codegen import WeightTileState, calc_flags
@@ -28,8 +30,9 @@ from ..isa import (
     PerfMode,
     row_group,
 )
+from ..isa.instructions import BnAggr, BnStats, Iota, Transpose
 
-__all__ = ["MatmulState", "emit_nc_matmul", "emit_nc_matmul_mx", "new_state"]
+__all__ = ["LOWER", "MatmulState", "emit_nc_matmul", "emit_nc_matmul_mx", "new_state"]
 
 
 @dataclass
@@ -79,3 +82,35 @@ def emit_nc_matmul_mx(st: MatmulState, stationary: AccessPattern, moving: Access
     st.out.append(MatmultMx(moving, moving_scale, dst, acc_byte(first, last),
                             moving.dtype, stationary.dtype, rg, bank))
     st.cache = WeightTileState()  # the MX load replaced whatever dense tile the PEs held
+
+
+# -- recorded kinds that carry their own lowering (the NKI breadth of issue 19) --------------
+# build.py's emission pass asks this table for every kind it does not lower itself: kind ->
+# function of (the recorded Op, its placed dst pattern, its placed source patterns) giving
+# the instructions, each naming its engine.
+def _lower_vtranspose(op: Any, dst: AccessPattern, srcs: list[AccessPattern]
+                      ) -> list[Instruction]:
+    return [Transpose(srcs[0], dst, op.attrs["engine"])]
+
+
+def _lower_bn_stats(op: Any, dst: AccessPattern, srcs: list[AccessPattern]
+                    ) -> list[Instruction]:
+    return [BnStats(srcs[0], dst)]
+
+
+def _lower_bn_aggr(op: Any, dst: AccessPattern, srcs: list[AccessPattern]
+                   ) -> list[Instruction]:
+    return [BnAggr(srcs[0], dst)]
+
+
+def _lower_iota(op: Any, dst: AccessPattern, srcs: list[AccessPattern]) -> list[Instruction]:
+    a = op.attrs
+    return [Iota(dst, a["base"], a["partition_step"], a["free_step"])]
+
+
+LOWER: dict[str, Callable[[Any, AccessPattern, list[AccessPattern]], list[Instruction]]] = {
+    "vtranspose": _lower_vtranspose,
+    "bn_stats": _lower_bn_stats,
+    "bn_aggr": _lower_bn_aggr,
+    "iota": _lower_iota,
+}

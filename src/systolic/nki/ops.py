@@ -4,7 +4,10 @@ the older API's lazy results are written through :func:`write_pending`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+import numpy as np
 
 from ..dtypes import get_format
 from ..isa import ActivationFunc, AluOp, Engine, PerfMode
@@ -12,7 +15,7 @@ from .record import HOOKS, Op, current, fail
 from .tensor import NlOp, Pending, Tensor, View, as_view, same_shape
 from .types import BUFFERS, to_dtype
 
-__all__ = ["materialize", "new_result", "record_activation", "record_copy", "record_dma",
+__all__ = ["PENDING", "materialize", "new_result", "record_activation", "record_copy", "record_dma",
            "record_matmul", "record_memset", "record_tensor_reduce", "record_tensor_scalar",
            "record_tensor_tensor", "write_pending"]
 
@@ -20,8 +23,21 @@ __all__ = ["materialize", "new_result", "record_activation", "record_copy", "rec
 _ADD = NlOp("add", AluOp.ADD, None)
 
 
-def _alu(op: object) -> AluOp:
+# numpy's ufuncs as NKI operators (kernels pass op0=np.subtract, NKI docs' own examples)
+_UFUNCS: dict[object, AluOp] = {np.add: AluOp.ADD, np.subtract: AluOp.SUBTRACT,
+                                np.multiply: AluOp.MULTIPLY, np.maximum: AluOp.MAXIMUM,
+                                np.minimum: AluOp.MINIMUM, np.divide: AluOp.DIVIDE}
+
+
+def _alu_of(op: object) -> AluOp | None:
     alu = getattr(op, "alu", None)
+    if alu is None and isinstance(op, np.ufunc):
+        return _UFUNCS.get(op)
+    return alu  # type: ignore[no-any-return]
+
+
+def _alu(op: object) -> AluOp:
+    alu = _alu_of(op)
     if alu is None:
         raise fail(f"op {op!r} is not an elementwise operator this model implements; use "
                    f"nl.add, nl.subtract, nl.multiply, nl.maximum or nl.minimum")
@@ -65,6 +81,14 @@ def _add(kind: str, dst: View, srcs: tuple[View, ...], where: tuple[str, int],
 def record_dma(dst: View, src: View, where: tuple[str, int]) -> None:
     if src.dtype != dst.dtype:
         _casting_dma(dst, src, where)
+        return
+    if src.buffer.name == "psum" and not dst.buffer.on_chip:
+        # nl.store: "If the tile is in PSUM, an extra copy will be performed to move the tile
+        # to SBUF first" (NKI docs, nki.language.store)
+        tmp = Tensor(src.shape, src.dtype, BUFFERS["sbuf"], where, "store_psum")
+        current().add_tensor(tmp)
+        record_copy(tmp.full, src, None, where)
+        record_dma(dst, tmp.full, where)
         return
     if src.buffer.name == "psum" or dst.buffer.name == "psum":
         raise fail("dma_copy to or from PSUM is not modelled; copy PSUM to SBUF with "
@@ -137,7 +161,7 @@ def _vector(v: Any, of: View, role: str, what: str, where: tuple[str, int]) -> V
 
 
 def _reduce_alu(op: object, what: str, where: tuple[str, int]) -> AluOp:
-    alu = getattr(op, "alu", None)
+    alu = _alu_of(op)
     if alu not in (AluOp.ADD, AluOp.MAXIMUM, AluOp.MINIMUM, AluOp.MULTIPLY):
         raise fail(f"{what}: reduce op {op!r} is not one of nl.add, nl.maximum, nl.minimum, "
                    f"nl.multiply", where)
@@ -319,10 +343,21 @@ def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
 
 
 # -- lazy results of the older API ---------------------------------------------------------
+# Lazy results of the kinds other recording modules make (nki/transpose.py, nki/vector.py):
+# kind -> (the fresh tile it lands in when used, how it is written into a view when assigned)
+PENDING: dict[str, tuple[Callable[[Pending], Tensor],
+                         Callable[[Pending, View, bool | None], None]]] = {}
+
+
 def new_result(p: Pending) -> Tensor:
     """The fresh tile a lazy result lands in when it is used rather than assigned."""
     a = p.args
     rec = current()
+    custom = PENDING.get(p.kind)
+    if custom is not None:
+        made = custom[0](p)
+        rec.add_tensor(made)
+        return made
     if p.kind == "mm":
         stat, mov = as_view(a["stationary"]), as_view(a["moving"])
         shape: tuple[int, ...] = (stat.shape[-1], mov.shape[-1])
@@ -349,6 +384,10 @@ def materialize(p: Pending) -> Tensor:
 
 def write_pending(p: Pending, dst: View, accumulate: bool | None) -> None:
     a, w = p.args, p.where
+    custom = PENDING.get(p.kind)
+    if custom is not None:
+        custom[1](p, dst, accumulate)
+        return
     if p.kind == "load":
         record_dma(dst, as_view(a["src"]), w)
     elif p.kind == "mm":

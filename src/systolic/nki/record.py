@@ -9,8 +9,12 @@ calling line of the kernel, so nothing half-built is ever returned.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +24,20 @@ from ..errors import KernelError
 if TYPE_CHECKING:
     from .tensor import Tensor, View
 
-__all__ = ["Loop", "Op", "Recorder", "current", "fail", "here"]
+__all__ = ["DEFAULT_MAX_OPS", "DEFAULT_TIME_LIMIT_S", "Loop", "Op", "Recorder",
+           "RecordingTimeout", "current", "fail", "here", "time_guard"]
+
+# The recording budget (issue 22 H4: kernel code is unbounded). The largest public kernel we
+# run, the tiled matmul tutorial at 4096 x 8192 x 8192, records about 100,000 NKI operations
+# (and 66,000 tensors); three times that keeps every public kernel inside and stops a kernel
+# whose loops are far too large (tiled_matmul at bf16[65536, 65536]: 10^8 operations) after
+# about 10 s and 0.4 GB here, where it would otherwise run for hours and out of memory.
+DEFAULT_MAX_OPS = 300_000
+# Seconds the kernel's own Python may run while it is recorded: 300,000 operations record in
+# 7-15 s here, so 60 s leaves room for a slower machine, and a kernel stuck in a pure Python
+# loop (``while True: pass``, ``affine_range(10**12)`` with no NKI call) that the op budget
+# cannot see is stopped within a minute.
+DEFAULT_TIME_LIMIT_S = 60.0
 
 _PKG_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -72,10 +89,13 @@ class Loop:
 
 
 class Recorder:
-    """The operations of one kernel run, and the tensors they touch, in program order."""
+    """The operations of one kernel run, and the tensors they touch, in program order.
+    ``max_ops``: the most operations, and the most tensors, a kernel may record
+    (:data:`DEFAULT_MAX_OPS`); one more is a :class:`KernelError` at its line."""
 
-    def __init__(self, arch: Arch) -> None:
+    def __init__(self, arch: Arch, max_ops: int = DEFAULT_MAX_OPS) -> None:
         self.arch = arch
+        self.max_ops = max_ops
         self.ops: list[Op] = []
         self.tensors: list[Tensor] = []
         self.inputs: list[Tensor] = []
@@ -89,6 +109,8 @@ class Recorder:
         """A tensor the kernel made, tagged with the loop it was made in (the compiler's
         buffer rotation, nki/alloc.py, keys on it)."""
         t.loop = self.loops[-1] if self.loops else None
+        if len(self.tensors) >= self.max_ops:
+            raise KernelError(*t.where, self._over("tensors"))
         self.tensors.append(t)
 
     def enter_loop(self, kind: str) -> Loop:
@@ -102,7 +124,14 @@ class Recorder:
             del self.loops[self.loops.index(loop):]
         self.loop_ends.setdefault(loop.id, len(self.ops))
 
+    def _over(self, what: str) -> str:
+        return (f"the kernel made more than {self.max_ops:,} {what}, the recording budget "
+                f"(max_ops); its loops run far more often than a kernel needs: use a smaller "
+                f"shape, or raise max_ops")
+
     def add(self, op: Op) -> None:
+        if len(self.ops) >= self.max_ops:
+            raise KernelError(*op.where, self._over("NKI operations"))
         if self.pending:
             self.flush(op)
         for v in (op.dst, *op.outs):  # written: no longer a copy of what it was loaded from
@@ -152,3 +181,42 @@ def push(rec: Recorder) -> None:
 
 def pop() -> None:
     _STACK.pop()
+
+
+class RecordingTimeout(BaseException):
+    """Raised in a kernel whose Python runs past its time limit while it is recorded. A
+    BaseException, so that the kernel's own ``except Exception`` cannot swallow it."""
+
+
+@contextlib.contextmanager
+def time_guard(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`RecordingTimeout` in the calling thread once the code inside has run
+    ``seconds`` (None or 0: no limit). A timer thread raises it with
+    ``PyThreadState_SetAsyncExc`` (delivered between two bytecodes, as a signal handler's
+    exception is), so it works in any thread and leaves SIGALRM to whoever else uses it (the
+    sweep's point timeout). A long call into C returns first."""
+    if not seconds:
+        yield
+        return
+    tid = threading.get_ident()
+    lock = threading.Lock()
+    state = {"done": False, "fired": False}
+
+    def fire() -> None:
+        with lock:
+            if not state["done"]:
+                state["fired"] = True
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid),
+                                                           ctypes.py_object(RecordingTimeout))
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        with lock:
+            state["done"] = True
+            timer.cancel()
+            if state["fired"]:  # fired but maybe not delivered yet: withdraw it
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), None)

@@ -20,6 +20,7 @@ import importlib.util
 import os
 import re
 import sys
+import sysconfig
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -33,7 +34,13 @@ from ..timing.core import CoreTiming, time_program
 from . import record as _record
 from .alloc import DEFAULT_BUFFERS
 from .build import Recorded, build
-from .record import Recorder
+from .record import (
+    DEFAULT_MAX_OPS,
+    DEFAULT_TIME_LIMIT_S,
+    Recorder,
+    RecordingTimeout,
+    time_guard,
+)
 from .tensor import Tensor
 from .types import BUFFERS, TensorSpec, to_dtype
 
@@ -85,21 +92,63 @@ def _arch(kernel_arch: str | None, arch: str | Arch | None) -> Arch:
     return get_arch(kernel_arch or _DEFAULT["arch"])
 
 
+# Where the model and the libraries it calls live: a frame in none of these is the kernel's
+# (or a module the kernel imports), so an error names the kernel line that reached it, not
+# enum.py or systolic/isa/fields.py.
+_SYSTOLIC_DIR = os.path.dirname(_record._PKG_DIR)
+_LIB_DIRS = tuple({os.path.realpath(p) for p in (sysconfig.get_paths()["stdlib"],
+                                                  sysconfig.get_paths()["purelib"],
+                                                  sysconfig.get_paths()["platlib"])})
+
+
+def _library(filename: str) -> bool:
+    if filename.startswith(_SYSTOLIC_DIR) or filename.startswith("<frozen"):
+        return True
+    real = os.path.realpath(filename)
+    return real.startswith(_LIB_DIRS)
+
+
+def _kernel_frames(tb: Any) -> tuple[tuple[str, int] | None, bool]:
+    """The innermost kernel line of a traceback, and whether the frame it called is the
+    model's (an NKI call that failed inside the model) rather than the kernel's own code."""
+    frames = traceback.extract_tb(tb)
+    for outside in (_library, lambda name: name.startswith(_SYSTOLIC_DIR)):
+        # a kernel file installed among the libraries: the last frame outside the model
+        for i in range(len(frames) - 1, -1, -1):
+            f = frames[i]
+            if not outside(f.filename):
+                inside = i + 1 < len(frames) and frames[i + 1].filename.startswith(
+                    _SYSTOLIC_DIR)
+                return (f.filename, f.lineno or 0), inside
+    return None, False
+
+
 def _kernel_line(tb: Any) -> tuple[str, int]:
-    frames = [f for f in traceback.extract_tb(tb)
-              if not f.filename.startswith(_record._PKG_DIR)]
-    last = frames[-1] if frames else None
-    return (last.filename, last.lineno or 0) if last else ("<kernel>", 0)
+    return _kernel_frames(tb)[0] or ("<kernel>", 0)
+
+
+def _budget(max_ops: Any, time_limit_s: Any) -> None:
+    if isinstance(max_ops, bool) or not isinstance(max_ops, int) or max_ops < 1:
+        raise SystolicError(f"max_ops must be a whole number of at least 1, not {max_ops!r}")
+    if time_limit_s is not None and (isinstance(time_limit_s, bool) or not isinstance(
+            time_limit_s, int | float) or not 0 < time_limit_s < float("inf")):
+        raise SystolicError(f"time_limit_s must be a positive number of seconds (or None for "
+                            f"no limit), not {time_limit_s!r}")
 
 
 def record(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = None, *,
            arch: str | Arch | None = None, check: bool = True,
-           buffers: int = DEFAULT_BUFFERS) -> Recorded:
+           buffers: int = DEFAULT_BUFFERS, max_ops: int = DEFAULT_MAX_OPS,
+           time_limit_s: float | None = DEFAULT_TIME_LIMIT_S) -> Recorded:
     """Record ``kernel(*args, **kwargs)``: arrays and tensor specs become HBM tensors.
     ``check=False`` skips verifying the built Program (``Recorded.checked`` says which);
-    ``buffers``: physical tiles per tile made in an affine_range body (nki/alloc.py)."""
+    ``buffers``: physical tiles per tile made in an affine_range body (nki/alloc.py).
+    ``max_ops``: the recording budget, the most NKI operations (and tensors) the kernel may
+    record; ``time_limit_s``: the most seconds its Python may run (None: no limit). Past
+    either, a :class:`KernelError` names the kernel line reached (nki/record.py)."""
+    _budget(max_ops, time_limit_s)
     func, karch = _unwrap(kernel)
-    rec = Recorder(_arch(karch, arch))
+    rec = Recorder(_arch(karch, arch), max_ops)
     targs: list[Any] = []
     for i, a in enumerate(args):
         if isinstance(a, np.ndarray | TensorSpec):
@@ -113,22 +162,35 @@ def record(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = Non
     collecting = gc.isenabled()
     gc.disable()  # ~10 objects per NKI op, none cyclic: collections only cost time here
     try:
-        result = func(*targs, **(kwargs or {}))
+        with time_guard(time_limit_s):
+            result = func(*targs, **(kwargs or {}))
+    except RecordingTimeout as exc:
+        path, line = _kernel_line(exc.__traceback__)
+        raise KernelError(path, line, (
+            f"the kernel's Python ran past its time limit of {time_limit_s:g} s while it "
+            f"was recorded (time_limit_s) and was stopped at this line; does a loop never "
+            f"end, or run far more iterations than it needs?")
+            ) from None
     except AssertionError as exc:
         path, line = _kernel_line(exc.__traceback__)
         raise KernelError(path, line, f"the kernel's assertion failed: {exc}") from None
-    except (SystolicError, MemoryError, RecursionError):
+    except KernelError:
+        raise
+    except SystolicError as exc:  # a check without a line (a dtype name): give it the line
+        where = _kernel_frames(exc.__traceback__)[0]
+        if where is None:
+            raise
+        raise KernelError(*where, str(exc)) from None
+    except (MemoryError, RecursionError):
         raise
     except Exception as exc:
-        frames = traceback.extract_tb(exc.__traceback__)
-        if len(frames) <= 1:  # the call itself failed (arguments): the caller's mistake
+        where, inside = _kernel_frames(exc.__traceback__)
+        if where is None:  # the call itself failed (arguments): the caller's mistake
             raise
-        path, line = _kernel_line(exc.__traceback__)
-        inside = frames[-1].filename.startswith(_record._PKG_DIR)
         what = (f"an NKI call failed inside the model with {type(exc).__name__}: {exc} "
                 f"(an argument it does not check yet; please report it)" if inside else
                 f"the kernel raised {type(exc).__name__}: {exc}")
-        raise KernelError(path, line, what) from None
+        raise KernelError(*where, what) from None
     finally:
         _record.pop()
         if collecting:
@@ -155,15 +217,23 @@ def values(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = Non
     return execute(rec, [a for a in args if isinstance(a, np.ndarray)], order=order)
 
 
-def execute(rec: Recorded, arrays: Sequence[np.ndarray], *, order: str = "fast") -> Any:
+def execute(rec: Recorded, arrays: Sequence[np.ndarray], *, order: str = "fast",
+            fill: int = 0xFF) -> Any:
+    """Run a recorded kernel on ``arrays``; every byte the inputs do not set starts as
+    ``fill`` (0xFF: NaN in every float format, so a missing initialisation shows; a second
+    run with another fill tells a kernel that reads memory nothing wrote, tests/
+    test_nki_fuzz.py)."""
     from ..sim.functional import FunctionalSimulator
+
+    if not isinstance(fill, int) or not 0 <= fill <= 0xFF:
+        raise SystolicError(f"fill is a byte value 0..255, not {fill!r}")
 
     if len(arrays) != len(rec.inputs):
         raise SystolicError(f"the kernel takes {len(rec.inputs)} arrays, got {len(arrays)}")
     sim = FunctionalSimulator(rec.arch, order=order, dram_bytes=rec.dram_bytes)  # type: ignore
     mem = sim.memory
     for buf in (mem.sbuf, mem.psum, mem.dram):
-        buf.fill(0xFF)  # unwritten memory reads as NaN (NKI's simulator does the same)
+        buf.fill(fill)  # 0xFF: unwritten memory reads as NaN (as in NKI's simulator)
     from ..dtypes import FORMATS
 
     for t, a in zip(rec.inputs, arrays, strict=True):
@@ -257,9 +327,11 @@ def load_kernel(path: str, function: str) -> Any:
 
 def record_kernel(path: str, function: str, args: Sequence[Any],
                   params: dict[str, Any] | None = None, arch: str | Arch = "trn2",
-                  buffers: int = DEFAULT_BUFFERS) -> Recorded:
+                  buffers: int = DEFAULT_BUFFERS, max_ops: int = DEFAULT_MAX_OPS,
+                  time_limit_s: float | None = DEFAULT_TIME_LIMIT_S) -> Recorded:
     """Load ``path:function`` and record it for ``args`` (TensorSpec, ``(shape, dtype)``,
-    ``"DTYPE[D0,...]"`` or arrays) and keyword ``params`` on ``arch``; no values."""
+    ``"DTYPE[D0,...]"`` or arrays) and keyword ``params`` on ``arch``; no values.
+    ``max_ops`` and ``time_limit_s`` bound the recording (:func:`record`)."""
     fn = load_kernel(path, function)
     specs: list[Any] = []
     for a in args:
@@ -269,7 +341,8 @@ def record_kernel(path: str, function: str, args: Sequence[Any],
             specs.append(TensorSpec(tuple(int(s) for s in a[0]), to_dtype(a[1])))
         else:
             specs.append(a)
-    return record(fn, specs, params, arch=arch, buffers=buffers)
+    return record(fn, specs, params, arch=arch, buffers=buffers, max_ops=max_ops,
+                  time_limit_s=time_limit_s)
 
 
 # The critical-path causes of timing/core.py in four kinds: the answer a kernel engineer acts

@@ -19,10 +19,11 @@ import itertools
 from math import prod
 from typing import Any, NamedTuple
 
-from .index import Expr, Grid
+from ..errors import SystolicError
+from .index import Expr, Grid, whole
 from .lazy import Arithmetic, NlOp, Pending, as_view, binary
 from .record import HOOKS, Loop, current, fail, here
-from .types import Buffer, DType, ParDim
+from .types import Buffer, DType, ParDim, fill_value
 
 __all__ = ["Axis", "Expr", "Grid", "NlOp", "Pending", "Tensor", "View", "as_view", "binary",
            "same_shape"]
@@ -122,9 +123,18 @@ class Tensor(Arithmetic):
 def _ap_view(t: Tensor, pattern: Any, offset: int, dtype: Any) -> View:
     from .types import to_dtype
 
+    if not isinstance(pattern, tuple | list) or not all(
+            isinstance(p, tuple | list) and len(p) == 2 and whole(p[0]) and whole(p[1])
+            for p in pattern) or not whole(offset):
+        raise fail(f"ap(pattern={pattern!r}, offset={offset!r}): a pattern is a list of "
+                   f"[step, count] pairs of whole numbers, outermost first, and the offset "
+                   f"a whole number of elements")
     pairs = [(int(a), int(b)) for a, b in pattern]
     if not pairs:
         raise fail("an access pattern needs at least one [step, count] pair")
+    if min(n for _, n in pairs) < 1 or offset < 0:
+        raise fail(f"ap(pattern={pattern!r}, offset={offset}): every count is at least 1 "
+                   f"and the offset is not negative")
     dt = None
     if dtype is not None:
         dt = to_dtype(dtype)
@@ -140,8 +150,22 @@ def _ap_view(t: Tensor, pattern: Any, offset: int, dtype: Any) -> View:
         if p0 + pcount > t.partitions:
             raise fail(f"the pattern reaches partition {p0 + pcount - 1} of a "
                        f"{t.partitions}-partition tile")
+        _in_bounds(off, rest, t.free_elems, f"each partition's {t.free_elems} elements "
+                   f"of the {list(t.shape)} tile")
         return View(t, off, p0, (Axis(1, pcount, True), *(Axis(s, n) for s, n in rest)), dt)
+    _in_bounds(int(offset), pairs, t.free_elems,
+               f"the {t.free_elems} elements of the {list(t.shape)} tensor")
     return View(t, int(offset), 0, tuple(Axis(s, n) for s, n in pairs), dt)
+
+
+def _in_bounds(offset: int, pairs: list[tuple[int, int]], size: int, what: str) -> None:
+    """Every element a raw access pattern reaches lies in its tensor (issue 21 defect 2:
+    an HBM pattern past its tensor read the next tensor's bytes)."""
+    lo = offset + sum(min(0, s * (n - 1)) for s, n in pairs)
+    hi = offset + sum(max(0, s * (n - 1)) for s, n in pairs)
+    if lo < 0 or hi >= size:
+        raise fail(f"the access pattern reaches elements {lo}..{hi}, outside {what} "
+                   f"(0..{size - 1}); an access stays inside its own tensor")
 
 
 def _reshape(v: View, shape: tuple[int, ...]) -> View:
@@ -228,6 +252,10 @@ class View(Arithmetic):
             k = keys[d] if d < len(keys) else _ALL
             tk = type(k)
             if tk is slice:
+                if not all(v is None or whole(v) for v in (k.start, k.stop, k.step)) or (  # type: ignore[union-attr]
+                        k.step is not None and k.step < 1):  # type: ignore[union-attr]
+                    raise fail(f"slice {_slice_text(k)} of dimension {d}: a slice is "  # type: ignore[arg-type]
+                               f"start:stop[:step] of whole numbers with a step of at least 1")
                 start, stop, step = k.indices(count)  # type: ignore[union-attr]
                 if (k.stop is not None and k.stop > count) or step < 1:  # type: ignore
                     raise fail(f"slice {k.start}:{k.stop} is out of range for dimension "  # type: ignore
@@ -314,6 +342,11 @@ class View(Arithmetic):
         return out
 
 
+def _slice_text(k: slice) -> str:
+    parts = ["" if v is None else repr(v) for v in (k.start, k.stop, k.step)]
+    return ":".join(parts if k.step is not None else parts[:2])
+
+
 def same_shape(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     """Shapes agree up to dimensions of size 1 (NKI drops them freely)."""
     return tuple(s for s in a if s != 1) == tuple(s for s in b if s != 1)
@@ -326,7 +359,12 @@ def assign(target: View, value: object) -> None:
         value.write_into(target, accumulate=False)
         return
     if isinstance(value, int | float):
-        HOOKS["memset"](target, float(value), None, here())
+        where = here()
+        try:
+            v = fill_value(value, target.dtype)
+        except SystolicError as exc:
+            raise fail(f"assigning a number (a memset): {exc}", where) from None
+        HOOKS["memset"](target, v, None, where)
         return
     src = as_view(value)
     if not target.buffer.on_chip or not src.buffer.on_chip:

@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import FormatError
 
 __all__ = ["BUFFERS", "DTYPES", "Buffer", "DType", "ParDim", "TensorSpec", "TileSize",
-           "to_dtype"]
+           "fill_value", "to_dtype"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +104,28 @@ def to_dtype(x: object) -> DType:
     except (KeyError, TypeError):
         raise FormatError(f"dtype {x!r} has no NKI equivalent; use one of "
                           f"{', '.join(DTYPES)}") from None
+
+
+def fill_value(value: object, dtype: DType) -> float:
+    """A memset value, checked against the tile's format by the project's overflow policy
+    (docs/NUMERICS.md "Out-of-range values", the default ``"error"``): 1000.0 into
+    float8_e4m3 (max 240) or 1e39 into bfloat16 would round to inf, so they are refused,
+    as are non-integers for an integer tile. Raises :class:`FormatError` saying why."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise FormatError(f"the value must be a number, not {type(value).__name__} "
+                          f"{value!r}")
+    from ..dtypes import FORMATS, encode
+
+    f = FORMATS.get(dtype.fmt)
+    if f is not None and f.kind in ("float", "int"):
+        try:
+            encode(np.float64(value), f)
+        except FormatError as exc:  # the reason without encode()'s advice on arrays
+            why = str(exc).split(": scale the input")[0]
+            raise FormatError(f"{value!r} does not fit the {dtype} tile: {why} "
+                              f"(docs/NUMERICS.md, overflow policy); use a value the "
+                              f"format holds") from None
+    return float(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -219,3 +219,82 @@ HANDLERS: dict[type, Callable[[MachineState, Any], None]] = {
     kind: _on_state(fn) for kind, fn in _ON_MEMORY.items()}
 
 
+
+
+# -- the NKI breadth of issue 19: Transpose, BnStats, BnAggr, Iota ---------------------------
+# Their values (NKI docs, nki.isa.nc_transpose / bn_stats / bn_aggr / iota):
+#
+# * ``Transpose`` (Vector, <= 32 x 32) moves bytes: dst[f, p] = src[p, f], bit for bit.
+# * ``BnStats``: per partition, the count, mean and sum of squared deviations (variance x
+#   count) of the even-indexed and of the odd-indexed elements, in that order. The docs say
+#   only "in float32 precision"; the order of the hardware's additions is not published, so
+#   the model evaluates each statistic exactly (float64) and rounds it once to fp32 (unsure),
+#   as it does the activation functions. An empty half (N = 1 has no odd element) is
+#   (0, 0, 0) (unsure: the docs do not say).
+# * ``BnAggr``: the triples (c, m, M2) combine as Chan et al.'s parallel variance: n = sum c,
+#   mean = sum(c m) / n, variance = (sum M2 + sum c (m - mean)^2) / n (the population
+#   variance, np.var's), again exact and rounded once to fp32.
+# * ``Iota``: base + partition_step * p + free_step * j in 32-bit integer math (wrapping),
+#   cast to dst's format.
+
+
+def transpose(mem: Memory, ins: Any) -> None:
+    src = mem.view(ins.src).reshape(ins.src.partitions, ins.src.free_elems)
+    dst = mem.view(ins.dst)
+    dst[...] = np.ascontiguousarray(src.T).reshape(dst.shape)
+
+
+def _moments(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(count, mean, sum of squared deviations) of each row of ``x`` (float64); an empty
+    row gives (0, 0, 0)."""
+    c = np.full(x.shape[0], float(x.shape[1]))
+    if x.shape[1] == 0:
+        z = np.zeros(x.shape[0])
+        return c, z, z
+    m = x.mean(axis=1)
+    return c, m, ((x - m[:, None]) ** 2).sum(axis=1)
+
+
+def bn_stats(mem: Memory, ins: Any) -> None:
+    p = ins.src.partitions
+    x = mem.read(ins.src).astype(np.float64).reshape(p, -1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        cols = [*_moments(x[:, 0::2]), *_moments(x[:, 1::2])]
+        out = np.stack(cols, axis=1).astype(np.float32)
+    mem.write(ins.dst, out.reshape(ins.dst.shape), overflow=_CAST)
+
+
+def bn_aggr(mem: Memory, ins: Any) -> None:
+    p = ins.src.partitions
+    t = mem.read(ins.src).astype(np.float64).reshape(p, -1, 3)
+    c, m, m2 = t[..., 0], t[..., 1], t[..., 2]
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        n = c.sum(axis=1)
+        mean = (c * m).sum(axis=1) / n
+        var = (m2.sum(axis=1) + (c * (m - mean[:, None]) ** 2).sum(axis=1)) / n
+        out = np.stack([mean, var], axis=1).astype(np.float32)
+    mem.write(ins.dst, out.reshape(ins.dst.shape), overflow=_CAST)
+
+
+def iota(mem: Memory, ins: Any) -> None:
+    p, f = ins.dst.partitions, ins.dst.free_elems
+    v = (ins.base + ins.partition_step * np.arange(p, dtype=np.int64)[:, None]
+         + ins.free_step * np.arange(f, dtype=np.int64)[None, :])
+    v32 = v.astype(np.int32)  # 32-bit integer math: wraps as the engine's int32 does
+    from ..dtypes import get_format
+
+    if get_format(ins.dst.dtype).kind == "float":
+        mem.write(ins.dst, v32.astype(np.float64).reshape(ins.dst.shape), overflow=_CAST)
+    else:
+        mem.write(ins.dst, v32.reshape(ins.dst.shape), overflow=_CAST)
+
+
+def _register_breadth() -> None:
+    from ..isa.instructions import BnAggr, BnStats, Iota, Transpose
+
+    for kind, fn in ((Transpose, transpose), (BnStats, bn_stats), (BnAggr, bn_aggr),
+                     (Iota, iota)):
+        HANDLERS[kind] = _on_state(fn)
+
+
+_register_breadth()

@@ -102,6 +102,11 @@ def pareto(rows: Sequence[dict[str, Any]], meta: dict[str, Any], x: str, y: str
         if not any(name in r for r in rows):
             raise SweepError(f"--pareto: no row has {name!r}; columns: "
                              f"{', '.join(sorted({k for r in rows for k in r}))}")
+        texts = [r[name] for r in rows if name in r and math.isnan(_number(r[name]))
+                 and r[name] is not None]
+        if texts and not any(not math.isnan(_number(r.get(name))) for r in rows):
+            raise SweepError(f"--pareto: {name} is not a number (values like "
+                             f"{texts[0]!r}); name two numeric figures or inputs")
     idx = [i for i in np.flatnonzero(feasible(rows, meta)).tolist()
            if not math.isnan(_number(rows[i].get(xn))) and
            not math.isnan(_number(rows[i].get(yn)))]

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 import re
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 import yaml
 
@@ -18,7 +20,7 @@ from ..yaml_source import YamlSource
 from .evaluate import Target
 from .overrides import apply_overrides, check_value, overridable_fields
 
-__all__ = ["Axis", "Src", "parse_axis", "parse_input"]
+__all__ = ["Axis", "RangeValues", "Src", "parse_axis", "parse_input"]
 
 NAME = re.compile(r"^[A-Za-z_]\w*$")
 
@@ -30,19 +32,84 @@ class Src(YamlSource):
         super().__init__(path, SweepError)
 
 
+# A range axis is never materialised: its values are computed from their index when a point
+# needs them (issue 22 H2: a billion-value range with ``sample: {random: 3}`` runs 3 points).
+# Up to this many values each one is checked when the file is read, as a listed axis is;
+# above it the first and last are checked then and the others as points draw them.
+CHECK_ALL_UP_TO = 100_000
+# The most values one range may have: a grid index must stay a numpy int64 for the seeded
+# sample (spec.py MAX_GRID), and no grid of a longer axis could ever finish.
+MAX_RANGE = 10**12
+
+
 @dataclass(frozen=True, slots=True)
 class Axis:
-    """One axis: ``names`` (several when zipped) and its values, one tuple per step."""
+    """One axis: ``names`` (several when zipped) and its values, one tuple per step (a tuple
+    of listed values, or a lazy :class:`RangeValues`)."""
 
     names: tuple[str, ...]
-    values: tuple[tuple[Any, ...], ...]
+    values: Sequence[tuple[Any, ...]]
     line: int
+
+    @property
+    def size(self) -> int:
+        return len(self.values)
+
+
+class RangeValues(Sequence[tuple[Any, ...]]):
+    """The values of ``{from, to, step}`` (``lo + i * step``) or ``{from, to, times}``
+    (``lo * times ** i``), computed from their index and checked as inputs of ``name`` the
+    first time they are read."""
+
+    def __init__(self, lo: int | float, rate: int | float, count: int, geometric: bool,
+                 check: Callable[[Any], Any]) -> None:
+        self.lo, self.rate, self.n, self.geometric = lo, rate, count, geometric
+        self._check = check
+        self._seen: dict[int, tuple[Any, ...]] = {}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def raw(self, i: int) -> int | float:
+        return self.lo * self.rate ** i if self.geometric else self.lo + i * self.rate
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[Any, ...]: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[tuple[Any, ...]]: ...
+
+    def __getitem__(self, i: int | slice) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self.n))]
+        if i < 0:
+            i += self.n
+        if not 0 <= i < self.n:
+            raise IndexError(i)
+        got = self._seen.get(i)
+        if got is None:
+            got = (self._check(self.raw(i)),)
+            if len(self._seen) < 4096:  # the values a grid revisits; a sample's few
+                self._seen[i] = got
+        return got
+
+    def check(self, indices: Iterable[int]) -> None:
+        """Check the values at ``indices`` now (a SweepError names the first bad one)."""
+        for i in indices:
+            self[i]
+
+    def describe(self) -> list[Any]:
+        """What the values are, in a few numbers (the sweep's identity hashes it)."""
+        return ["times" if self.geometric else "step", self.lo, self.rate, self.n]
 
 
 def parse_input(src: Src, node: yaml.Node, name: str, target: Target) -> Any:
     """One input value, checked for its name."""
     value = src.scalar(node)
     kind = target.kind
+    if not isinstance(value, int | float | str | None):  # a YAML date, bytes: no column type
+        raise src.fail(node, f"{name}: write a number, a string, true or false, got "
+                             f"{type(value).__name__} {node.value!r}")
     try:
         if name == "arch":
             if value not in ARCHS:
@@ -80,42 +147,82 @@ def parse_input(src: Src, node: yaml.Node, name: str, target: Target) -> Any:
     return value
 
 
-def _range(src: Src, node: yaml.Node, name: str) -> list[Any]:
+def _range(src: Src, node: yaml.Node, name: str, target: Target) -> RangeValues:
     """``{from: A, to: B, step: S}`` (arithmetic) or ``{from, to, times: F}`` (geometric),
-    both including B when a step lands on it."""
+    both including B when a step lands on it; sized in closed form, never listed."""
     fields = src.mapping(node, f"the range of {name}", ("from", "to", "step", "times"))
     if "from" not in fields or "to" not in fields or ("step" in fields) == ("times" in fields):
         raise src.fail(node, f"a range of {name} needs from, to and one of step or times")
-    num = {k: src.scalar(v) for k, (v, _) in fields.items()}
-    for k, v in num.items():
+    num: dict[str, int | float] = {}
+    for k, (v_node, _) in fields.items():
+        v = src.scalar(v_node)
         if isinstance(v, str):
             try:
-                num[k] = float(v)
+                v = float(v)
             except ValueError:
-                raise src.fail(fields[k][0], f"{k} of {name} must be a number") from None
+                raise src.fail(v_node, f"{k} of {name} must be a number") from None
         elif isinstance(v, bool) or not isinstance(v, int | float):
-            raise src.fail(fields[k][0], f"{k} of {name} must be a number")
+            raise src.fail(v_node, f"{k} of {name} must be a number")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise src.fail(v_node, f"{k} of {name} must be a finite number, got {v}")
+        num[k] = v
     lo, hi = num["from"], num["to"]
-    out: list[Any] = []
-    if "step" in num:
-        if num["step"] <= 0:
-            raise src.fail(fields["step"][0], f"step of {name} must be above 0")
-        count = math.floor((hi - lo) / num["step"] + 1e-9) + 1
-        out = [lo + i * num["step"] for i in range(max(count, 0))]
-    else:
-        if num["times"] <= 1 or lo <= 0:
+    exact = all(isinstance(v, int) for v in num.values())
+    geometric = "times" in num
+    rate = num["times"] if geometric else num["step"]
+    if geometric:
+        if rate <= 1 or lo <= 0:
             raise src.fail(node, f"a geometric range of {name} needs from > 0 and times > 1")
-        v = lo
-        while v <= hi * (1 + 1e-9):
-            out.append(v)
-            v *= num["times"]
-    if not out:
+        # below this ratio neighbouring float values are no longer distinct
+        if not exact and rate - 1 < 16 * sys.float_info.epsilon:
+            raise src.fail(fields["times"][0], f"times {rate!r} of {name} is too close to 1: "
+                                               f"its values would repeat")
+        count = _geometric_count(lo, hi, rate, exact)
+    else:
+        if rate <= 0:
+            raise src.fail(fields["step"][0], f"step of {name} must be above 0")
+        if exact:
+            count = max(int(hi - lo) // int(rate) + 1, 0)
+        else:
+            if rate < 4 * math.ulp(max(abs(lo), abs(hi))):
+                raise src.fail(fields["step"][0], f"step {rate!r} of {name} is below the "
+                                                  f"spacing of floats near {hi!r}: its values "
+                                                  f"would repeat")
+            steps = (hi - lo) / rate
+            count = 0 if steps < 0 else MAX_RANGE + 1 if steps > MAX_RANGE else \
+                math.floor(steps + 1e-9) + 1
+    if count < 1:
         raise src.fail(node, f"the range of {name} is empty (from {lo} to {hi})")
-    if all(isinstance(num[k], int) for k in num):
-        out = [int(v) for v in out]
-    if len(out) > 1_000_000:
-        raise src.fail(node, f"the range of {name} has {len(out):,} values; at most 1,000,000")
-    return out
+    if count > MAX_RANGE:
+        raise src.fail(node, f"the range of {name} has more than {MAX_RANGE:,} values")
+
+    def check(value: int | float) -> Any:
+        return parse_input(src, _literal(node, value), name, target)
+
+    values = RangeValues(lo, rate, count, geometric, check)
+    values.check(range(count) if count <= CHECK_ALL_UP_TO else (0, count - 1))
+    return values
+
+
+def _geometric_count(lo: int | float, hi: int | float, rate: int | float, exact: bool) -> int:
+    """How many of ``lo * rate ** i`` are at most ``hi`` (with the 1e-9 slack of a float
+    product that should land on ``hi``)."""
+    if exact:  # integers: count exactly
+        count, v = 0, lo
+        while v <= hi:
+            count, v = count + 1, v * rate
+            if count > MAX_RANGE:
+                break
+        return count
+    if hi < lo:
+        return 0
+    count = math.floor(math.log(hi / lo) / math.log(rate)) + 1
+    count = min(count, MAX_RANGE + 1)
+    while count > 0 and lo * rate ** (count - 1) > hi * (1 + 1e-9):
+        count -= 1
+    while count <= MAX_RANGE and lo * rate ** count <= hi * (1 + 1e-9):
+        count += 1
+    return count
 
 
 def parse_axis(src: Src, key_node: yaml.Node, node: yaml.Node, target: Target) -> Axis:
@@ -124,8 +231,8 @@ def parse_axis(src: Src, key_node: yaml.Node, node: yaml.Node, target: Target) -
     if isinstance(node, yaml.MappingNode):
         if len(names) > 1:
             raise src.fail(node, "a zipped axis takes a list of lists, not a range")
-        values = [(parse_input(src, _literal(node, v), names[0], target),)
-                  for v in _range(src, node, names[0])]
+        # distinct by construction: rising, and spaced above the float resolution
+        return Axis(names, _range(src, node, names[0], target), line)
     elif isinstance(node, yaml.SequenceNode):
         if not node.value:
             raise src.fail(node, f"axis {', '.join(names)} has no values")

@@ -19,9 +19,16 @@ so that the store keeps one column per figure.
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import ctypes
 import hashlib
+import os
+import signal
+import threading
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
@@ -46,14 +53,91 @@ from .figures import (
 )
 from .overrides import apply_overrides, overridable_fields
 
-__all__ = ["CORE_FIGURES", "KERNEL_FIGURES", "MAXIMIZE", "PE_FIGURES", "KernelTarget",
-           "Target", "WorkloadTarget", "evaluate_chunk", "evaluate_point", "kernel_figures",
-           "matmul_target", "point_arch", "target_figures", "workload_figures"]
+__all__ = [
+    "CORE_FIGURES",
+    "KERNEL_FIGURES",
+    "MAXIMIZE",
+    "PE_FIGURES",
+    "KernelTarget",
+    "PointTimeout",
+    "Target",
+    "WorkloadTarget",
+    "evaluate_chunk",
+    "evaluate_one",
+    "evaluate_point",
+    "kernel_digest",
+    "kernel_figures",
+    "matmul_target",
+    "point_arch",
+    "target_figures",
+    "time_limit",
+    "workload_figures",
+]
 
 
 def _digest(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()[:16]
+
+
+def _local_imports(path: str, root: str) -> set[str]:
+    """The files under ``root`` that the module at ``path`` imports (``import a.b``,
+    ``from a import b``, relative imports), as ``load_kernel`` puts the kernel's folder
+    first on ``sys.path``; modules found elsewhere (installed ones) are not followed."""
+    try:
+        with open(path, "rb") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return set()  # the point fails on it with its own error; its bytes are hashed
+    here = os.path.dirname(path)
+    found: set[str] = set()
+
+    def add(base: str, dotted: str) -> None:
+        parts = [p for p in dotted.split(".") if p]
+        for i in range(1, len(parts) + 1):
+            stem = os.path.join(base, *parts[:i])
+            for cand in (stem + ".py", os.path.join(stem, "__init__.py")):
+                if os.path.isfile(cand) and os.path.realpath(cand).startswith(root + os.sep):
+                    found.add(os.path.realpath(cand))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                add(root, alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here
+                for _ in range(node.level - 1):
+                    base = os.path.dirname(base)
+            else:
+                base = root
+            mod = node.module or ""
+            add(base, mod)
+            for alias in node.names:  # from pkg import submodule
+                add(base, f"{mod}.{alias.name}" if mod else alias.name)
+    return found
+
+
+def kernel_digest(path: str) -> str:
+    """SHA-256 (16 hex digits) of a kernel file and of every module it imports from its own
+    folder, followed recursively (issue 21: an edited helper module must re-run the points
+    as an edited kernel does). Each file is hashed with its path relative to the folder."""
+    root = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    first = os.path.realpath(path)
+    seen: set[str] = set()
+    todo = [first]
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.add(f)
+        todo.extend(_local_imports(f, root) - seen)
+    h = hashlib.sha256()
+    for f in sorted(seen, key=lambda f: (f != first, f)):
+        h.update(os.path.relpath(f, root).encode() + b"\0")
+        with open(f, "rb") as fh:
+            h.update(hashlib.sha256(fh.read()).digest())
+    return h.hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,22 +301,132 @@ def evaluate_point(target: Target, inputs: dict[str, Any]) -> dict[str, Any]:
     return workload_figures(target, inputs)
 
 
-def evaluate_chunk(target: Target, chunk: list[tuple[str, dict[str, Any]]]
-                   ) -> list[dict[str, Any]]:
-    """Run points ``[(key, inputs)]``; each result is ``{key, status, error, elapsed_s,
-    figures}``. A point that raises is a failed result; the others still run."""
-    out = []
-    for key, inputs in chunk:
-        t0 = time.perf_counter()
+class PointTimeout(BaseException):
+    """Raised inside a point that runs past its time limit. A BaseException, so that a
+    kernel's own ``except Exception`` cannot swallow it."""
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise PointTimeout
+
+
+class _Watchdog:
+    """One thread per process that stops points running in other threads (a Dask worker's)
+    past their deadline, by raising PointTimeout in them (``PyThreadState_SetAsyncExc``:
+    delivered between two bytecodes, as a signal handler's exception is)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.deadlines: dict[int, float] = {}
+        self.fired: set[int] = set()
+        self.thread: threading.Thread | None = None
+
+    def arm(self, tid: int, seconds: float) -> None:
+        with self.lock:
+            self.deadlines[tid] = time.monotonic() + seconds
+            self.fired.discard(tid)
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="sweep-point-timeout",
+                                               daemon=True)
+                self.thread.start()
+
+    def disarm(self, tid: int) -> None:
+        with self.lock:
+            self.deadlines.pop(tid, None)
+            if tid in self.fired:  # clear one not yet delivered
+                self.fired.discard(tid)
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(0.05)
+            now = time.monotonic()
+            with self.lock:
+                for tid, due in list(self.deadlines.items()):
+                    if now >= due:
+                        del self.deadlines[tid]
+                        self.fired.add(tid)
+                        ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                            ctypes.c_ulong(tid), ctypes.py_object(PointTimeout))
+
+
+_WATCHDOG = _Watchdog()
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`PointTimeout` in the code inside once it has run ``seconds`` (None:
+    no limit): SIGALRM in the main thread, the watchdog thread elsewhere. Python code is
+    stopped between two bytecodes; a long call into C returns first (the pool's parent
+    kills a worker that does not answer, :mod:`.executors`)."""
+    if not seconds:
+        yield
+        return
+    if threading.current_thread() is threading.main_thread():
+        old = signal.signal(signal.SIGALRM, _on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
         try:
-            figures, status, error = evaluate_point(target, inputs), "ok", None
-        except SystolicError as exc:
-            figures, status, error = {}, "failed", str(exc)
-        except Exception as exc:  # a bug must not stop the sweep: record where it happened
-            where = traceback.extract_tb(exc.__traceback__)[-1]
-            figures, status = {}, "failed"
-            error = (f"{type(exc).__name__}: {exc} (at {where.filename}:{where.lineno}; "
-                     f"please report this)")
-        out.append({"key": key, "status": status, "error": error,
-                    "elapsed_s": time.perf_counter() - t0, "figures": figures})
-    return out
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        return
+    tid = threading.get_ident()
+    _WATCHDOG.arm(tid, seconds)
+    try:
+        yield
+    finally:
+        _WATCHDOG.disarm(tid)
+
+
+def _where(exc: BaseException, target: Target) -> str:
+    """The last line of the kernel file (else of any file) the traceback reached."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    path = os.path.realpath(target.path) if isinstance(target, KernelTarget) else None
+    own = [f for f in frames if path is not None and os.path.realpath(f.filename) == path]
+    picked = own or frames
+    return f"{picked[-1].filename}:{picked[-1].lineno}" if picked else "its start"
+
+
+def timeout_error(seconds: float, where: str) -> str:
+    return (f"the point ran past its time limit of {seconds:g} s (--point-timeout) and was "
+            f"stopped at {where}")
+
+
+def evaluate_chunk(target: Target, chunk: list[tuple[str, dict[str, Any]]],
+                   timeout: float | None = None) -> list[dict[str, Any]]:
+    """Run points ``[(key, inputs)]``, each stopped after ``timeout`` seconds; each result is
+    ``{key, status, error, elapsed_s, figures}``. A point that raises or runs too long is a
+    failed result; the others still run."""
+    return [evaluate_one(target, key, inputs, timeout) for key, inputs in chunk]
+
+
+def evaluate_one(target: Target, key: str, inputs: dict[str, Any],
+                 timeout: float | None = None) -> dict[str, Any]:
+    """One point of :func:`evaluate_chunk`."""
+    t0 = time.perf_counter()
+    try:
+        with time_limit(timeout):
+            figures = evaluate_point(target, inputs)
+        status, error = "ok", None
+    except PointTimeout as exc:
+        figures, status = {}, "failed"
+        error = timeout_error(timeout or 0.0, _where(exc, target))
+    except SystolicError as exc:
+        figures, status, error = {}, "failed", str(exc)
+    except (OverflowError, ZeroDivisionError) as exc:
+        # an Arch override far outside every preset (hbm_bytes_per_s 1e-300) makes a time
+        # too large for the timing model's integer ticks: the inputs', not the code's, fault
+        overrides = {k: v for k, v in inputs.items() if k in overridable_fields()}
+        figures, status = {}, "failed"
+        error = (f"the timing model's numbers overflow at this point ({type(exc).__name__}: "
+                 f"{exc}); Arch overrides {overrides or 'none'} are far from every preset")
+    except Exception as exc:  # a bug must not stop the sweep: record where it happened
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        figures, status = {}, "failed"
+        error = (f"{type(exc).__name__}: {exc} (at {where.filename}:{where.lineno}; "
+                 f"please report this)")
+    if error is not None and "\n" in error:
+        error = " ".join(error.split())
+    return {"key": key, "status": status, "error": error,
+            "elapsed_s": time.perf_counter() - t0, "figures": figures}

@@ -1,14 +1,24 @@
 """Run a sweep into a store: skip what is done, run the rest, write each result as it lands.
 
 Resuming is the normal path, not a special one: a point's key is the hash of its inputs,
-its target and the project version (:func:`~systolic.sweep.store.point_key`), and every
-point whose key is in the store is skipped. A sweep killed at any moment therefore loses
-only the points in flight, and the next run does exactly those.
+its target's fingerprint (the workload's or kernel's file, the modules a kernel imports from
+its folder, the kernel's args) and the project version
+(:func:`~systolic.sweep.store.point_key`), and every point whose key is in the store is
+skipped. A sweep killed at any moment therefore loses only the points in flight, and the
+next run does exactly those. Points are streamed: keys are hashed as the executor asks for
+work, so the first point of a billion-point grid runs at once (issue 22 H3).
+
+The store keeps one sweep (its name and target; another is refused). Its definition's
+digest, :func:`sweep_id`, marks the rows it ran or found done, so that readers show only the
+rows of the latest definition: an edited kernel or new args leave the old rows in the file,
+out of the ranking (``show --all`` shows them).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -17,8 +27,10 @@ from typing import Any
 
 from ..errors import SweepError
 from ..version import __version__
+from .axes import RangeValues
 from .evaluate import KernelTarget
 from .executors import (
+    chunk_size,
     chunked,
     dask_client,
     dask_workers,
@@ -30,9 +42,16 @@ from .executors import (
 from .spec import SweepSpec
 from .store import Store, point_key
 
-__all__ = ["Summary", "execute", "spec_meta"]
+__all__ = ["DEFAULT_POINT_TIMEOUT", "Summary", "execute", "spec_meta", "sweep_id"]
 
-Progress = Callable[[int, int], None]  # (points finished now, of which failed)
+# (points finished now, of which failed, points found already done now)
+Progress = Callable[[int, int, int], None]
+# Seconds one point may run: far above the slowest public point (docs/sweep.md: a kernel
+# point takes 0.5 s at most, a SwiGLU point of the architect's sweep about 3 s), low enough
+# that a kernel stuck in a loop costs minutes, not the night (issue 22 H4).
+DEFAULT_POINT_TIMEOUT = 600.0
+# Rows found done are marked as the current sweep's this many at a time (one transaction).
+_CLAIM_BATCH = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +75,18 @@ class Summary:
                 f"results in {out}")
 
 
+def sweep_id(spec: SweepSpec) -> str:
+    """A digest of everything that decides the sweep's set of point keys: the version, the
+    target's fingerprint, the fixed inputs, every axis's values (a range by its formula),
+    the sample. Equal ids, equal points."""
+    axes = [[list(a.names), a.values.describe() if isinstance(a.values, RangeValues)
+             else [list(v) for v in a.values]] for a in spec.axes]
+    text = json.dumps({"version": __version__, "target": spec.target.fingerprint(),
+                       "fixed": spec.fixed, "axes": axes, "sample": spec.sample,
+                       "seed": spec.seed}, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def spec_meta(spec: SweepSpec) -> dict[str, Any]:
     """What ``sweep show`` needs to know about the sweep, stored beside the rows."""
     t = spec.target
@@ -64,77 +95,109 @@ def spec_meta(spec: SweepSpec) -> dict[str, Any]:
     return {"name": spec.name, "file": spec.path, "target": {"kind": t.kind, "what": what},
             "inputs": spec.input_names, "axes": [list(a.names) for a in spec.axes],
             "objective": {"figure": spec.objective.figure, "maximize": spec.objective.maximize},
-            "constraints": [c.text for c in spec.constraints], "version": __version__}
+            "constraints": [c.text for c in spec.constraints], "version": __version__,
+            "sweep_id": sweep_id(spec), "size": spec.size}
 
 
 def execute(spec: SweepSpec, out: str | os.PathLike[str], *, workers: int | None = None,
             dask: Any = None, retry_failed: bool = False, progress: Progress | None = None,
             announce: Callable[[str], None] | None = None, executor: str | None = None,
-            dask_processes: bool = True, on_start: Callable[[int, int], None] | None = None
-            ) -> Summary:
+            dask_processes: bool = True, on_start: Callable[[int, int], None] | None = None,
+            point_timeout: float | None = DEFAULT_POINT_TIMEOUT) -> Summary:
     """Run every point of ``spec`` not yet in the store ``out``.
 
     ``executor`` is ``serial``, ``pool`` (default) or ``dask`` (default when ``dask`` is an
-    address, ``local[:N]`` or a ``distributed.Client``). ``on_start(to_run, skipped)`` is
-    called once the store has been read, ``progress(n, failed)`` as results are written;
-    ``announce`` gets one-line notices (the Dask dashboard link)."""
+    address, ``local[:N]`` or a ``distributed.Client``). ``on_start(points, stored)`` is
+    called once the store has been read (the sweep's size, the rows already in the store);
+    ``progress(ran, failed, skipped)`` as points are found done or results are written;
+    ``announce`` gets one-line notices (the Dask dashboard link). A point running longer than
+    ``point_timeout`` seconds (None: no limit) is stopped and stored as failed.
+
+    A store holding another sweep (another name or target) is refused."""
     path = os.fspath(out)
     kind = executor or ("dask" if dask is not None else "pool")
     if kind not in ("serial", "pool", "dask"):
         raise SweepError(f"unknown executor {kind!r}; use serial, pool or dask")
+    if point_timeout is not None and not 0 < point_timeout < float("inf"):
+        raise SweepError(f"point timeout {point_timeout!r}: give a number of seconds above 0")
+    if kind == "pool" and workers is not None and workers < 1:
+        raise SweepError(f"--workers {workers}: need at least 1")
     with Store(path) as store:
         meta = store.meta()
         new_meta = spec_meta(spec)
-        if meta and meta.get("target") != new_meta["target"]:
-            old = meta["target"]
-            raise SweepError(f"{path} holds the results of another sweep ({old['kind']} "
-                             f"{old['what']}); use another --out for this one")
+        if meta and ((meta.get("name"), meta.get("target"))
+                     != (new_meta["name"], new_meta["target"])):
+            old = meta.get("target") or {}
+            raise SweepError(f"{path} holds the results of another sweep ({meta.get('name')!r}:"
+                             f" {old.get('kind')} {old.get('what')}); use another --out for "
+                             f"this one")
+        sid = new_meta["sweep_id"]
         store.set_meta(**new_meta)
         fingerprint = spec.target.fingerprint()
-        done = store.done(include_failed=not retry_failed)
-        todo: list[tuple[str, dict[str, Any]]] = []
-        seqs: dict[str, int] = {}
-        inputs_of: dict[str, dict[str, Any]] = {}
-        for seq, inputs in spec.points():
-            key = point_key(__version__, fingerprint, inputs)
-            if key in done or key in seqs:
-                continue
-            seqs[key] = seq
-            inputs_of[key] = inputs
-            todo.append((key, inputs))
-        skipped = spec.size - len(todo)
+        stored = store.stored()
         if on_start is not None:
-            on_start(len(todo), skipped)
+            on_start(spec.size, len(stored))
+        inflight: dict[str, tuple[int, dict[str, Any]]] = {}
+        count = {"skipped": 0, "ran": 0, "failed": 0}
+
+        def todo() -> Iterator[tuple[str, dict[str, Any]]]:
+            claim: list[str] = []
+            skipped = 0
+            for seq, inputs in spec.points():
+                key = point_key(__version__, fingerprint, inputs)
+                got = stored.get(key)
+                if got is not None and (got[0] or not retry_failed):
+                    skipped += 1
+                    if got[1] != sid:
+                        claim.append(key)
+                    if len(claim) >= _CLAIM_BATCH or skipped >= _CLAIM_BATCH:
+                        store.claim(claim, sid)
+                        claim.clear()
+                        count["skipped"] += skipped
+                        if progress is not None:
+                            progress(0, 0, skipped)
+                        skipped = 0
+                    continue
+                inflight[key] = (seq, inputs)
+                yield key, inputs
+            store.claim(claim, sid)
+            count["skipped"] += skipped
+            if progress is not None and skipped:
+                progress(0, 0, skipped)
+
         t0 = time.perf_counter()
-        failed = 0
-        with _results(kind, spec, todo, workers, dask, announce, dask_processes) as (results, n):
+        estimate = max(spec.size - len(stored), 1)
+        with _results(kind, spec, todo(), estimate, workers, dask, announce, dask_processes,
+                      point_timeout) as (results, n):
             for chunk in results:
-                store.write([(seqs[r["key"]], inputs_of[r["key"]], r) for r in chunk])
+                store.write([(*inflight.pop(r["key"]), r) for r in chunk], sid)
                 bad = sum(r["status"] != "ok" for r in chunk)
-                failed += bad
+                count["ran"] += len(chunk)
+                count["failed"] += bad
                 if progress is not None:
-                    progress(len(chunk), bad)
+                    progress(len(chunk), bad, 0)
         where = {"serial": "this process", "pool": f"a local pool of {n}",
                  "dask": f"Dask ({n} workers)"}[kind]
-        return Summary(spec.size, skipped, len(todo), failed, time.perf_counter() - t0, n,
-                       where)
+        return Summary(spec.size, count["skipped"], count["ran"], count["failed"],
+                       time.perf_counter() - t0, n, where)
 
 
 @contextlib.contextmanager
-def _results(kind: str, spec: SweepSpec, todo: list[tuple[str, dict[str, Any]]],
-             workers: int | None, dask: Any, announce: Callable[[str], None] | None,
-             processes: bool) -> Iterator[tuple[Generator[list[dict[str, Any]], None, None], int]]:
-    """The executor's stream of result chunks and its worker count, closed on exit."""
+def _results(kind: str, spec: SweepSpec, todo: Iterator[tuple[str, dict[str, Any]]],
+             estimate: int, workers: int | None, dask: Any,
+             announce: Callable[[str], None] | None, processes: bool, timeout: float | None
+             ) -> Iterator[tuple[Generator[list[dict[str, Any]], None, None], int]]:
+    """The executor's stream of result lists and its worker count, closed on exit."""
     if kind == "serial":
-        serial = run_serial(spec.target, chunked(todo, 1))
-        yield serial, 1
-        serial.close()
+        serial = run_serial(spec.target, chunked(todo, 1), timeout)
+        try:
+            yield serial, 1
+        finally:
+            serial.close()
         return
     if kind == "pool":
         n = workers or default_workers()
-        if n < 1:
-            raise SweepError(f"--workers {n}: need at least 1")
-        gen = run_pool(spec.target, chunked(todo, n), n)
+        gen = run_pool(spec.target, chunked(todo, chunk_size(estimate, n)), n, timeout)
         try:
             yield gen, n
         finally:
@@ -143,7 +206,7 @@ def _results(kind: str, spec: SweepSpec, todo: list[tuple[str, dict[str, Any]]],
     with dask_client(dask if dask is not None else "local", processes=processes,
                      announce=announce) as client:
         n = dask_workers(client)
-        gen = run_dask(spec.target, chunked(todo, n), client)
+        gen = run_dask(spec.target, chunked(todo, chunk_size(estimate, n)), client, timeout)
         try:
             yield gen, n
         finally:

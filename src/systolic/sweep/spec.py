@@ -40,6 +40,7 @@ from .evaluate import (
     Target,
     WorkloadTarget,
     _digest,
+    kernel_digest,
     matmul_target,
     target_figures,
 )
@@ -49,7 +50,11 @@ __all__ = ["RESERVED", "Axis", "Constraint", "Objective", "SweepSpec", "load_swe
 
 TOP_KEYS = ("name", "run", "fixed", "axes", "sample", "objective", "constraints")
 # Columns of the store that no input or figure may take.
-RESERVED = ("key", "seq", "status", "error", "elapsed_s", "feasible")
+RESERVED = ("key", "seq", "status", "error", "elapsed_s", "sweep_id", "feasible")
+# numpy's seeded choice draws int64 indices; far below this no grid could ever finish anyway
+MAX_GRID = 2**63 - 1
+# a random sample is drawn (and sorted) whole before its first point: 80 MB of indices
+MAX_SAMPLE = 10_000_000
 _OPS = {"<=": np.less_equal, "<": np.less, ">=": np.greater_equal, ">": np.greater,
         "==": np.equal, "!=": np.not_equal}
 _CONSTRAINT = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|==|!=|<|>)\s*(\S+)\s*$")
@@ -73,10 +78,12 @@ class Constraint:
     text: str
 
     def holds(self, column: np.ndarray) -> np.ndarray:
-        """Element-wise truth over a column (missing values fail)."""
+        """Element-wise truth over a column (missing values fail, ``!=`` too)."""
         if isinstance(self.value, str):
+            missing = np.array([v is None or (isinstance(v, float) and math.isnan(v))
+                                for v in column], dtype=bool)
             arr = np.array([str(v) for v in column], dtype=object)
-            return np.asarray(_OPS[self.op](arr, self.value), dtype=bool)
+            return np.asarray(_OPS[self.op](arr, self.value), dtype=bool) & ~missing
         vals = np.array([float(v) if isinstance(v, int | float) else math.nan for v in column])
         with np.errstate(invalid="ignore"):
             return np.asarray(_OPS[self.op](vals, self.value), dtype=bool) & ~np.isnan(vals)
@@ -96,7 +103,7 @@ class SweepSpec:
 
     @property
     def grid_size(self) -> int:
-        return math.prod(len(a.values) for a in self.axes)
+        return math.prod(a.size for a in self.axes)
 
     @property
     def size(self) -> int:
@@ -109,7 +116,7 @@ class SweepSpec:
     def points(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """``(seq, inputs)`` in order: the grid with the last axis fastest, or the seeded
         random sample of distinct grid points in grid order."""
-        lens = [len(a.values) for a in self.axes]
+        lens = [a.size for a in self.axes]
         if self.sample is None:
             indices: Any = range(self.grid_size)
         else:  # Floyd's method inside choice: no array of the whole grid
@@ -158,8 +165,9 @@ def _target(src: Src, node: yaml.Node, base: str) -> tuple[Target, dict[str, yam
         raise src.fail(value_node, f"kernel {text!r} must be FILE.py:FUNCTION")
     path = os.path.normpath(os.path.join(base, file))
     # The file may not exist yet: its points then fail one by one, as any point that
-    # cannot run (the digest changes once it appears, so they run again).
-    digest = _digest(path) if os.path.isfile(path) else "missing"
+    # cannot run (the digest changes once it appears, so they run again). The digest covers
+    # the modules it imports from its folder too.
+    digest = kernel_digest(path) if os.path.isfile(path) else "missing"
     if "args" not in fields:
         raise src.fail(node, "a kernel sweep needs args: {NAME: DTYPE[D0, D1, ...]}, the "
                              "kernel's tensor arguments in order")
@@ -288,7 +296,10 @@ def parse_sweep(text: str, path: str = "<sweep>") -> SweepSpec:
         if need - names:
             raise src.fail(run_line, f"the kernel's args use {', '.join(sorted(need - names))}"
                                      f", which no fixed input or axis gives")
-    grid = math.prod(len(a.values) for a in axes)
+    grid = math.prod(a.size for a in axes)
+    if grid > MAX_GRID:
+        raise src.fail(top["axes"][0], f"the axes make a grid of {grid:.3g} points; at most "
+                                       f"{MAX_GRID:.3g} (sample: {{random: N}} draws from it)")
     sample, seed = None, 0
     if "sample" in top:
         node = top["sample"][0]
@@ -304,11 +315,16 @@ def parse_sweep(text: str, path: str = "<sweep>") -> SweepSpec:
             if count > grid:
                 raise src.fail(fields["random"][0], f"random: {count} points, but the grid "
                                                     f"has only {grid}; use sample: grid")
+            if count > MAX_SAMPLE:
+                raise src.fail(fields["random"][0], f"random: {count:,} points; at most "
+                                                    f"{MAX_SAMPLE:,} (drawn before the first)")
             sample = count
             if "seed" in fields:
                 seed = src.scalar(fields["seed"][0])
                 if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
                     raise src.fail(fields["seed"][0], "seed must be a non-negative integer")
+                if seed >= 2**128:  # numpy's SeedSequence takes any size; keep keys short
+                    raise src.fail(fields["seed"][0], "seed must be below 2**128")
     figures = target_figures(target.kind)
     objective = _objective(src, top["objective"][0] if "objective" in top else None, figures)
     constraints = (_constraints(src, top["constraints"][0], {*figures, *names})

@@ -9,18 +9,25 @@ analytics but allows one writing process at a time by locking the whole file, an
 40 MB wheel; our rows are small and few enough (millions at most) for SQLite.
 
 Layout: table ``points`` has ``key`` (primary key: the hash of the point's inputs, the
-target and the project version), ``seq`` (the point's place in the sweep), ``status``
-(``ok`` or ``failed``), ``error``, ``elapsed_s``, then one column per input and one per
-figure, added as they first appear. Table ``meta`` keeps the sweep's description (JSON).
+target's fingerprint and the project version), ``seq`` (the point's place in the sweep),
+``status`` (``ok`` or ``failed``), ``error``, ``elapsed_s``, ``sweep_id`` (the definition of
+the sweep the row last belonged to), then one column per input and one per figure, added as
+they first appear. Table ``meta`` keeps the sweep's description (JSON), ``sweep_id`` among it:
+readers show only the rows of that sweep unless asked for every row (issue 21 defect 3: an
+edited kernel or changed args must not rank stale rows beside fresh ones).
 
 Only one process writes: the sweep's parent takes an exclusive ``flock`` on ``FILE.lock``
 for the whole run (released by the kernel when the process dies, however it dies); a second
-sweep on the same store is refused with a clear error instead of running points twice.
+sweep on the same store is refused with a clear error instead of running points twice. A
+write lock held by another program (an open ``sqlite3`` session) is refused at once when the
+store opens. On close the store leaves WAL mode: no ``-wal``/``-shm`` files stay behind, and
+a reader in a read-only directory (which cannot create ``-shm``) opens it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -31,9 +38,13 @@ from typing import Any
 
 from ..errors import SweepError
 
-__all__ = ["FIXED_COLUMNS", "Store", "point_key", "read_rows"]
+__all__ = ["FIXED_COLUMNS", "Store", "StoreView", "point_key", "read_rows", "read_store"]
 
-FIXED_COLUMNS = ("key", "seq", "status", "error", "elapsed_s")
+FIXED_COLUMNS = ("key", "seq", "status", "error", "elapsed_s", "sweep_id")
+# How long opening waits for another program's write lock (refused after: issue 22), and how
+# long a write in the middle of a run waits for it before the run stops with an error.
+OPEN_WAIT_S = 1.0
+WRITE_WAIT_S = 30.0
 
 
 def point_key(version: str, fingerprint: dict[str, Any], inputs: dict[str, Any]) -> str:
@@ -47,11 +58,32 @@ def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _connect(path: str) -> sqlite3.Connection:
-    con = sqlite3.connect(path, timeout=30.0, isolation_level=None)
-    con.execute("PRAGMA journal_mode=WAL")
-    con.execute("PRAGMA synchronous=NORMAL")
-    return con
+def _locked(exc: sqlite3.Error) -> bool:
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
+def _lock_error(path: str) -> SweepError:
+    return SweepError(f"{path}: another program holds a write lock on this store (an open "
+                      f"sqlite3 session?); close it, or use another --out")
+
+
+def _check_schema(con: sqlite3.Connection, path: str) -> bool:
+    """True if the file holds a results store, False if it is empty; else a SweepError."""
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables:
+        return False
+    ours = {"meta", "points"} & tables
+    if ours != {"meta", "points"}:
+        have = ", ".join(sorted(tables))
+        missing = " and ".join(sorted({"meta", "points"} - tables))
+        raise SweepError(f"{path}: not a results store (it has the tables {have}, no "
+                         f"{missing}); use another --out")
+    meta_cols = [r[1] for r in con.execute("PRAGMA table_info(meta)")]
+    point_cols = {r[1] for r in con.execute("PRAGMA table_info(points)")}
+    if meta_cols != ["key", "value"] or not set(FIXED_COLUMNS[:5]) <= point_cols:
+        raise SweepError(f"{path}: not a results store (its meta or points table has other "
+                         f"columns); use another --out")
+    return True
 
 
 class Store:
@@ -59,7 +91,16 @@ class Store:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.fspath(path)
-        self._lock = open(self.path + ".lock", "a+")  # noqa: SIM115 (held until close)
+        folder = os.path.dirname(self.path) or "."
+        if not os.path.isdir(folder):
+            raise SweepError(f"{self.path}: the directory {folder} does not exist")
+        if os.path.isdir(self.path):
+            raise SweepError(f"{self.path} is a directory; name a file for the results store")
+        try:
+            self._lock = open(self.path + ".lock", "a+")  # noqa: SIM115 (held until close)
+        except OSError as exc:
+            raise SweepError(f"{self.path}: cannot create its lock file beside it "
+                             f"({exc.strerror or exc})") from None
         try:
             fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -67,20 +108,38 @@ class Store:
             raise SweepError(f"{self.path}: another sweep is writing this store now; wait for "
                              f"it to finish or use another --out") from None
         try:
-            self.con = _connect(self.path)
-            self.con.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, "
-                             "value TEXT NOT NULL)")
-            self.con.execute("CREATE TABLE IF NOT EXISTS points (key TEXT PRIMARY KEY, "
-                             "seq INTEGER NOT NULL, status TEXT NOT NULL, error TEXT, "
-                             "elapsed_s REAL)")
+            self.con = sqlite3.connect(self.path, timeout=OPEN_WAIT_S, isolation_level=None)
+            self.con.execute("PRAGMA journal_mode=WAL")
+            self.con.execute("PRAGMA synchronous=NORMAL")
+            with self._transaction():
+                if not _check_schema(self.con, self.path):
+                    self.con.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, "
+                                     "value TEXT NOT NULL)")
+                    self.con.execute("CREATE TABLE points (key TEXT PRIMARY KEY, "
+                                     "seq INTEGER NOT NULL, status TEXT NOT NULL, error TEXT, "
+                                     "elapsed_s REAL, sweep_id TEXT)")
+                self.columns = [r[1] for r in self.con.execute("PRAGMA table_info(points)")]
+                if "sweep_id" not in self.columns:  # a store written before sweep ids
+                    self.con.execute("ALTER TABLE points ADD COLUMN sweep_id TEXT")
+                    self.columns.append("sweep_id")
+            self.con.execute(f"PRAGMA busy_timeout = {int(WRITE_WAIT_S * 1000)}")
+        except SweepError:
+            self.close()
+            raise
         except sqlite3.DatabaseError as exc:
             self.close()
+            if _locked(exc):
+                raise _lock_error(self.path) from None
             raise SweepError(f"{self.path}: not a results store ({exc})") from None
-        self.columns = [r[1] for r in self.con.execute("PRAGMA table_info(points)")]
 
     def close(self) -> None:
         con = getattr(self, "con", None)
         if con is not None:
+            # back to a rollback journal: the WAL is folded in and -wal/-shm removed (left
+            # in WAL mode if a reader has the file open now; the next close folds it)
+            with contextlib.suppress(sqlite3.Error):
+                con.execute("PRAGMA busy_timeout = 0")
+                con.execute("PRAGMA journal_mode=DELETE")
             con.close()
             self.con = None  # type: ignore[assignment]
         self._lock.close()  # releases the flock
@@ -92,7 +151,7 @@ class Store:
         self.close()
 
     def meta(self) -> dict[str, Any]:
-        return {k: json.loads(v) for k, v in self.con.execute("SELECT key, value FROM meta")}
+        return _meta(self.con, self.path)
 
     def set_meta(self, **values: Any) -> None:
         with self._transaction():
@@ -100,14 +159,34 @@ class Store:
                 self.con.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)",
                                  (k, json.dumps(v, sort_keys=True)))
 
+    def stored(self) -> dict[str, tuple[bool, str | None]]:
+        """Every stored key -> (it ran ok, the sweep id of its row)."""
+        q = "SELECT key, status = 'ok', sweep_id FROM points"
+        return {k: (bool(ok), sid) for k, ok, sid in self.con.execute(q)}
+
     def done(self, *, include_failed: bool = True) -> set[str]:
         """Keys of the points already stored (failed ones too, unless told otherwise)."""
-        q = "SELECT key FROM points" + ("" if include_failed else " WHERE status = 'ok'")
-        return {r[0] for r in self.con.execute(q)}
+        return {k for k, (ok, _) in self.stored().items() if ok or include_failed}
+
+    def claim(self, keys: list[str], sweep_id: str) -> None:
+        """Mark stored rows as rows of the sweep ``sweep_id`` (points it skips as done)."""
+        if keys:
+            with self._transaction():
+                self.con.executemany("UPDATE points SET sweep_id = ? WHERE key = ?",
+                                     [(sweep_id, k) for k in keys])
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
-        self.con.execute("BEGIN IMMEDIATE")
+        try:
+            self.con.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if not _locked(exc):
+                raise
+            if not hasattr(self, "columns"):  # still opening: refused at once
+                raise _lock_error(self.path) from None
+            raise SweepError(f"{self.path}: another program held a write lock on this "
+                             f"store for {WRITE_WAIT_S:g} s; the sweep stopped (run it "
+                             f"again to resume)") from None
         try:
             yield
         except BaseException:
@@ -115,14 +194,16 @@ class Store:
             raise
         self.con.execute("COMMIT")
 
-    def write(self, batch: list[tuple[int, dict[str, Any], dict[str, Any]]]) -> None:
+    def write(self, batch: list[tuple[int, dict[str, Any], dict[str, Any]]],
+              sweep_id: str | None = None) -> None:
         """Store finished points ``[(seq, inputs, result)]`` (the results of one chunk, which
-        arrive together) in one transaction: a kill never half-writes them."""
+        arrive together) in one transaction: a kill never half-writes them. A point already
+        stored (a failed one run again) is replaced."""
         with self._transaction():
             for seq, inputs, result in batch:
                 values = {"key": result["key"], "seq": seq, "status": result["status"],
                           "error": result["error"], "elapsed_s": result["elapsed_s"],
-                          **inputs, **result["figures"]}
+                          "sweep_id": sweep_id, **inputs, **result["figures"]}
                 for name in values:
                     if name not in self.columns:
                         self.con.execute(f"ALTER TABLE points ADD COLUMN {_quote(name)}")
@@ -131,6 +212,14 @@ class Store:
                 marks = ", ".join("?" for _ in values)
                 self.con.execute(f"INSERT OR REPLACE INTO points ({cols}) VALUES ({marks})",
                                  [_plain(v) for v in values.values()])
+
+
+def _meta(con: sqlite3.Connection, path: str) -> dict[str, Any]:
+    try:
+        return {k: json.loads(v) for k, v in con.execute("SELECT key, value FROM meta")}
+    except (json.JSONDecodeError, TypeError) as exc:
+        raise SweepError(f"{path}: not a results store (its meta table does not hold JSON: "
+                         f"{exc})") from None
 
 
 def _plain(v: Any) -> Any:
@@ -142,22 +231,69 @@ def _plain(v: Any) -> Any:
     return v
 
 
-def read_rows(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Every row of a store (in ``seq`` order) and its meta; readable during a run."""
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoreView:
+    """What a reader sees: the rows (in ``seq`` order), the meta, and how many rows of
+    earlier versions of the sweep were left out (0 when every row was asked for)."""
+
+    rows: list[dict[str, Any]]
+    meta: dict[str, Any]
+    hidden: int
+
+
+def _open_ro(name: str) -> sqlite3.Connection:
+    """A read-only connection; a store in WAL mode in a directory this process may not write
+    (no ``-shm`` can be made there) is opened immutable when it has no WAL to read."""
+    try:
+        con = sqlite3.connect(f"file:{name}?mode=ro", uri=True, timeout=WRITE_WAIT_S)
+        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return con
+    except sqlite3.OperationalError:
+        if os.access(os.path.dirname(name) or ".", os.W_OK) or os.path.exists(name + "-wal"):
+            raise
+    return sqlite3.connect(f"file:{name}?immutable=1", uri=True)
+
+
+def read_store(path: str | os.PathLike[str], *, every: bool = False) -> StoreView:
+    """The rows of the store's current sweep (every row with ``every``) and its meta;
+    readable during a run."""
     name = os.fspath(path)
     if not os.path.isfile(name):
         raise SweepError(f"{name}: no such results store; run systolic sweep FILE.yaml "
                          f"--out {name} first")
     try:
-        con = sqlite3.connect(f"file:{name}?mode=ro", uri=True, timeout=30.0)
+        con = _open_ro(name)
         try:
-            meta = {k: json.loads(v) for k, v in con.execute("SELECT key, value FROM meta")}
-            cur = con.execute("SELECT * FROM points ORDER BY seq")
-            cols = [d[0] for d in cur.description]
-            rows = [dict(zip(cols, r, strict=True)) for r in cur]
+            tables = {r[0] for r in
+                      con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not {"meta", "points"} <= tables:
+                missing = " and ".join(sorted({"meta", "points"} - tables))
+                raise SweepError(f"{name}: not a results store (it has no {missing} table)")
+            meta = _meta(con, name)
+            cols = {r[1] for r in con.execute("PRAGMA table_info(points)")}
+            sid = meta.get("sweep_id")
+            where: str = ""
+            params: tuple[str, ...] = ()
+            if not every and sid is not None and "sweep_id" in cols:
+                where, params = " WHERE sweep_id = ?", (str(sid),)
+            cur = con.execute(f"SELECT * FROM points{where} ORDER BY seq", params)
+            names = [d[0] for d in cur.description]
+            rows = [dict(zip(names, r, strict=True)) for r in cur]
+            total = int(con.execute("SELECT count(*) FROM points").fetchone()[0])
         finally:
             con.close()
     except sqlite3.DatabaseError as exc:
+        if _locked(exc):
+            raise _lock_error(name) from None
         raise SweepError(f"{name}: not a results store ({exc})") from None
     # A column added for one point is NULL in the rows before it: drop those keys.
-    return [{k: v for k, v in r.items() if v is not None or k == "error"} for r in rows], meta
+    clean = [{k: v for k, v in r.items() if v is not None or k == "error"} for r in rows]
+    return StoreView(clean, meta, total - len(rows))
+
+
+def read_rows(path: str | os.PathLike[str], *, every: bool = False
+              ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The rows of the store's current sweep (in ``seq`` order; every row with ``every``)
+    and its meta; readable during a run."""
+    view = read_store(path, every=every)
+    return view.rows, view.meta

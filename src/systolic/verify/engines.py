@@ -94,6 +94,9 @@ def check_engine(c: Checker, i: int, ins: Instruction) -> None:
     if isinstance(ins, QuantizeMx):
         _quantize_mx(c, i, ins)
         return
+    if type(ins).__name__ in _BREADTH:
+        _breadth(c, i, ins)
+        return
     eng = ins.engine  # type: ignore[union-attr]
     if eng not in _ELEMENTWISE_ENGINES:
         c._fail(i, f"{type(ins).__name__} runs on Vector, Scalar or GpSimd, not {eng.value}")
@@ -205,3 +208,51 @@ def _quantize_mx(c: Checker, i: int, ins: QuantizeMx) -> None:
     if ins.scale.partitions != scale_span(p) or ins.scale.free_elems != f // 4:
         c._fail(i, f"QuantizeMx scale must span {scale_span(p)} partitions x {f // 4}, not "
                    f"{ins.scale.partitions} x {ins.scale.free_elems}")
+
+
+# -- the NKI breadth of issue 19 (NKI docs, nki.isa.nc_transpose / bn_stats / bn_aggr / iota)
+_BREADTH = ("Transpose", "BnStats", "BnAggr", "Iota")
+# nki.isa.nc_transpose: "Vector Engine can handle shape (32, 32) or smaller"
+_VECTOR_TRANSPOSE_MAX = 32
+# nki.isa.bn_stats: the free size "must not exceed 512 (nl.tile_size.bn_stats_fmax)"
+_BN_STATS_FMAX = 512
+
+
+def _breadth(c: Checker, i: int, ins: Any) -> None:
+    """Transpose (Vector, <= 32 x 32, SBUF/PSUM, dtype kept, dst [F, P]); BnStats (Vector,
+    src [P, N <= 512], dst [P, 6]); BnAggr (Vector, src [P, 3k], dst [P, 2]); Iota (GpSimd,
+    dst in SBUF)."""
+    name = type(ins).__name__
+    want = Engine.GPSIMD if name == "Iota" else Engine.VECTOR
+    if ins.engine is not want:
+        c._fail(i, f"{name} runs on the {want.value} engine (NKI docs), not "
+                   f"{getattr(ins.engine, 'value', ins.engine)}")
+    dst: AccessPattern = ins.dst
+    if name == "Iota":
+        _bounds(c, i, dst, "Iota dst", (Space.SBUF,))
+        return
+    src: AccessPattern = ins.src
+    _bounds(c, i, src, f"{name} src", _ON_CHIP)
+    _bounds(c, i, dst, f"{name} dst", _ON_CHIP)
+    p, f = src.partitions, src.free_elems
+    if name == "Transpose":
+        if p > _VECTOR_TRANSPOSE_MAX or f > _VECTOR_TRANSPOSE_MAX:
+            c._fail(i, f"Transpose on the Vector engine takes at most 32 x 32, not [{p}, {f}]")
+        if (dst.partitions, dst.free_elems) != (f, p):
+            c._fail(i, f"Transpose of [{p}, {f}] writes [{f}, {p}], not "
+                       f"[{dst.partitions}, {dst.free_elems}]")
+        if src.dtype != dst.dtype:
+            c._fail(i, f"Transpose keeps the dtype: {src.dtype} -> {dst.dtype}")
+    else:
+        if name == "BnStats" and f > _BN_STATS_FMAX:
+            c._fail(i, f"BnStats takes at most {_BN_STATS_FMAX} elements per partition "
+                       f"(nl.tile_size.bn_stats_fmax), not {f}")
+        if name == "BnAggr" and f % 3:
+            c._fail(i, f"BnAggr reads (count, mean, variance x count) triples: {f} elements "
+                       f"per partition is not a multiple of 3")
+        width = 6 if name == "BnStats" else 2
+        if dst.partitions != p or dst.free_elems != width:
+            c._fail(i, f"{name} writes [{p}, {width}], not [{dst.partitions}, "
+                       f"{dst.free_elems}]")
+    _touch_psum(c, i, src, write=False)
+    _touch_psum(c, i, dst, write=True)

@@ -110,8 +110,8 @@ def _draw(ax: Axes, rows: list[PlotRow], span: tuple[float, float], us: float,
                            facecolors=row.colour)
             continue
         rgb = np.array(mcolors.to_rgb(row.colour))
-        # white -> colour by strength, per pixel column (clipped: float sums can stray 1e-14)
-        shades = np.clip(1 - b[:, None] * (1 - rgb), 0.0, 1.0)
+        # white -> colour by strength, per pixel column (b in [0, 1]: busy_per_bin)
+        shades = 1 - b[:, None] * (1 - rgb)
         # one image row: no seams between columns, whatever the axes' pixel width
         ax.imshow(shades[None, :, :], extent=(a[0], a[-1], y - 0.35, y + 0.35),
                   aspect="auto", interpolation="nearest", zorder=2)

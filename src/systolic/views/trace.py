@@ -28,10 +28,13 @@ a regular file or a new path; a symlink is written through).
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from ..errors import SystolicError
 from ..isa import LdWeightMx, LoadStationary, MatMul, MatmultMx, Program, ReadOut
@@ -164,13 +167,19 @@ def core_events(core: CoreTiming, program: Program) -> list[dict[str, Any]]:
 
 
 def write_trace(timing: Schedule | Report | CoreTiming, program: Program,
-                path: str | os.PathLike[str]) -> Path:
-    """Write the Chrome trace-event JSON of ``program``'s timing to ``path`` atomically.
+                path: str | os.PathLike[str], *, metadata: Mapping[str, Any] | None = None,
+                lines: Sequence[tuple[str, int]] | None = None) -> Path:
+    """Write the Chrome trace-event JSON of ``program``'s timing to ``path`` atomically,
+    gzip-compressed when the name ends ``.gz`` (Perfetto opens both); returns the path
+    written.
 
     ``timing`` is a :class:`~systolic.views.report.Report` (both processes: the whole core first,
     then the Tensor Engine alone), a :class:`~systolic.timing.core.CoreTiming` (a kernel's:
     the whole core only) or a :class:`~systolic.timing.tensor_engine.Schedule` (the Tensor Engine
-    alone). Returns the path written."""
+    alone). ``otherData`` holds :mod:`systolic.schema`'s ``schema`` / ``pe`` / ``core``
+    (docs/json.md), then ``metadata``; ``lines`` (a kernel's source line per instruction)
+    adds a ``line`` arg to each whole-core slice."""
+    from ..schema import views
     from ..timing.core import CoreTiming
 
     events: list[dict[str, Any]] = []
@@ -187,10 +196,28 @@ def write_trace(timing: Schedule | Report | CoreTiming, program: Program,
         events += trace_events(sch, program)
         other.update({"arch": sch.arch.name, "clock_hz": sch.arch.clock_hz,
                       "cycles": sch.cycles, "readout_tail_cycles": sch.readout_tail})
+    if lines:
+        for e in events:
+            if e.get("ph") == "X" and e["pid"] == CORE_PID:
+                file, line = lines[e["args"]["index"]]
+                e["args"]["line"] = f"{os.path.basename(file)}:{line}"
+    report = timing if not isinstance(timing, Schedule | CoreTiming) else None
+    other.update(views(report, core) if core is not None else {})
+    other.update(metadata or {})
     doc = {"traceEvents": events, "displayTimeUnit": "ns",
            "otherData": {**other, "time_unit": "us"}}
     from ..artifacts import open_artifact  # one policy for every output file
 
-    with open_artifact(path, "trace") as f:
-        json.dump(doc, f, separators=(",", ":"))
+    with open_artifact(path, "trace", binary=True) as raw:
+        # streamed, not built as one string: a trace of an 8192^3 product is ~400 MB; no
+        # name and mtime 0 in a gzip header, so the same trace gives the same bytes
+        gz = (gzip.GzipFile(filename="", fileobj=raw, mode="wb", mtime=0, compresslevel=6)
+              if os.fspath(path).endswith(".gz") else None)
+        text = io.TextIOWrapper(cast(IO[bytes], gz) if gz is not None else raw,
+                                encoding="utf-8")
+        json.dump(doc, text, separators=(",", ":"))
+        text.flush()
+        text.detach()  # leave closing ``raw`` to open_artifact (it syncs and renames)
+        if gz is not None:
+            gz.close()  # the gzip trailer, before raw is synced; raw itself stays open
     return Path(path)

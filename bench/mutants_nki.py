@@ -1,0 +1,123 @@
+"""Mutants for the NKI front end's correctness and bad-input fixes (issues 21 and 22), in
+bench/mutants.py's CATALOGUE form. Run: python3 bench/mutants.py -m NAME from the
+repository root (each mutant applied to a copy of src, its tests run, the copy restored)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mutants import Mutant  # noqa: E402
+
+M = Mutant
+ERR = ("tests/test_nki_errors.py",)
+FUZZ = ("tests/test_nki_fuzz.py",)
+MUTANTS: tuple[Mutant, ...] = (
+    # -- issue 21 survivors --------------------------------------------------------------
+    M("nki_sbuf_round_down", "nki/alloc.py",
+      "got = self.sbuf.take(t.id, -(-nbytes // SBUF_ALIGN))",
+      "got = self.sbuf.take(t.id, max(1, nbytes // SBUF_ALIGN))",
+      ERR, "SBUF sizes rounded down to 64-byte granules: a [128, 50] bf16 tile overlaps its "
+      "neighbour"),
+    M("nki_any_memset_zeroes_psum", "nki/build.py",
+      'if op.kind == "memset" and op.attrs["value"] == 0.0:',
+      'if op.kind == "memset":',
+      ERR, "any memset counted as zeroing PSUM: memset(1.0) + accumulate gives a.T @ b"),
+    M("nki_rect_one_short", "nki/build.py",
+      "    return (p0, p0 + np_, lo, hi + 1)",
+      "    return (p0, p0 + np_, lo, hi)",
+      ERR, "a view's footprint one element short: a valid N = 1 mat-vec is refused"),
+    M("nki_verify_line_off_by_one", "nki/build.py",
+      "path, line = lines[exc.index]",
+      "path, line = lines[max(exc.index - 1, 0)]",
+      ERR, "a verifier error names the kernel line of the instruction before"),
+    M("nki_memset_fp16", "sim/functional_engines.py",
+      "np.full(ins.dst.shape, ins.value, dtype=np.float32)",
+      "np.full(ins.dst.shape, ins.value, dtype=np.float16)",
+      ERR, "memset values passed through fp16: 0.1 -> 0.099975586, 1e5 -> inf in fp32"),
+    # -- issue 21 defects ----------------------------------------------------------------
+    M("nki_hbm_ap_unchecked", "nki/tensor.py",
+      "    _in_bounds(int(offset), pairs, t.free_elems,\n",
+      "    0 and _in_bounds(int(offset), pairs, t.free_elems,\n",
+      ERR, "an HBM access pattern past its tensor reads the next tensor's bytes (defect 2)"),
+    M("nki_chip_ap_unchecked", "nki/tensor.py",
+      "        _in_bounds(off, rest, t.free_elems,",
+      "        0 and _in_bounds(off, rest, t.free_elems,",
+      ERR, "an on-chip access pattern past its tile reads its neighbour (defect 2)"),
+    M("nki_ap_bound_off_by_one", "nki/tensor.py",
+      "    if lo < 0 or hi >= size:",
+      "    if lo < 0 or hi > size:",
+      ERR, "an access pattern one element past its tensor accepted"),
+    M("nki_memset_acc_old_wording", "nki/build.py",
+      '"model\'s PSUM cannot extend" if before[-1] is None else',
+      '"model\'s PSUM cannot extend" if before else',
+      ERR, "after memset(1.0) then accumulate=True the error says the accumulation "
+      "'already finished (it was read)' (defect 5)"),
+    # -- issue 22 ------------------------------------------------------------------------
+    M("nki_memset_overflow_unchecked", "nki/types.py",
+      '    if f is not None and f.kind in ("float", "int"):',
+      '    if f is not None and f.kind in ("int",):',
+      ERR, "memset(1000.0) into fp8_e4m3 or 1e39 into bf16 writes inf (W3)"),
+    M("nki_op_budget_off", "nki/record.py",
+      "        if len(self.ops) >= self.max_ops:",
+      "        if False:",
+      ERR, "no op budget: tiled_matmul at bf16[65536, 65536] records for hours (H4)"),
+    M("nki_tensor_budget_off", "nki/record.py",
+      "        if len(self.tensors) >= self.max_ops:",
+      "        if False:",
+      ERR, "no tensor budget: a loop making tiles grows without bound (H4)"),
+    M("nki_time_guard_off", "nki/run.py",
+      "        with time_guard(time_limit_s):",
+      "        with time_guard(None):",
+      ERR, "no time limit: while True: pass in a kernel hangs (H4)"),
+    M("nki_kernel_line_from_library", "nki/run.py",
+      "        if not outside(f.filename):",
+      "        if not f.filename.startswith(_record._PKG_DIR):",
+      ERR, "an error is named at enum.py's or systolic/isa's line, not the kernel's"),
+    M("nki_matmul_need_dropped", "nki/isa.py",
+      '        _need(vals, names, "nc_matmul", where)\n        pos = ',
+      '        pos = ',
+      ERR, "nc_matmul without moving: KeyError 'moving'"),
+    M("nki_memset_need_dropped", "nki/isa.py",
+      '    _need(vals, ("dst", "value"), "memset", where)\n',
+      '',
+      ERR, "memset without value: KeyError 'value'"),
+    M("nki_tt_need_dropped", "nki/isa.py",
+      '        _need(vals, names, "tensor_tensor", where)\n        _tt_op(vals["op"], where)\n'
+      '        record_tensor_tensor(',
+      '        record_tensor_tensor(',
+      ERR, "tensor_tensor without op: KeyError 'op'"),
+    M("nki_perf_mode_unchecked", "nki/isa.py",
+      "        perf = _perf_mode(kw.pop(\"perf_mode\", None), where)\n        acc = ",
+      "        perf = kw.pop(\"perf_mode\", None)\n        acc = ",
+      ERR, "perf_mode=128: ValueError from enum.py"),
+    M("nki_tile_position_unchecked", "nki/isa.py",
+      '        pos = _pair(kw.pop("tile_position", ()), "tile_position", where)',
+      '        pos = kw.pop("tile_position", ())',
+      ERR, "tile_position=True: TypeError bool has no len()"),
+    M("nki_slice_step_zero", "nki/tensor.py",
+      "                        k.step is not None and k.step < 1):",
+      "                        k.step is not None and k.step < 0):",
+      ERR, "a[0:128:0]: ValueError slice step cannot be zero"),
+    M("nki_mgrid_unchecked", "nki/index.py",
+      "            if not isinstance(s, slice) or not whole(s.stop) or not all(",
+      "            if not isinstance(s, slice) or not all(",
+      ERR, "nl.mgrid[0:128, 0:]: TypeError NoneType - int"),
+    M("nki_mgrid_step_zero", "nki/index.py",
+      "            if (s.step is not None and s.step < 1) or len(range(s.start or 0, s.stop)) < 1:",
+      "            if len(range(s.start or 0, s.stop, s.step or 1)) < 1:",
+      ERR, "nl.mgrid[0:128:0, ...]: ValueError range() arg 3 must not be zero (found by the "
+      "fuzzer)"),
+    M("nki_unwritten_read_unchecked", "nki/build.py",
+      "                if not any(_overlap(w, r) for w in written.get(t.id, ())):",
+      "                if False:",
+      ERR + FUZZ, "a store of a tile nothing wrote (an older-API result never assigned) "
+      "exits 0 with NaN output (W2, found by the fuzzer)"),
+    M("nki_execute_fill_ignored", "nki/run.py",
+      "        buf.fill(fill)  # 0xFF",
+      "        buf.fill(0xFF)  # 0xFF",
+      FUZZ, "execute ignores fill: the fuzzer's two-fill oracle cannot see a read of "
+      "unwritten memory"),
+)

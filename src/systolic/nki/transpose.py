@@ -1,0 +1,209 @@
+"""Transposes: ``nisa.nc_transpose`` (both API generations) and ``nl.transpose``.
+
+A PF-transpose swaps the partition axis and the (flattened) free axis of a tile
+(NKI docs, nki.isa.nc_transpose):
+
+* on the **Tensor Engine** (up to 128 x 128) it is "a matrix multiplication between data as
+  the stationary tensor and an identity matrix as the moving tensor", so it is recorded as
+  the nc_matmul it is (LoadStationary + MatMul into PSUM, timed by the PE rules; the nc_matmul
+  cost ``max(min(64, F), P)`` with N_moving = P is the transpose formula ``max(P, min(64,
+  F))``). The matmul writes fp32; a result asked in another dtype (the docs: dst "must have
+  the same data type as that of data") lands in an fp32 staging bank and a Vector copy
+  rounds it into place, one copy the hardware does not make (the model's PSUM holds fp32
+  matmul results only). An fp32 tile goes through the model's fp32 matmul (two bf16
+  passes, about 16 significant bits), not the bit-accurate transpose NeuronCore-v3 makes;
+* on the **Vector engine** (up to 32 x 32, SBUF or PSUM on either side) it is one
+  :class:`~systolic.isa.instructions.Transpose`, ``max(MIN_II, N)`` cycles.
+
+With no engine named the compiler chooses "based on the input shape"; the model takes the
+Vector engine for tiles of at most 32 x 32 and the Tensor Engine otherwise (unsure: the
+compiler's rule is not published). The identity the Tensor Engine multiplies by is made
+once per kernel and dtype, 128 x 128 in SBUF, by three engine instructions: an iota of
+``f - p`` (GpSimd), its square (Scalar) and ``max(1 - x, 0)`` (Vector). How the Neuron
+compiler makes its identity is not published (unsure); these cost about 0.5 us once.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from ..dtypes import get_format
+from ..isa import ActivationFunc, AluOp, Engine
+from .lazy import NlOp
+from .ops import PENDING, _add, record_activation, record_copy, record_matmul, record_tensor_scalar
+from .record import Recorder, current, fail
+from .tensor import Pending, Tensor, View, as_view
+from .types import BUFFERS, to_dtype
+
+__all__ = ["VECTOR_MAX", "identity", "record_transpose", "transpose_pending"]
+
+# nki.isa.nc_transpose: "Vector Engine can handle shape (32, 32) or smaller"; the Tensor
+# Engine "(128, 128) or smaller"
+VECTOR_MAX = 32
+_PE_MAX = 128
+
+_IDENTITY: weakref.WeakKeyDictionary[Recorder, dict[str, Tensor]] = weakref.WeakKeyDictionary()
+_SQUARE = NlOp("square", None, ActivationFunc.SQUARE)
+_SUBTRACT = NlOp("subtract", AluOp.SUBTRACT, None)
+_MAXIMUM = NlOp("maximum", AluOp.MAXIMUM, None)
+
+
+def _constant(shape: tuple[int, int], dtype: str, where: tuple[str, int]) -> Tensor:
+    t = Tensor(shape, to_dtype(dtype), BUFFERS["sbuf"], where, "identity")
+    current().add_tensor(t)
+    t.loop = None  # a kernel-wide constant: not a per-iteration tile of the loop it is in
+    return t
+
+
+def identity(fmt: str, where: tuple[str, int]) -> Tensor:
+    """The 128 x 128 identity in ``fmt`` in SBUF, made at its first use in the kernel."""
+    rec = current()
+    made = _IDENTITY.setdefault(rec, {})
+    if fmt in made:
+        return made[fmt]
+    n = _PE_MAX
+    idx = _constant((n, n), "float32", where)
+    _add("iota", idx.full, (), where, engine=Engine.GPSIMD, base=0, partition_step=-1,
+         free_step=1)  # f - p
+    sq = _constant((n, n), "float32", where)
+    record_activation(sq.full, idx.full, _SQUARE, 1.0, where)
+    eye = _constant((n, n), fmt, where)
+    # 1 - (f - p)^2 is 1 on the diagonal and <= 0 elsewhere (integers): clamp at 0
+    record_tensor_scalar(eye.full, sq.full, _SUBTRACT, 1.0, True, _MAXIMUM, 0.0, False, None,
+                         where)
+    made[fmt] = eye
+    return eye
+
+
+def _flat(v: View, what: str, where: tuple[str, int]) -> View:
+    """``v`` as [P, F]: its free axes collapsed (NKI: "implicitly collapses all free axes
+    into one axis"), partition axis first."""
+    if not v.axes or not v.axes[0].part:
+        raise fail(f"{what}: the data tile needs its partition dimension first, not shape "
+                   f"{list(v.shape)}", where)
+    if len(v.axes) == 2:
+        return v
+    p = v.partitions
+    free = v.size // p
+    try:
+        return v.reshape((p, free))
+    except Exception as exc:  # KernelError of a strided view, raised at the model's frame
+        raise fail(f"{what} of a strided {list(v.shape)} view is not modelled; copy it to "
+                   f"a contiguous tile first", where) from exc
+
+
+def _engine(eng: object, p: int, f: int, where: tuple[str, int]) -> Engine:
+    if eng is None:
+        return Engine.VECTOR if p <= VECTOR_MAX and f <= VECTOR_MAX else Engine.TENSOR
+    if eng in (Engine.VECTOR, Engine.TENSOR):
+        return eng  # type: ignore[return-value]
+    raise fail(f"nc_transpose runs on nisa.tensor_engine or nisa.vector_engine, not {eng!r}",
+               where)
+
+
+def _pe_tile(p0: int, extent: int, sizes: tuple[int, ...]) -> int | None:
+    """The smallest PE tile size holding ``extent`` rows from ``p0`` at a multiple of it."""
+    for s in sorted(sizes):
+        if s >= extent and p0 % s == 0 and p0 + s <= _PE_MAX:
+            return s
+    return None
+
+
+def record_transpose(dst: View, data: View, eng: object, where: tuple[str, int], *,
+                     cast: bool = False) -> None:
+    """dst[F, P] = data[P, F]; ``cast`` allows dst a dtype of its own (the older API's
+    ``dtype=``: "an additional nki.isa.cast instruction will be inserted")."""
+    src = _flat(data, "nc_transpose", where)
+    p, f = src.partitions, src.size // src.partitions
+    e = _engine(eng, p, f, where)
+    if dst.size != p * f or dst.partitions != f:
+        raise fail(f"nc_transpose of a [{p}, {f}] tile writes [{f}, {p}]; dst is "
+                   f"{list(dst.shape)}", where)
+    if dst.dtype != src.dtype and not cast:
+        raise fail(f"nc_transpose keeps the dtype (NKI docs: dst has the data's dtype); data "
+                   f"is {src.dtype}, dst {dst.dtype}", where)
+    for v, role in ((src, "data"), (dst, "dst")):
+        if not v.buffer.on_chip:
+            raise fail(f"nc_transpose {role} is in {v.buffer.name}; it must be an SBUF or "
+                       f"PSUM tile", where)
+    out = _flat(dst, "nc_transpose dst", where)
+    if e is Engine.VECTOR:
+        if p > VECTOR_MAX or f > VECTOR_MAX:
+            raise fail(f"nc_transpose on the Vector engine takes at most 32 x 32; the tile is "
+                       f"[{p}, {f}]: use nisa.tensor_engine", where)
+        if out.dtype != src.dtype:
+            tmp = Tensor((f, p), src.dtype, BUFFERS["sbuf"], where, "transpose")
+            current().add_tensor(tmp)
+            _add("vtranspose", tmp.full, (src,), where, engine=Engine.VECTOR)
+            record_copy(out, tmp.full, None, where)
+            return
+        _add("vtranspose", out, (src,), where, engine=Engine.VECTOR)
+        return
+    if not cast and out.buffer.name != "psum":
+        raise fail(f"nc_transpose on the Tensor Engine writes PSUM (NKI docs); dst is in "
+                   f"{out.buffer.name}: give a PSUM dst, or the Vector engine for <= 32 x 32",
+                   where)
+    _pe_transpose(out, src, p, f, where)
+
+
+def _pe_transpose(out: View, src: View, p: int, f: int, where: tuple[str, int]) -> None:
+    arch = current().arch
+    fmt = src.dtype.fmt
+    floats = [x for x in arch.formats if get_format(x).kind == "float" and x != "fp32r"]
+    if src.buffer.name != "sbuf":
+        raise fail(f"nc_transpose on the Tensor Engine reads SBUF; data is in "
+                   f"{src.buffer.name}", where)
+    if fmt not in floats:
+        raise fail(f"nc_transpose of {src.dtype} on the Tensor Engine is not modelled (the PE "
+                   f"multiplies {', '.join(floats)}); use the Vector engine for <= 32 x 32",
+                   where)
+    if p > _PE_MAX or f > _PE_MAX:
+        raise fail(f"nc_transpose on the Tensor Engine takes at most 128 x 128; the tile is "
+                   f"[{p}, {f}]", where)
+    row = _pe_tile(src.p0, p, arch.tile_sizes)
+    eye = identity(fmt, where).full[src.p0:src.p0 + p, src.p0:src.p0 + p]
+    direct = out.buffer.name == "psum" and out.dtype.fmt == "fp32"
+    if direct:
+        target = out
+    else:
+        tmp = Tensor((f, p), to_dtype("float32"), BUFFERS["psum"], where, "transpose_fp32")
+        current().add_tensor(tmp)
+        target = tmp.full
+    col = _pe_tile(target.p0, f, arch.tile_sizes)
+    if row is None or col is None:
+        raise fail(f"nc_transpose data at partition {src.p0} (or dst at {target.p0}) is not "
+                   f"at a PE tile position (a multiple of its tile size)", where)
+    tiled = row != _PE_MAX or col != _PE_MAX
+    pos = (src.p0, target.p0) if tiled else ()
+    size = (row, col) if tiled else ()
+    record_matmul(target, src, eye, False, pos, size, None, where)
+    if not direct:
+        record_copy(out, target, None, where)
+
+
+# -- lazy results: nisa.nc_transpose(data) of the older API, nl.transpose(x) ----------------
+def transpose_pending(data: Any, eng: object, dtype: Any, buffer: str | None,
+                      where: tuple[str, int]) -> Pending:
+    """A lazy transpose; ``buffer`` "sbuf" makes a used result land in SBUF (nl.transpose),
+    None in the engine's own output (PSUM for the Tensor Engine, SBUF for Vector)."""
+    return Pending("transpose", where, src=data, engine=eng, dtype=dtype, buffer=buffer)
+
+
+def _result(pend: Pending) -> Tensor:
+    a = pend.args
+    src = as_view(a["src"])
+    p = src.partitions
+    f = src.size // max(1, p)
+    dtype = to_dtype(a["dtype"]) if a.get("dtype") is not None else src.dtype
+    eng = _engine(a.get("engine"), p, f, pend.where)
+    buf = a.get("buffer") or ("psum" if eng is Engine.TENSOR else "sbuf")
+    return Tensor((f, p), dtype, BUFFERS[buf], pend.where)
+
+
+def _write(pend: Pending, dst: View, accumulate: bool | None) -> None:
+    a = pend.args
+    record_transpose(dst, as_view(a["src"]), a.get("engine"), pend.where, cast=True)
+
+
+PENDING["transpose"] = (_result, _write)

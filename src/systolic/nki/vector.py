@@ -1,0 +1,144 @@
+"""Statistics and constants: ``nisa.bn_stats``, ``nisa.bn_aggr`` (Vector engine) and
+``nisa.iota`` (GpSimd), both API generations.
+
+* ``bn_stats(data)``: data [P, N], N <= 512 (``nl.tile_size.bn_stats_fmax``), gives [P, 6]:
+  (count, mean, variance x count) of the even- and of the odd-indexed elements;
+* ``bn_aggr(stats)``: [P, 3k] of such triples gives [P, 2]: mean, variance;
+* ``iota(expr, dtype)``: the values of an ``nl.arange`` expression (``c + k * i``, one axis)
+  in a new SBUF tile, [n, 1] for a partition-axis expression, [1, n] for a free one.
+
+Values: systolic.sim.functional_engines; costs: timing/costs.py (NKI docs' formulas).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..dtypes import FORMATS
+from ..isa import Engine
+from .index import Expr
+from .ops import PENDING, _add
+from .record import fail
+from .tensor import Pending, Tensor, View, as_view
+from .types import BUFFERS, to_dtype
+
+__all__ = ["BN_STATS_FMAX", "record_bn_aggr", "record_bn_stats", "record_iota"]
+
+# nki.isa.bn_stats: "the number of elements per partition ... must not exceed 512
+# (nl.tile_size.bn_stats_fmax)"
+BN_STATS_FMAX = 512
+
+
+def _vector_only(eng: object, what: str, where: tuple[str, int]) -> None:
+    if eng not in (None, Engine.VECTOR):
+        raise fail(f"{what} runs on the Vector engine (NKI docs), not {eng!r}", where)
+
+
+def _on_chip(v: View, role: str, what: str, where: tuple[str, int]) -> None:
+    if not v.buffer.on_chip:
+        raise fail(f"{what} {role} is in {v.buffer.name}; it must be an SBUF or PSUM tile",
+                   where)
+    if not v.axes or not v.axes[0].part:
+        raise fail(f"{what} {role} needs its partition dimension first, not shape "
+                   f"{list(v.shape)}", where)
+
+
+def record_bn_stats(dst: View, data: View, where: tuple[str, int]) -> None:
+    _on_chip(data, "data", "bn_stats", where)
+    _on_chip(dst, "dst", "bn_stats", where)
+    p = data.partitions
+    n = data.size // p
+    if n > BN_STATS_FMAX:
+        raise fail(f"bn_stats takes at most {BN_STATS_FMAX} elements per partition "
+                   f"(nl.tile_size.bn_stats_fmax), not {n}: run it on each 512-element "
+                   f"slice and aggregate the outputs with one bn_aggr", where)
+    if dst.partitions != p or dst.size != 6 * p:
+        raise fail(f"bn_stats writes six statistics per partition, [{p}, 6]; dst is "
+                   f"{list(dst.shape)}", where)
+    _add("bn_stats", dst, (data,), where, engine=Engine.VECTOR)
+
+
+def record_bn_aggr(dst: View, data: View, where: tuple[str, int]) -> None:
+    _on_chip(data, "data", "bn_aggr", where)
+    _on_chip(dst, "dst", "bn_aggr", where)
+    p = data.partitions
+    n = data.size // p
+    if n % 3:
+        raise fail(f"bn_aggr reads (count, mean, variance x count) triples of bn_stats: "
+                   f"{n} elements per partition is not a multiple of 3", where)
+    if dst.partitions != p or dst.size != 2 * p:
+        raise fail(f"bn_aggr writes the mean and the variance, [{p}, 2]; dst is "
+                   f"{list(dst.shape)}", where)
+    _add("bn_aggr", dst, (data,), where, engine=Engine.VECTOR)
+
+
+def stats_pending(kind: str, data: Any, dtype: Any, eng: object,
+                  where: tuple[str, int]) -> Pending:
+    """``bn_stats(data)`` / ``bn_aggr(data)`` of the older API: a new tile, in ``dtype`` or
+    the data's ("If dtype field is not specified, the instruction will cast the float32
+    results back to the same data type as the input data tile")."""
+    _vector_only(eng, kind, where)
+    return Pending(kind, where, src=data, dtype=dtype)
+
+
+def _stats_result(width: int) -> Any:
+    def result(pend: Pending) -> Tensor:
+        src = as_view(pend.args["src"])
+        dtype = pend.args.get("dtype")
+        dt = to_dtype(dtype) if dtype is not None else src.dtype
+        return Tensor((src.partitions, width), dt, BUFFERS["sbuf"], pend.where)
+
+    return result
+
+
+def _stats_write(pend: Pending, dst: View, accumulate: bool | None) -> None:
+    fn = record_bn_stats if pend.kind == "bn_stats" else record_bn_aggr
+    fn(dst, as_view(pend.args["src"]), pend.where)
+
+
+PENDING["bn_stats"] = (_stats_result(6), _stats_write)
+PENDING["bn_aggr"] = (_stats_result(2), _stats_write)
+
+
+# -- iota ----------------------------------------------------------------------------------
+def _pattern(expr: object, where: tuple[str, int]) -> tuple[tuple[int, int], int, int, int]:
+    """(shape, base, partition step, free step) of a one-axis ``nl.arange`` expression."""
+    if isinstance(expr, int) and not isinstance(expr, bool):
+        return (1, 1), int(expr), 0, 0
+    if not isinstance(expr, Expr):
+        raise fail(f"iota takes an nl.arange expression (c + k * nl.arange(n)[None, :]), not "
+                   f"{type(expr).__name__}", where)
+    if expr.pos == 0:
+        return (expr.size, 1), expr.const, expr.coef, 0
+    return (1, expr.size), expr.const, 0, expr.coef
+
+
+def record_iota(dst: View, expr: object, where: tuple[str, int]) -> None:
+    shape, base, pstep, fstep = _pattern(expr, where)
+    if dst.buffer.name != "sbuf":
+        raise fail(f"iota writes SBUF (NKI docs); dst is in {dst.buffer.name}", where)
+    if dst.dtype.fmt not in FORMATS:
+        raise fail(f"iota into {dst.dtype}: the model's on-chip memory has no {dst.dtype.fmt} "
+                   f"format; use nl.float32 (integers exact to 2^24) or nl.int16", where)
+    if dst.partitions != shape[0] or dst.size != shape[0] * shape[1]:
+        raise fail(f"iota of this expression makes {list(shape)}; dst is {list(dst.shape)}",
+                   where)
+    _add("iota", dst, (), where, engine=Engine.GPSIMD, base=base, partition_step=pstep,
+         free_step=fstep)
+
+
+def iota_pending(expr: object, dtype: Any, where: tuple[str, int]) -> Pending:
+    _pattern(expr, where)  # refuse a bad expression at the call's line
+    return Pending("iota", where, expr=expr, dtype=dtype)
+
+
+def _iota_result(pend: Pending) -> Tensor:
+    shape = _pattern(pend.args["expr"], pend.where)[0]
+    return Tensor(shape, to_dtype(pend.args["dtype"]), BUFFERS["sbuf"], pend.where)
+
+
+def _iota_write(pend: Pending, dst: View, accumulate: bool | None) -> None:
+    record_iota(dst, pend.args["expr"], pend.where)
+
+
+PENDING["iota"] = (_iota_result, _iota_write)
