@@ -249,10 +249,10 @@ class _Scheduler:
         elif engine in (Engine.VECTOR, Engine.SCALAR) and Space.PSUM in spaces:
             for ap in aps:
                 if ap.space is Space.PSUM:  # type: ignore[attr-defined]
+                    # the bytes it touches (the span includes the offset already)
                     lo, hi = ap.free_bytes_span  # type: ignore[attr-defined]
-                    off = ap.offset  # type: ignore[attr-defined]
-                    for bank in range((off + lo) // arch.psum_bank_bytes,
-                                      (off + hi - 1) // arch.psum_bank_bytes + 1):
+                    for bank in range(lo // arch.psum_bank_bytes,
+                                      (hi - 1) // arch.psum_bank_bytes + 1):
                         out.append(("psum bank", bank))
         return out
 

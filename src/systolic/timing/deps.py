@@ -3,9 +3,11 @@
 
 A region is a :class:`~systolic.geometry.Rect` in one memory space: in SBUF and PSUM the
 rows are partitions and the columns bytes of one partition; in device memory (HBM) a
-row-strided pattern is a rectangle in the grid of its row pitch (``partition_step``), and
-any other pattern is its flat byte interval. Two device-memory regions of different pitch
-are compared by their flat extents (conservative: a false overlap only adds a wait).
+row-strided pattern is a rectangle in the grid of its row pitch (``partition_step``; rows
+stored bottom-up, a negative pitch, are the same rows counted from the lowest), and any
+other pattern is its flat byte interval. Two device-memory regions of different pitch are
+compared row by row (up to ``EXACT_ROWS`` rows; beyond, by their flat extents:
+conservative, a false overlap only adds a wait).
 
 :class:`Tracker` answers, for each new instruction (an "op" of timing/core.py, in program
 order), which earlier ops it must wait for: read after write (``raw``), and write after
@@ -15,15 +17,21 @@ of dependencies serves every schedule built from it (the list schedule, the prog
 one, the what-if schedules).
 
 Per region it keeps the writers since the region was last read and the readers since it
-was last written, in buckets of bytes (``BUCKET`` per space), so an op looks only at the
-regions near its own. A write that covers a region replaces its record: anything that
-waited on the old writers or readers now waits on the new writer, which itself waited on
-them. The one exception is the Tensor Engine's accumulation: MatMuls into one PSUM region
-are ordered by the PE's own queue, not by waiting for each other's end, so a covering
-MatMul keeps the earlier MatMuls of its group as writers until something reads the
-region. A region spanning more than ``WIDE`` buckets (a huge strided device-memory
-pattern) is kept on one list that every op of its space checks, so no pattern's size can
-make the tracker enumerate buckets.
+was last written, in buckets of bytes, so an op looks only at the regions near its own. A
+write that covers a region replaces its record: anything that waited on the old writers or
+readers now waits on the new writer, which itself waited on them. The one exception is the
+Tensor Engine's accumulation: MatMuls into one PSUM region are ordered by the PE's own
+queue, not by waiting for each other's end, so a covering MatMul keeps the earlier MatMuls
+of its group as writers until something reads the region.
+
+Buckets follow the overlap rule. SBUF and PSUM: ``BUCKET`` bytes of a partition. Device
+memory: a row-strided region sits in cells of its pitch's grid (``GRID_ROWS`` rows x
+``GRID_BYTES`` bytes), where regions of the same pitch are compared, and in 1 MiB buckets of
+its flat extent, where a region of another pitch looks (issue 22 H6: bucketing the columns
+of one [128, F] tensor by their flat extent put every [128, 1] column in one bucket, and
+each new op compared itself with every earlier one). A region spanning more than ``WIDE``
+buckets of a kind (a huge strided pattern) is kept on that kind's wide list, which every op
+looking at that kind checks, so no pattern's size can make the tracker enumerate buckets.
 """
 
 from __future__ import annotations
@@ -31,11 +39,14 @@ from __future__ import annotations
 from ..geometry import Rect
 from ..isa import AccessPattern, Space
 
-__all__ = ["BUCKET", "WIDE", "Region", "Tracker", "region", "regions_overlap"]
+__all__ = ["BUCKET", "EXACT_ROWS", "GRID_BYTES", "GRID_ROWS", "WIDE", "Region", "Tracker", "region",
+           "regions_overlap"]
 
 # Bucket sizes in bytes: a PSUM bank; 2 KiB of an SBUF partition; 1 MiB of device memory.
 BUCKET = {"PSUM": 2048, "SBUF": 2048, "DRAM": 1 << 20}
-# more buckets than this and a region goes on its space's wide list
+# a device-memory grid cell: rows of one pitch x bytes of a row
+GRID_ROWS, GRID_BYTES = 128, 2048
+# more buckets than this and a region goes on its kind's wide list
 WIDE = 64
 
 Region = tuple[str, int, Rect, Rect | None]  # (space, DRAM pitch or 0, rect, wrapped part)
@@ -50,6 +61,9 @@ def region(ap: AccessPattern) -> Region:
         return (ap.space.value, 0, Rect.spans(ap.partition, ap.partition + ap.partitions, lo,
                                               hi), None)
     pitch = ap.partition_step if ap.partitions > 1 else 0
+    if pitch < 0:  # rows stored bottom-up: the same rows, counted from the lowest one
+        lo, hi, pitch = lo + (ap.partitions - 1) * pitch, hi + (ap.partitions - 1) * pitch, \
+            -pitch
     if pitch > 0 and lo >= 0 and hi - lo <= pitch:
         row, col = divmod(lo, pitch)
         if col + hi - lo <= pitch:
@@ -69,9 +83,42 @@ def _flat(r: Region) -> tuple[int, int]:
     return rect.row * pitch + rect.col, end
 
 
+# rows of the shorter of two device-memory regions of different pitch checked one by one;
+# past this, their flat extents are compared (conservative: a false overlap only adds a wait)
+EXACT_ROWS = 4096
+
+
+def _rows(r: Region) -> tuple[int, int, int, int]:
+    """A device-memory region as (first byte, pitch, rows, bytes a row): row i covers
+    [first + i * pitch, first + i * pitch + width)."""
+    _, pitch, rect, wrap = r
+    if pitch == 0:
+        return rect.col, 0, 1, rect.cols
+    width = rect.cols + (wrap.cols if wrap is not None else 0)
+    return rect.row * pitch + rect.col, pitch, rect.rows, width
+
+
+def _rows_overlap(a: Region, b: Region) -> bool:
+    (sa, pa, na, wa), (sb, pb, nb, wb) = _rows(a), _rows(b)
+    if na > nb:
+        (sa, pa, na, wa), (sb, pb, nb, wb) = (sb, pb, nb, wb), (sa, pa, na, wa)
+    for i in range(na):
+        x = sa + i * pa  # row i of a: [x, x + wa); a row j of b meets it when
+        if pb == 0:  # sb + j pb < x + wa and sb + j pb + wb > x
+            if sb < x + wa and x < sb + wb:
+                return True
+            continue
+        lo = max(0, (x - wb - sb) // pb + 1)
+        hi = min(nb - 1, -((sb - x - wa) // pb) - 1)
+        if lo <= hi:
+            return True
+    return False
+
+
 def regions_overlap(a: Region, b: Region) -> bool:
-    """True when the two regions may share a byte (exact in SBUF/PSUM and for device
-    memory patterns of one pitch; conservative otherwise)."""
+    """True when the two regions may share a byte: exact in SBUF/PSUM, for device-memory
+    patterns of one pitch and, row by row, for two of different pitch up to EXACT_ROWS rows
+    (beyond: their flat extents, conservative)."""
     if a[0] != b[0]:
         return False
     if a[1] == b[1]:
@@ -79,7 +126,11 @@ def regions_overlap(a: Region, b: Region) -> bool:
         rb = (b[2],) if b[3] is None else (b[2], b[3])
         return any(x.overlaps(y) for x in ra for y in rb)
     (a0, a1), (b0, b1) = _flat(a), _flat(b)
-    return a0 < b1 and b0 < a1
+    if not (a0 < b1 and b0 < a1):
+        return False
+    if min(_rows(a)[2], _rows(b)[2]) > EXACT_ROWS:
+        return True
+    return _rows_overlap(a, b)
 
 
 def _contains(a: Region, b: Region) -> bool:
@@ -90,14 +141,64 @@ def _contains(a: Region, b: Region) -> bool:
     return a == b
 
 
-def _buckets(r: Region) -> tuple[tuple[str, int], ...]:
-    size = BUCKET[r[0]]
-    lo, hi = (r[2].col, r[2].col_end) if r[0] != "DRAM" else _flat(r)
-    first, last = lo // size, (hi - 1) // size
-    if last - first + 1 > WIDE:
-        return ((r[0], -1),)  # the wide list of the space
-    return tuple((r[0], b) for b in range(first, last + 1))
+# A bucket: (kind, pitch, level, row block, column bucket); level 1 is the fine one,
+# (kind, pitch, 0, -1, -1) a kind's wide list.
+Key = tuple[str, int, int, int, int]
+Layout = tuple[str, int, tuple[Rect, ...]]  # (kind, pitch, rectangles in its grid)
+# bytes of a coarse bucket per kind, and rows of a row block (None: rows not split)
+COLS = {"PSUM": BUCKET["PSUM"], "SBUF": BUCKET["SBUF"], "DRAMG": GRID_BYTES,
+        "DRAMF": BUCKET["DRAM"]}
+ROWS: dict[str, int | None] = {"PSUM": None, "SBUF": None, "DRAMG": GRID_ROWS,
+                               "DRAMF": None}
+# a fine bucket is 1/FINE of a coarse one; a region within SMALL fine buckets of each row
+# block is filed there (so many narrow regions, [128, 1] columns, do not share a bucket)
+FINE, SMALL = 32, 2
 
+
+def _layouts(r: Region) -> tuple[Layout, ...]:
+    """Where a region is filed (module docstring): SBUF/PSUM by partitions x bytes; device
+    memory by the grid of its pitch and by its flat extent (only the flat one at pitch 0)."""
+    if r[0] != "DRAM":
+        return ((r[0], 0, (r[2],)),)
+    lo, hi = _flat(r)
+    flat = ("DRAMF", r[1], (Rect(0, 1, lo, hi - lo),))
+    if not r[1]:
+        return (flat,)
+    return (("DRAMG", r[1], (r[2],) if r[3] is None else (r[2], r[3])), flat)
+
+
+def _cells(kind: str, rects: tuple[Rect, ...], cols: int) -> list[tuple[int, int]] | None:
+    """The (row block, column bucket) cells the rectangles cover at ``cols`` bytes a
+    bucket, or None past WIDE of them."""
+    rows = ROWS[kind]
+    out: dict[tuple[int, int], None] = {}
+    for rc in rects:
+        rbs = range(rc.row // rows, (rc.row_end - 1) // rows + 1) if rows else range(1)
+        cbs = range(rc.col // cols, (rc.col_end - 1) // cols + 1)
+        if len(out) + len(rbs) * len(cbs) > WIDE:
+            return None
+        out.update(((rb, cb), None) for rb in rbs for cb in cbs)
+    return list(out)
+
+
+def _small(kind: str, rects: tuple[Rect, ...]) -> list[tuple[int, int]] | None:
+    """The fine cells of a narrow region, or None when it is not narrow."""
+    fine = COLS[kind] // FINE
+    if any((rc.col_end - 1) // fine - rc.col // fine >= SMALL for rc in rects):
+        return None
+    return _cells(kind, rects, fine)
+
+
+def _filed(layout: Layout) -> tuple[Key, ...]:
+    """The buckets a record is filed under in one layout."""
+    kind, pitch, rects = layout
+    fine = _small(kind, rects)
+    if fine is not None:
+        return tuple((kind, pitch, 1, rb, cb) for rb, cb in fine)
+    cells = _cells(kind, rects, COLS[kind])
+    if cells is None:
+        return ((kind, pitch, 0, -1, -1),)
+    return tuple((kind, pitch, 0, rb, cb) for rb, cb in cells)
 
 class _Record:
     __slots__ = ("readers", "rid", "writers")
@@ -118,10 +219,15 @@ class Tracker:
         self.queue = queue
         self.pipelined = pipelined
         self.regions: list[Region] = []
-        self.buckets: list[tuple[tuple[str, int], ...]] = []
+        self.layouts: list[tuple[Layout, ...]] = []
+        self.buckets: list[tuple[Key, ...]] = []  # where each region's record is filed
         self.ids: dict[Region, int] = {}
-        self.index: dict[tuple[str, int], dict[int, _Record]] = {}
-        self.windex: dict[tuple[str, int], dict[int, _Record]] = {}  # records with writers
+        self.index: dict[Key, dict[int, _Record]] = {}
+        self.windex: dict[Key, dict[int, _Record]] = {}  # records with writers
+        self.kinds: dict[tuple[str, int], set[Key]] = {}  # the buckets filed, per layout
+        self.fine: dict[tuple[str, int, int, int], set[Key]] = {}  # per coarse cell
+        self.pitches: dict[int, None] = {}  # device-memory pitches seen (0: flat)
+        self.looks: dict[int, tuple[int, tuple[Key, ...]]] = {}  # (pitches seen, buckets)
         self.pairs: dict[int, bool] = {}
         self.covers: dict[int, bool] = {}
 
@@ -130,7 +236,11 @@ class Tracker:
         if rid is None:
             rid = self.ids[r] = len(self.regions)
             self.regions.append(r)
-            self.buckets.append(_buckets(r))
+            lays = _layouts(r)
+            self.layouts.append(lays)
+            self.buckets.append(tuple(k for lay in lays for k in _filed(lay)))
+            if r[0] == "DRAM":
+                self.pitches.setdefault(r[1], None)
         return rid
 
     def _overlap(self, a: int, b: int) -> bool:
@@ -142,19 +252,53 @@ class Tracker:
             hit = self.pairs[key] = regions_overlap(self.regions[a], self.regions[b])
         return hit
 
-    def _keys(self, rid: int, index: dict[tuple[str, int], dict[int, _Record]]
-              ) -> tuple[tuple[str, int], ...]:
-        bks = self.buckets[rid]
-        space = bks[0][0]
-        if bks[0][1] < 0:  # a wide region may touch any bucket of its space: look at all
-            return tuple(k for k in index if k[0] == space)
-        return (*bks, (space, -1))
+    def _look(self, kind: str, pitch: int, rects: tuple[Rect, ...]) -> tuple[tuple[Key, ...],
+                                                                         bool]:
+        """(the buckets of layout (kind, pitch) where a region overlapping ``rects`` may be
+        filed, whether that answer is fixed: it is not when it reads what is filed now)."""
+        fine = _small(kind, rects)
+        cells = _cells(kind, rects, COLS[kind])
+        if cells is None:  # a wide region may touch any bucket of the layout: look at all
+            return tuple(self.kinds.get((kind, pitch), ())), False
+        out: list[Key] = [(kind, pitch, 0, rb, cb) for rb, cb in cells]
+        out.append((kind, pitch, 0, -1, -1))
+        if fine is not None:
+            out.extend((kind, pitch, 1, rb, cb) for rb, cb in fine)
+            return tuple(out), True
+        for rb, cb in cells:  # the narrow regions filed in each coarse cell
+            out.extend(self.fine.get((kind, pitch, rb, cb), ()))
+        return tuple(out), False
+
+    def _keys(self, rid: int) -> tuple[Key, ...]:
+        """Every bucket where a region overlapping ``rid`` may be filed (module docstring):
+        in SBUF/PSUM its own layout; in device memory its pitch's grid among the regions of
+        its pitch, its flat extent among those of every other pitch (and of pitch 0)."""
+        hit = self.looks.get(rid)
+        if hit is not None and hit[0] == len(self.pitches):
+            return hit[1]
+        lays = self.layouts[rid]
+        out: list[Key] = []
+        fixed = True
+        if lays[0][0] != "DRAMG" and lays[0][0] != "DRAMF":
+            keys, fixed = self._look(*lays[0])
+            out.extend(keys)
+        else:
+            pitch, grid, flat = lays[0][1], lays[0][2], lays[-1][2]
+            for q in self.pitches:
+                keys, f = (self._look("DRAMG", q, grid) if q and q == pitch
+                           else self._look("DRAMF", q, flat))
+                out.extend(keys)
+                fixed = fixed and f
+        ans = tuple(out)
+        if fixed:
+            self.looks[rid] = (len(self.pitches), ans)
+        return ans
 
     def _near(self, rid: int, written: bool = False) -> list[_Record]:
         index = self.windex if written else self.index
         seen: dict[int, _Record] = {}
         ov = self._overlap
-        for bk in self._keys(rid, index):
+        for bk in self._keys(rid):
             bucket = index.get(bk)
             if bucket:
                 for other, rec in bucket.items():
@@ -187,6 +331,10 @@ class Tracker:
         rec = _Record(rid)
         for bk in bks:
             self.index.setdefault(bk, {})[rid] = rec
+            self.kinds.setdefault(bk[:2], set()).add(bk)
+            if bk[2] == 1:  # a fine bucket, found from its coarse cell
+                coarse = (bk[0], bk[1], bk[3], bk[4] // FINE)
+                self.fine.setdefault(coarse, set()).add(bk)
         return rec
 
     def _drop(self, rec: _Record) -> None:
