@@ -153,6 +153,8 @@ ROWS: dict[str, int | None] = {"PSUM": None, "SBUF": None, "DRAMG": GRID_ROWS,
 # a fine bucket is 1/FINE of a coarse one; a region within SMALL fine buckets of each row
 # block is filed there (so many narrow regions, [128, 1] columns, do not share a bucket)
 FINE, SMALL = 32, 2
+# what a bucket lookup reads of the tracker's state (Tracker._look)
+_FIXED, _FINE, _KINDS = 0, 1, 2
 
 
 def _layouts(r: Region) -> tuple[Layout, ...]:
@@ -227,7 +229,10 @@ class Tracker:
         self.kinds: dict[tuple[str, int], set[Key]] = {}  # the buckets filed, per layout
         self.fine: dict[tuple[str, int, int, int], set[Key]] = {}  # per coarse cell
         self.pitches: dict[int, None] = {}  # device-memory pitches seen (0: flat)
-        self.looks: dict[int, tuple[int, tuple[Key, ...]]] = {}  # (pitches seen, buckets)
+        # per region: (pitches seen, what the answer read, its version then, buckets)
+        self.looks: dict[int, tuple[int, int, int, tuple[Key, ...]]] = {}
+        # versions of what a lookup may read: nothing, the fine sets, the layouts' buckets
+        self.versions = [0, 0, 0]
         self.pairs: dict[int, bool] = {}
         self.covers: dict[int, bool] = {}
 
@@ -253,34 +258,38 @@ class Tracker:
         return hit
 
     def _look(self, kind: str, pitch: int, rects: tuple[Rect, ...]) -> tuple[tuple[Key, ...],
-                                                                         bool]:
+                                                                         int]:
         """(the buckets of layout (kind, pitch) where a region overlapping ``rects`` may be
-        filed, whether that answer is fixed: it is not when it reads what is filed now)."""
+        filed, what that answer reads of what is filed now: ``_FIXED`` nothing, ``_FINE``
+        the fine buckets of its coarse cells, ``_KINDS`` every bucket of the layout)."""
         fine = _small(kind, rects)
         cells = _cells(kind, rects, COLS[kind])
         if cells is None:  # a wide region may touch any bucket of the layout: look at all
-            return tuple(self.kinds.get((kind, pitch), ())), False
+            return tuple(self.kinds.get((kind, pitch), ())), _KINDS
         out: list[Key] = [(kind, pitch, 0, rb, cb) for rb, cb in cells]
         out.append((kind, pitch, 0, -1, -1))
         if fine is not None:
             out.extend((kind, pitch, 1, rb, cb) for rb, cb in fine)
-            return tuple(out), True
+            return tuple(out), _FIXED
         for rb, cb in cells:  # the narrow regions filed in each coarse cell
             out.extend(self.fine.get((kind, pitch, rb, cb), ()))
-        return tuple(out), False
+        return tuple(out), _FINE
 
     def _keys(self, rid: int) -> tuple[Key, ...]:
         """Every bucket where a region overlapping ``rid`` may be filed (module docstring):
         in SBUF/PSUM its own layout; in device memory its pitch's grid among the regions of
         its pitch, its flat extent among those of every other pitch (and of pitch 0)."""
+        # the answer is kept with the versions of what it read (issue 20: recomputing the
+        # keys of every DMA's device-memory region doubled the time of a 16384^3 slice)
         hit = self.looks.get(rid)
-        if hit is not None and hit[0] == len(self.pitches):
-            return hit[1]
+        if hit is not None and hit[0] == len(self.pitches) and \
+                hit[2] == self.versions[hit[1]]:
+            return hit[3]
         lays = self.layouts[rid]
         out: list[Key] = []
-        fixed = True
+        reads = _FIXED
         if lays[0][0] != "DRAMG" and lays[0][0] != "DRAMF":
-            keys, fixed = self._look(*lays[0])
+            keys, reads = self._look(*lays[0])
             out.extend(keys)
         else:
             pitch, grid, flat = lays[0][1], lays[0][2], lays[-1][2]
@@ -288,10 +297,9 @@ class Tracker:
                 keys, f = (self._look("DRAMG", q, grid) if q and q == pitch
                            else self._look("DRAMF", q, flat))
                 out.extend(keys)
-                fixed = fixed and f
+                reads = max(reads, f)
         ans = tuple(out)
-        if fixed:
-            self.looks[rid] = (len(self.pitches), ans)
+        self.looks[rid] = (len(self.pitches), reads, self.versions[reads], ans)
         return ans
 
     def _near(self, rid: int, written: bool = False) -> list[_Record]:
@@ -331,10 +339,16 @@ class Tracker:
         rec = _Record(rid)
         for bk in bks:
             self.index.setdefault(bk, {})[rid] = rec
-            self.kinds.setdefault(bk[:2], set()).add(bk)
+            filed = self.kinds.setdefault(bk[:2], set())
+            if bk not in filed:
+                filed.add(bk)
+                self.versions[_KINDS] += 1
             if bk[2] == 1:  # a fine bucket, found from its coarse cell
                 coarse = (bk[0], bk[1], bk[3], bk[4] // FINE)
-                self.fine.setdefault(coarse, set()).add(bk)
+                fines = self.fine.setdefault(coarse, set())
+                if bk not in fines:
+                    fines.add(bk)
+                    self.versions[_FINE] += 1
         return rec
 
     def _drop(self, rec: _Record) -> None:
