@@ -17,6 +17,20 @@ J is 3 when the last tile is full, else 4. If the check fails, the slice grows b
 tiles (up to ``MAX_SLICE``), and past that the
 whole product is lowered and timed. ``tests/test_extrapolate.py`` checks the result against
 the full schedule on products both can run.
+
+A slice still holds every K tile of its M tiles, so its cost grows with K x N. A product of
+many K tiles is timed from three stand-ins with ``k0``, ``k0 + 1`` and ``k0 + 2`` K tiles
+(the same M, N and last K tile), each from its own M slice as above; when the two
+increments of every quantity agree, it is extrapolated along K to the product's K tiles.
+Why that holds: every K tile adds the same instructions (LoadStationary, the moving loads,
+the MatMuls of one chunk of N tiles) with the same costs (a DMA's cost depends on its
+contiguous run, which for K tiles past the first is the tile's row, not K), and the
+steady, shifted slices show the loop settled. What could differ is the compiler's SBUF
+tile caches (compiler/codegen.py, LRU slots): over an M tile each moving tile is used once
+and each stationary tile once per chunk, so the moving tiles of an M tile stay resident
+(K x N tiles at most the slots) or every access misses, and the same for the stationary
+tiles; ``k0`` (at least ``K_SLICE``) is the fewest K tiles in the product's own regime.
+``tests/test_extrapolate_k.py`` checks it against the full schedule in both regimes.
 """
 
 from __future__ import annotations
@@ -29,6 +43,7 @@ import numpy as np
 
 from .arch import Arch
 from .compiler import Lowered, MatmulSpec, lower
+from .compiler.codegen import DenseState
 from .compiler.tiling import check_size, matmul_count, tile
 from .errors import ShapeError
 from .isa import Program, ReadOut
@@ -72,17 +87,57 @@ def matmul_report(spec: MatmulSpec, arch: Arch, *, full: bool = False
         _refuse_whole(spec, mt * per, full)
         low = lower(spec, arch)
         return build_report(low.program, arch, spec), low
+    got = _k_reduced(spec, arch, mt)
+    if got is not None:
+        return got, None
     # three full blocks give two increments to compare; a full last tile is the third
-    full_last = tile(spec, arch).m_tiles[-1].size == arch.cols
-    j = 3 if full_last else 4
-    while j <= min(MAX_SLICE, mt - 1):
-        rep = _from_slice(spec, arch, mt, j)
-        if rep is not None:
-            return rep, None
-        j += 2
+    sl = _m_slices(spec, arch, mt)
+    if sl is not None:
+        return _assemble(sl), None
     _refuse_whole(spec, mt * per, full)
     low = lower(spec, arch)
     return build_report(low.program, arch, spec), low
+
+
+# A product of at least 2 K_SLICE K tiles is timed from stand-ins with K_SLICE, K_SLICE + 1
+# and K_SLICE + 2 of them (the last, possibly ragged, tile kept): each from its own M slice,
+# then every quantity extrapolated along K when the two increments agree (module docstring).
+K_SLICE = 8
+
+
+def _k_reduced(spec: MatmulSpec, arch: Arch, mt: int) -> Report | None:
+    plan = tile(spec, arch)
+    ks = plan.k_tiles
+    kt = len(ks)
+    if kt < 2 * K_SLICE or any((k.size, k.perf_mode) != (ks[0].size, ks[0].perf_mode)
+                               for k in ks[:-1]):
+        return None
+    # the SBUF tile caches must behave alike (module docstring): the moving tiles of one M
+    # tile fit (hits from the second M tile on) or not (LRU over a cycle: every access a
+    # miss), and likewise the stationary tiles of one M tile across its chunks
+    st = DenseState.for_plan(arch, plan)
+    caps = len(st.stat.free), len(st.mov.free)
+    nt = len(plan.n_tiles)
+
+    # the fewest K tiles in the product's regime: past a cache's capacity if it is
+    k0 = max(K_SLICE, caps[0] + 1 if kt > caps[0] else 0,
+             caps[1] // nt + 1 if kt * nt > caps[1] else 0)
+    if kt < 2 * k0:  # the stand-ins would cost about as much as the M slice
+        return None
+    sizes = (k0, k0 + 1, k0 + 2)
+    got = []
+    for k in sizes:
+        sl = _m_slices(dataclasses.replace(spec, k=spec.k - (kt - k) * ks[0].size), arch, mt,
+                       label=spec)
+        if sl is None:
+            return None
+        got.append(sl)
+    a, b, c = (g.q for g in got)
+    if not (set(a) == set(b) == set(c)) or any(b[x] - a[x] != c[x] - b[x] for x in a):
+        return None
+    extra = kt - sizes[-1]
+    q = {x: c[x] + extra * (c[x] - b[x]) for x in c}
+    return _assemble(dataclasses.replace(got[-1], q=q), k_tiles=sizes[-1])
 
 
 def _refuse_whole(spec: MatmulSpec, estimated: int, full: bool) -> None:
@@ -180,7 +235,11 @@ def _shifted(ct: CoreTiming, cuts: tuple[int, ...]) -> bool:
     return True
 
 
-def _from_slice(spec: MatmulSpec, arch: Arch, mt: int, j: int) -> Report | None:
+def _from_slice(spec: MatmulSpec, arch: Arch, mt: int, j: int,
+                label: MatmulSpec | None = None) -> _Slice | None:
+    """The quantities of ``spec`` from a slice of ``j`` of its ``mt`` M tiles, or None when
+    the slice is not steady. ``label`` is the product the report names (its format and peak:
+    the full product when ``spec`` is its K-reduced stand-in)."""
     plan = tile(spec, arch)
     m_slice = (j - 1) * arch.cols + plan.m_tiles[-1].size
     sspec = dataclasses.replace(spec, m=m_slice)
@@ -189,7 +248,7 @@ def _from_slice(spec: MatmulSpec, arch: Arch, mt: int, j: int) -> Report | None:
     cuts = _blocks(prog, sspec, arch, low.layout.out_offset, plan.acc_itemsize)
     if len(cuts) != j:
         return None
-    sl = build_report(prog, arch, spec)
+    sl = build_report(prog, arch, label or spec)
     pack = sl.pack
     full_last = plan.m_tiles[-1].size == arch.cols
     full_cuts = tuple(cuts if full_last else cuts[:j - 1])  # prefixes of the full blocks
@@ -210,18 +269,48 @@ def _from_slice(spec: MatmulSpec, arch: Arch, mt: int, j: int) -> Report | None:
     if set(whole) != set(inc):
         return None
     extra = mt - j
-    q = {k: v + extra * inc[k] for k, v in whole.items()}
+    return _Slice(sl, cts[-1], {k: v + extra * inc[k] for k, v in whole.items()}, j)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Slice:
+    """A product's quantities (``q``, integers) found from a slice: its report and last
+    core timing are the template the extrapolated report is made from."""
+
+    report: Report
+    core: CoreTiming
+    q: dict[str, int]
+    tiles: int
+
+
+def _assemble(s: _Slice, k_tiles: int = 0) -> Report:
+    q, ct = s.q, s.core
     core = dataclasses.replace(
-        cts[-1], latency=q["latency"], dma_bytes=q["dma_bytes"], hbm_bytes=q["hbm_bytes"],
+        ct, latency=q["latency"], dma_bytes=q["dma_bytes"], hbm_bytes=q["hbm_bytes"],
         useful_macs=q["useful_macs"],
-        bound_ticks={k: q["b_" + k] for k in cts[-1].bound_ticks},
-        busy_ticks={k: q["busy_" + k] for k in cts[-1].busy_ticks},
-        instructions={k: q["n_" + k] for k in cts[-1].instructions}, what_if={})
+        bound_ticks={k: q["b_" + k] for k in ct.bound_ticks},
+        busy_ticks={k: q["busy_" + k] for k in ct.busy_ticks},
+        instructions={k: q["n_" + k] for k in ct.instructions}, what_if={})
     return dataclasses.replace(
-        sl, cycles=q["cycles"], readout_tail=q["readout_tail"], useful_macs=q["macs2"] // 2,
+        s.report, cycles=q["cycles"], readout_tail=q["readout_tail"],
+        useful_macs=q["macs2"] // 2,
         counts={k[2:]: q[k] for k in q if k.startswith("c_")},
         units={k[2:]: q[k] for k in q if k.startswith("u_")}, core_timing=core,
-        program=None, slice_tiles=j)
+        program=None, slice_tiles=s.tiles, slice_k_tiles=k_tiles)
+
+
+def _m_slices(spec: MatmulSpec, arch: Arch, mt: int,
+              label: MatmulSpec | None = None) -> _Slice | None:
+    """The first steady slice of 3 (or 4, a ragged last tile) M tiles, growing by two up to
+    MAX_SLICE, or None."""
+    full_last = tile(spec, arch).m_tiles[-1].size == arch.cols
+    j = 3 if full_last else 4
+    while j <= min(MAX_SLICE, mt - 1):
+        got = _from_slice(spec, arch, mt, j, label)
+        if got is not None:
+            return got
+        j += 2
+    return None
 
 
 def _counts(program: Program, cut: int) -> dict[str, Any]:

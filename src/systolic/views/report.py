@@ -118,6 +118,9 @@ class Report:
     # 0: timed from the whole Program; J: extrapolated from a slice of J M tiles
     # (systolic.extrapolate), whose schedule is ``schedule``.
     slice_tiles: int = 0
+    # 0, or K tiles of the slices' stand-in products when the K loop was extrapolated too
+    # (systolic.extrapolate._k_reduced)
+    slice_k_tiles: int = 0
 
     @cached_property
     def core(self) -> CoreTiming:
