@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mutants import Mutant  # noqa: E402
+from mutants import Mutant
 
 _T = ("tests/test_extrapolate_k.py",)
 

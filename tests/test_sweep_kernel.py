@@ -189,3 +189,79 @@ def test_the_first_example_killed_with_sigkill_resumes_to_the_uninterrupted_stor
     assert len(final) == 252 and len({dict(r)["key"] for r in final}) == 252
     assert final == clean
     assert set(partial) <= set(final)  # nothing finished before the kill was lost or redone
+
+
+_TWICE = '''
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+
+@nki.jit
+def k(lhsT, rhs):
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    out = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+    a = nl.ndarray((K, M), dtype=lhsT.dtype, buffer=nl.sbuf)
+    b = nl.ndarray((K, N), dtype=rhs.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=lhsT)
+    nisa.dma_copy(dst=b, src=rhs)
+    acc = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
+    for _ in range(REPEAT):
+        nisa.nc_matmul(dst=acc, stationary=a, moving=b)
+    res = nl.ndarray((M, N), dtype=out.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+'''
+
+
+def test_a_kernel_file_is_loaded_once_per_version(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # issue 20: the points of a sweep record the function of one load of the file; an
+    # edited file (a new digest in the target's key) is loaded again and its points use it
+    import systolic.sweep.evaluate as ev
+
+    path = tmp_path / "twice.py"
+    loads: list[str] = []
+    real = ev.load_kernel
+    monkeypatch.setattr(ev, "load_kernel", lambda p, f: (loads.append(p), real(p, f))[1])
+
+    def sweep(repeat: int) -> list[dict[str, Any]]:
+        path.write_text(_TWICE.replace("REPEAT", str(repeat)))
+        spec = sw.parse_sweep(f"run: {{kernel: '{path}:k', args: {{lhsT: 'bf16[128, 64]', "
+                              f"rhs: 'bf16[128, N]'}}}}\naxes: {{dim.N: [64, 128, 256]}}\n")
+        return [ev.evaluate_point(spec.target, p) for _, p in spec.points()]
+
+    once = sweep(1)
+    assert len(loads) == 1
+    thrice = sweep(3)
+    assert len(loads) == 2
+    # two more MatMuls a point (closed form: one per nc_matmul of a [128, 64] x [128, N] tile)
+    for a, b in zip(once, thrice, strict=True):
+        assert b["ins_tensor"] - a["ins_tensor"] == 2
+        assert b["flops"] == 3 * a["flops"]
+
+
+def test_a_kernel_point_under_the_sweep_timeout_is_stopped_without_its_own_timer(
+        tmp_path: Path) -> None:
+    # the recording's own time guard is left out when the sweep's point timeout runs (one
+    # timer thread fewer a point): a kernel whose Python never ends is still stopped, by the
+    # sweep's limit, and named at its line
+    import threading
+
+    from systolic.sweep.evaluate import evaluate_one
+
+    path = tmp_path / "forever.py"
+    path.write_text(_TWICE.replace("for _ in range(REPEAT):", "while True:"))
+    spec = sw.parse_sweep(f"run: {{kernel: '{path}:k', args: {{lhsT: 'bf16[128, 64]', "
+                          f"rhs: 'bf16[128, 64]'}}}}\naxes: {{dma_engines: [4]}}\n")
+    [(key, p)] = list(spec.points())
+    before = threading.active_count()
+    t0 = time.perf_counter()
+    got = evaluate_one(spec.target, key, p, timeout=0.5)
+    assert time.perf_counter() - t0 < 5
+    assert got["status"] == "failed"
+    assert got["error"].startswith("the point ran past its time limit of 0.5 s")
+    assert f"{path}:" in got["error"]
+    assert threading.active_count() <= before + 1  # at most the sweep's watchdog, once

@@ -20,6 +20,8 @@ computed on first use, the timing ``report``. The operands enter device memory b
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -41,8 +43,8 @@ from .sim.functional import FunctionalSimulator
 if TYPE_CHECKING:
     from .views.report import Report
 
-__all__ = ["MatmulResult", "make_spec", "matmul", "quantize_operands",
-           "write_operands"]
+__all__ = ["LOWERED_CACHE_INSTRUCTIONS", "SIMULATOR_CACHE_BYTES", "MatmulResult",
+           "lowered_product", "make_spec", "matmul", "quantize_operands", "write_operands"]
 
 
 def _perf_mode(value: object) -> PerfMode:
@@ -195,6 +197,74 @@ def write_operands(dram: np.ndarray, layout: MxLayout, qa: MXTensor, qb: MXTenso
     _put(dram, layout.b_scale_offset, qb.scales)
 
 
+# Lowered products kept for the next call of the same product on the same Arch (a Program
+# is immutable; a model, a test suite or a notebook calls matmul with the same shapes again
+# and again): lowering was 22 ms of a 2048^3 bf16 call, 0.2x numpy's product
+# (docs/PERFORMANCE.md). At most this many instructions in all, the oldest dropped first, so
+# a huge product does not stay in memory after its result is gone.
+LOWERED_CACHE_INSTRUCTIONS = 60_000
+_lowered: OrderedDict[tuple[MatmulSpec, Arch], Lowered] = OrderedDict()
+_lowered_lock = threading.Lock()  # guards this cache and the simulators' below
+
+
+def lowered_product(spec: MatmulSpec, arch: Arch) -> Lowered:
+    """``lower(spec, arch)``, not verified (the compiler's own output verifies for every spec
+    :func:`make_spec` accepts: tests/test_compiler.py::test_lower_output_verifies), kept per
+    process for the next call (:data:`LOWERED_CACHE_INSTRUCTIONS`)."""
+    key = (spec, arch)
+    with _lowered_lock:
+        got = _lowered.get(key)
+        if got is not None:
+            _lowered.move_to_end(key)
+            return got
+    got = lower(spec, arch, check=False)
+    if len(got.program) <= LOWERED_CACHE_INSTRUCTIONS:
+        with _lowered_lock:
+            _lowered[key] = got
+            total = sum(len(v.program) for v in _lowered.values())
+            while total > LOWERED_CACHE_INSTRUCTIONS:
+                total -= len(_lowered.popitem(last=False)[1].program)
+    return got
+
+
+# Simulators kept between calls by (arch, order, device-memory bytes), their memories zeroed
+# and weight tiles dropped after each call: a fresh one's SBUF and device memory (60 MiB for
+# a 2048^3 bf16 product) page-fault on first touch and its views of the Program's patterns
+# are built again, 30-50 ms of a 2048^3 call (docs/PERFORMANCE.md); zeroing is a memset. At
+# most this many bytes kept, the oldest dropped first.
+SIMULATOR_CACHE_BYTES = 256 << 20
+_sims: dict[tuple[Arch, str, int], FunctionalSimulator] = {}
+
+
+def _take_simulator(arch: Arch, order: str, dram_bytes: int) -> FunctionalSimulator:
+    with _lowered_lock:
+        sim = _sims.pop((arch, order, dram_bytes), None)
+    if sim is None:
+        sim = FunctionalSimulator(arch, order=order,  # type: ignore[arg-type]
+                                  dram_bytes=dram_bytes)
+    return sim
+
+
+def _nbytes(sim: FunctionalSimulator) -> int:
+    m = sim.memory
+    return m.sbuf.nbytes + m.psum.nbytes + m.dram.nbytes
+
+
+def _keep_simulator(sim: FunctionalSimulator) -> None:
+    """Reset ``sim`` to a fresh one's state (zero memories, no latched tile) and keep it."""
+    if _nbytes(sim) > SIMULATOR_CACHE_BYTES:
+        return
+    m = sim.memory
+    for buf in (m.sbuf, m.psum, m.dram):
+        buf.fill(0)
+    sim.state.tiles.clear()
+    with _lowered_lock:
+        _sims[(sim.arch, sim.order, m.dram.size)] = sim
+        total = sum(_nbytes(v) for v in _sims.values())
+        while total > SIMULATOR_CACHE_BYTES:
+            total -= _nbytes(_sims.pop(next(iter(_sims))))
+
+
 def matmul(a: Any, b: Any, *, dtype: str = "bf16", arch: str | Arch = "trn2",
            perf_mode: str | PerfMode | None = None, numerics: str = "fast",
            zero_points: tuple[int, int] = (0, 0), mx_rule: str = "trainium",
@@ -220,10 +290,9 @@ def matmul(a: Any, b: Any, *, dtype: str = "bf16", arch: str | Arch = "trn2",
     rule = _rule(mx_rule)
     spec = make_spec(a_.shape[0], a_.shape[1], b_.shape[1], dtype, arch_, perf_mode,
                      zero_points)
-    lowered = lower(spec, arch_)
+    lowered = lowered_product(spec, arch_)
     lay = lowered.layout
-    sim = FunctionalSimulator(arch_, order=numerics,  # type: ignore[arg-type]
-                              dram_bytes=lay.dram_bytes)
+    sim = _take_simulator(arch_, numerics, lay.dram_bytes)
     if isinstance(lay, MxLayout):
         qa, qb = quantize_operands(a_, b_, spec.dtype, rule)
         write_operands(sim.memory.dram, lay, qa, qb)
@@ -232,4 +301,5 @@ def matmul(a: Any, b: Any, *, dtype: str = "bf16", arch: str | Arch = "trn2",
         sim.write_dram(lay.b_offset, b_, dtype)
     sim.run(lowered.program, check=False, progress=progress)
     out = sim.read_dram(lay.out_offset, (spec.m, spec.n), lowered.plan.acc_dtype).copy()
+    _keep_simulator(sim)  # only after a run that finished: a failed one is dropped
     return MatmulResult(out, lowered.program, arch_, spec, lowered)

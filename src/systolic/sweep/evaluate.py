@@ -8,7 +8,7 @@ says what to run with them:
   totals those of :func:`systolic.workload.workload_totals` (each op ``repeat`` times). A
   single matmul is a one-op workload (:func:`matmul_target`).
 * :class:`KernelTarget`: an NKI kernel ``FILE.py:FUNCTION`` with argument shapes, recorded
-  with :func:`systolic.nki.record_kernel` and timed with
+  with :func:`systolic.nki.run.record` (the file loaded once per process) and timed with
   :func:`systolic.timing.core.time_program` (:func:`kernel_figures`).
 
 :func:`evaluate_point` raises on a point that cannot run; :func:`evaluate_chunk` (what a
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import contextvars
 import ctypes
 import hashlib
 import os
@@ -37,8 +38,9 @@ from ..api import make_spec
 from ..arch import Arch, get_arch
 from ..compiler import MatmulSpec
 from ..errors import SweepError, SystolicError
-from ..nki import record_kernel
-from ..nki.run import unwritten
+from ..nki.record import DEFAULT_TIME_LIMIT_S
+from ..nki.run import load_kernel, record, unwritten
+from ..nki.types import TensorSpec, to_dtype
 from ..timing.core import time_program
 from ..views.report import Report
 from ..workload import Op, OpResult, Workload, intensity, time_op, workload_totals
@@ -267,6 +269,20 @@ def workload_figures(target: WorkloadTarget, inputs: dict[str, Any]) -> dict[str
 
 # -- kernel points -------------------------------------------------------------------------------
 
+# Set while a point runs under the sweep's own time limit (evaluate_one): the recording then
+# needs no timer thread of its own (nki.record's time_guard starts one per call, ~0.15 ms of
+# a 1-2 ms kernel point).
+_TIMED: contextvars.ContextVar[bool] = contextvars.ContextVar("_TIMED", default=False)
+
+
+@lru_cache(maxsize=16)
+def _kernel_function(path: str, function: str, digest: str) -> Any:
+    """``path:function`` loaded once per process and per version of its files (``digest``:
+    :func:`kernel_digest`, which the target's key carries): every point of a sweep records
+    the same function, and loading the file (compile + exec) was ~0.5 ms of each point."""
+    return load_kernel(path, function)
+
+
 def kernel_figures(target: KernelTarget, inputs: dict[str, Any]) -> dict[str, Any]:
     """Record the kernel with the NKI front end for the point's arch, argument shapes and
     ``param.*`` keyword arguments, and time its Program on the whole NeuronCore.
@@ -277,10 +293,11 @@ def kernel_figures(target: KernelTarget, inputs: dict[str, Any]) -> dict[str, An
     shape, so a loop runs zero times) raises too: it is fast because it does less."""
     arch = point_arch(inputs)
     params = {k.removeprefix("param."): v for k, v in inputs.items() if k.startswith("param.")}
-    args = [(shape, fmt) for fmt, shape in target.shapes(inputs).values()]
+    args = [TensorSpec(shape, to_dtype(fmt)) for fmt, shape in target.shapes(inputs).values()]
+    fn = _kernel_function(target.path, target.function, target.digest)
     try:
-        recorded = record_kernel(target.path, target.function, args, params=params,
-                                     arch=arch)
+        recorded = record(fn, args, params, arch=arch,
+                          time_limit_s=None if _TIMED.get() else DEFAULT_TIME_LIMIT_S)
     except TypeError as exc:  # a param.NAME the kernel does not take
         raise SweepError(f"{target.function}: {exc}") from None
     why = unwritten(recorded)
@@ -405,6 +422,7 @@ def evaluate_one(target: Target, key: str, inputs: dict[str, Any],
                  timeout: float | None = None) -> dict[str, Any]:
     """One point of :func:`evaluate_chunk`."""
     t0 = time.perf_counter()
+    timed = _TIMED.set(bool(timeout))
     try:
         with time_limit(timeout):
             figures = evaluate_point(target, inputs)
@@ -426,6 +444,8 @@ def evaluate_one(target: Target, key: str, inputs: dict[str, Any],
         figures, status = {}, "failed"
         error = (f"{type(exc).__name__}: {exc} (at {where.filename}:{where.lineno}; "
                  f"please report this)")
+    finally:
+        _TIMED.reset(timed)
     if error is not None and "\n" in error:
         error = " ".join(error.split())
     return {"key": key, "status": status, "error": error,

@@ -1,0 +1,48 @@
+"""Mutants for the functional simulator's and the compiler's speed work (issue 20): one per
+shortcut that must keep the reference loop's bits, and one for the verification
+systolic.matmul no longer repeats.
+
+Written as bench/mutants.py's CATALOGUE entries; ``file`` is relative to src/systolic."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mutants import Mutant
+
+M = Mutant
+FAST = ("tests/test_functional_fast.py",)
+COMPILER = ("tests/test_compiler.py",)
+SWEEP = ("tests/test_sweep_kernel.py",)
+MUTANTS: tuple[Mutant, ...] = (
+    M("stationary_landing_skips_sbuf", "sim/functional_threaded.py",
+      "        dst[...] = raw.T  # the plain copy's bytes (dma_load), read from cache",
+      "        pass",
+      FAST, "a LoadStationary latches from its deferred load but the SBUF copy never lands"),
+    M("stationary_landing_no_two_pass", "sim/functional_threaded.py",
+      "    if ls.fp32_pass is not Fp32Pass.FULL:\n        hi, lo = split_fp32(wt)",
+      "    if False:\n        hi, lo = split_fp32(wt)",
+      FAST, "fp32 weights latched from a deferred load are not split into bf16 halves"),
+    M("direct_psum_add_overwrites", "sim/functional_threaded.py",
+      "        np.add(view, buf, out=view)",
+      "        np.copyto(view, buf)",
+      FAST, "an accumulating product through the worker's buffer replaces PSUM instead of "
+            "adding"),
+    M("direct_psum_any_layout", "sim/functional_threaded.py",
+      "    if not (direct and order == \"fast\" and view.shape == shape",
+      "    if not (order == \"fast\" and view.ndim == 3 and view.shape[0] == shape[0]",
+      FAST, "a PSUM region of two free dims takes the direct path (a reshaped write into a "
+            "copy, lost)"),
+    M("codegen_never_stops_a_group", "compiler/codegen.py",
+      "got = _FLAGS[key] = rules(arch.generation).calc_flags(first, last, arch.arch_level)",
+      "got = _FLAGS[key] = rules(arch.generation).calc_flags(first, False, arch.arch_level)",
+      COMPILER, "no MatMul closes its group (values unchanged, the Program invalid): "
+                "systolic.matmul no longer verifies, the compiler's test must"),
+    M("kernel_kept_across_edits", "sweep/evaluate.py",
+      "    fn = _kernel_function(target.path, target.function, target.digest)",
+      '    fn = _kernel_function(target.path, target.function, "")',
+      SWEEP, "the kernel function loaded once per process is kept after its file is edited: "
+             "the new version's points record the old kernel"),
+)

@@ -1,0 +1,262 @@
+"""The threaded runner's shortcuts of issue 20 give the reference loop's bits and state.
+
+* a LoadStationary whose bytes a deferred DmaLoad brings decodes them from that load's
+  source (one transposing read serves the SBUF copy and the latch);
+* a MatMul product goes straight into a float32 PSUM region on START, and through the
+  worker's own buffer then an in-place add otherwise;
+* the workers are plain threads with queues: a failure on the calling thread stops them.
+
+Each run is compared with ``workers=0`` (:func:`systolic.sim.functional.run_reference`, the
+living definition), over all three memories and the latched tiles, and the values with an
+independent reference (ml_dtypes rounding, float64 products).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from systolic import FunctionalSimulator, Program, SystolicError, get_arch
+from systolic.compiler import MatmulSpec, lower
+from systolic.isa import (
+    AccessPattern,
+    CalcFlags,
+    DmaLoad,
+    LoadStationary,
+    MatMul,
+    ReadOut,
+    Space,
+    col_group,
+    row_group,
+)
+
+SS = CalcFlags.START | CalcFlags.STOP
+
+
+def _operands(m: int, k: int, n: int, dtype: str, seed: int = 0
+              ) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    if dtype.startswith("int"):
+        return rng.integers(-100, 100, (m, k)), rng.integers(-100, 100, (k, n))
+    return (rng.standard_normal((m, k)).astype(np.float32),
+            rng.standard_normal((k, n)).astype(np.float32))
+
+
+def _run(spec: MatmulSpec, a: np.ndarray, b: np.ndarray, workers: int,
+         arch_name: str = "trn2") -> FunctionalSimulator:
+    arch = get_arch(arch_name)
+    low = lower(spec, arch)
+    sim = FunctionalSimulator(arch, dram_bytes=low.layout.dram_bytes, workers=workers)
+    sim.write_dram(low.layout.a_offset, a, spec.dtype)
+    sim.write_dram(low.layout.b_offset, b, spec.dtype)
+    sim.run(low.program)
+    return sim
+
+
+def _same_state(got: FunctionalSimulator, ref: FunctionalSimulator) -> None:
+    for space in ("sbuf", "psum", "dram"):
+        g, r = getattr(got.memory, space), getattr(ref.memory, space)
+        assert np.array_equal(g, r), f"{space} differs from the reference loop's"
+    assert got.tiles.keys() == ref.tiles.keys()
+    for rect, values in ref.tiles.items():
+        np.testing.assert_array_equal(np.ascontiguousarray(got.tiles[rect]).view(np.uint8),
+                                      np.ascontiguousarray(values).view(np.uint8))
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+@pytest.mark.parametrize(("dtype", "zero_points"), [("bf16", (0, 0)), ("fp32", (0, 0)),
+                                                    ("fp8_e4m3", (0, 0)), ("int8", (3, -2))])
+def test_stationary_tiles_latched_from_their_loads_match_the_reference(
+        dtype: str, zero_points: tuple[int, int], workers: int) -> None:
+    # 300 x 200 x 700: ragged M, K and N tiles, several a.T tiles per product; fp32 latches
+    # its two bf16 halves (fp32_pass hi and lo) from the same loaded bytes
+    m, k, n = 300, 200, 700
+    a, b = _operands(m, k, n, dtype)
+    spec = MatmulSpec(m, k, n, dtype, zp_a=zero_points[0], zp_b=zero_points[1])
+    ref = _run(spec, a, b, 0)
+    got = _run(spec, a, b, workers)
+    _same_state(got, ref)
+
+
+def test_a_latched_tile_is_the_rounded_operand_transposed() -> None:
+    # independent of the simulator: the one weight tile of a 100 x 60 x 8 bf16 product is
+    # a.T rounded by ml_dtypes, [K, M]
+    a, b = _operands(100, 60, 8, "bf16")
+    sim = _run(MatmulSpec(100, 60, 8, "bf16"), a, b, 1)
+    (values,) = sim.tiles.values()
+    want = a.T.astype(ml_dtypes.bfloat16).astype(np.float32)
+    np.testing.assert_array_equal(values, want)
+
+
+def test_stationary_loads_evicted_from_a_small_sbuf_match_the_reference() -> None:
+    # 16 KiB per SBUF partition: weight tiles are evicted and reloaded into the same slots,
+    # so a deferred load is replaced by the next one into its bytes before it lands
+    import dataclasses
+
+    arch = dataclasses.replace(get_arch("trn2"), sbuf_bytes=16 * 1024)
+    spec = MatmulSpec(640, 1024, 2048, "bf16")
+    a, b = _operands(640, 1024, 2048, "bf16")
+    sims = []
+    for workers in (0, 3):
+        low = lower(spec, arch)
+        sim = FunctionalSimulator(arch, dram_bytes=low.layout.dram_bytes, workers=workers)
+        sim.write_dram(low.layout.a_offset, a, "bf16")
+        sim.write_dram(low.layout.b_offset, b, "bf16")
+        sim.run(low.program)
+        sims.append(sim)
+    _same_state(sims[1], sims[0])
+
+
+def _tile_program(dst_dims: tuple[tuple[int, int], ...], n: int) -> tuple[Program, AccessPattern]:
+    """One weight tile, two MatMuls into one PSUM region (START, then STOP + ACCUMULATE) and
+    its ReadOut; the region's free dims are ``dst_dims`` (n fp32 values a partition)."""
+    w = AccessPattern(Space.DRAM, 0, 128, 0, ((1, 128),), "bf16", 256)
+    x = AccessPattern(Space.DRAM, 0, 128, 0x8000, ((1, n),), "bf16", 2 * n)
+    sw = AccessPattern(Space.SBUF, 0, 128, 0, ((1, 128),), "bf16")
+    sx = AccessPattern(Space.SBUF, 0, 128, 0x1000, ((1, n),), "bf16")
+    ps = AccessPattern(Space.PSUM, 0, 128, 0, dst_dims, "fp32")
+    out = AccessPattern(Space.DRAM, 0, 128, 0x40000, dst_dims, "fp32", 4 * n)
+    rg, cg = row_group(0, 128), col_group(0, 128)
+    return Program([
+        DmaLoad(w, sw), LoadStationary(sw, 0, rg, cg), DmaLoad(x, sx),
+        MatMul(sx, ps, CalcFlags.START, "bf16", 0, rg, cg),
+        MatMul(sx, ps, CalcFlags.STOP | CalcFlags.ACCUMULATE, "bf16", 0, rg, cg),
+        ReadOut(ps, out),
+    ]), out
+
+
+@pytest.mark.parametrize("dst_dims", [((1, 256),), ((128, 2), (1, 128))],
+                         ids=["one-dim", "two-dim"])
+def test_products_written_straight_into_psum_keep_specials_and_match(
+        dst_dims: tuple[tuple[int, int], ...]) -> None:
+    # inf * 0 = NaN, overflow to inf in the product and in the PSUM add, signed zeros: the
+    # direct START write and the buffered add give the reference's bits, in a region BLAS
+    # writes (one free dim) and in one it does not (two free dims: the general path)
+    prog, out = _tile_program(dst_dims, 256)
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((128, 128)).astype(np.float32)
+    x = rng.standard_normal((128, 256)).astype(np.float32)
+    w[0, 0], x[0, 1] = np.inf, 0.0          # out[0, 1]: inf * 0 = NaN, out[0, 3..] +-inf
+    w[:, 1], x[:, 3] = 3e38, 1.0            # out[1, 3]: 128 x 3e38 overflows to +inf
+    x[:, 2] = -0.0                          # column 2: sums of signed zeros
+    wb, xb = w.astype(ml_dtypes.bfloat16), x.astype(ml_dtypes.bfloat16)
+    got = []
+    for workers in (0, 1, 2):
+        sim = FunctionalSimulator("trn2", dram_bytes=0x80000, workers=workers)
+        sim.memory.dram[0:0x8000] = wb.view(np.uint8).reshape(-1)
+        sim.memory.dram[0x8000:0x8000 + 128 * 512] = xb.view(np.uint8).reshape(-1)
+        sim.run(prog)
+        got.append(sim.memory.view(out).copy().reshape(128, 256))
+    for g in got[1:]:
+        np.testing.assert_array_equal(g.view(np.uint32), got[0].view(np.uint32))
+    # independent, where the order of the sum cannot matter: each MatMul is one fp32
+    # product w.T @ x, and the second adds it once more
+    g = got[0]
+    assert np.isnan(g[0, 1]) and np.isnan(g[0, 2]) and g[1, 3] == np.inf  # inf * (+-0)
+    row0 = np.arange(3, 256)
+    np.testing.assert_array_equal(g[0, row0], np.copysign(np.inf, xb[0, row0].astype(
+        np.float32)))
+    assert np.all(g[1:, 2] == 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = 2 * (wb.astype(np.float64).T @ xb.astype(np.float64))
+    rest = np.ones(g.shape, bool)
+    rest[:2] = False  # rows 0 and 1 hold the specials
+    rest[:, 2] = False
+    np.testing.assert_allclose(g[rest], want[rest], rtol=1e-5, atol=1e-4)
+
+
+def test_a_failure_on_the_calling_thread_stops_the_workers() -> None:
+    # MatMuls are queued on the workers, then one on the calling thread fails (no weight
+    # tile is latched at its columns): the error reaches the caller, no worker thread is
+    # left running, and the simulator runs the next Program as the reference does
+    prog, out = _tile_program(((1, 256),), 256)
+    ins = list(prog.instructions)
+    mm = ins[3]
+    assert isinstance(mm, MatMul)
+    bad = MatMul(mm.moving, AccessPattern(Space.PSUM, 64, 64, 2048, ((1, 256),), "fp32"),
+                 SS, "bf16", 0, row_group(0, 128), col_group(64, 64))
+    failing = Program([*ins[:3], *[ins[3]] * 40, bad, *ins[3:]])
+    before = threading.active_count()
+    sim = FunctionalSimulator("trn2", dram_bytes=0x80000, workers=3)
+    rng = np.random.default_rng(1)
+    sim.memory.dram[:0x20000] = rng.integers(0, 60, 0x20000, dtype=np.uint8)  # small bf16s
+    with pytest.raises(SystolicError, match="no weight tile is latched"):
+        sim.run(failing, check=False)
+    assert threading.active_count() == before
+    sim.run(prog)
+    ref = FunctionalSimulator("trn2", dram_bytes=0x80000, workers=0)
+    ref.memory.dram[:0x20000] = sim.memory.dram[:0x20000]
+    ref.run(prog)
+    np.testing.assert_array_equal(sim.memory.view(out), ref.memory.view(out))
+
+
+def test_a_repeated_product_reuses_its_lowering_with_new_values(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # systolic.matmul keeps the lowered Program of a product for the next call of the same
+    # spec on the same Arch; the values come from the new operands (float64 reference), and
+    # a different Arch or a product past the instruction budget lowers afresh
+    import dataclasses
+
+    from helpers import fp32_bound
+
+    import systolic.api as api
+    from systolic import matmul
+
+    monkeypatch.setattr(api, "_lowered", type(api._lowered)())
+    a1, b1 = _operands(200, 300, 600, "bf16", seed=1)
+    a2, b2 = _operands(200, 300, 600, "bf16", seed=2)
+    r1 = matmul(a1, b1)
+    out1 = r1.out.copy()
+    r2 = matmul(a2, b2)
+    assert r2.program is r1.program
+    np.testing.assert_array_equal(r1.out, out1)
+    ar = a2.astype(ml_dtypes.bfloat16).astype(np.float64)
+    br = b2.astype(ml_dtypes.bfloat16).astype(np.float64)
+    assert np.all(np.abs(r2.out - ar @ br) <= fp32_bound(ar, br))
+    small = dataclasses.replace(get_arch("trn2"), sbuf_bytes=16 * 1024)
+    assert matmul(a2, b2, arch=small).program is not r1.program
+    # the budget: a product of more instructions than it is lowered at every call, and
+    # what is kept never exceeds it
+    monkeypatch.setattr(api, "LOWERED_CACHE_INSTRUCTIONS", len(r1.program) + 5)
+    big_a, big_b = _operands(300, 300, 1200, "bf16")
+    assert matmul(big_a, big_b).program is not matmul(big_a, big_b).program
+    matmul(a1[:100], b1)
+    assert sum(len(v.program) for v in api._lowered.values()) <= len(r1.program) + 5
+
+
+def test_a_kept_simulator_starts_the_next_call_as_a_fresh_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # systolic.matmul keeps its simulator for the next call of the same size, zeroed: the
+    # next product's values are its own (float64 reference), the kept one holds no byte and
+    # no tile of the last call, a run that fails is not kept, and the byte budget holds
+    import systolic.api as api
+    from systolic import matmul
+
+    monkeypatch.setattr(api, "_sims", {})
+    a1, b1 = _operands(300, 200, 700, "bf16", seed=4)
+    a2, b2 = _operands(300, 200, 700, "bf16", seed=5)
+    matmul(a1, b1)
+    (kept,) = api._sims.values()
+    m = kept.memory
+    assert not m.sbuf.any() and not m.psum.any() and not m.dram.any() and not kept.tiles
+    r2 = matmul(a2, b2)
+    assert list(api._sims.values()) == [kept]  # the same simulator ran the second call
+    ar = a2.astype(ml_dtypes.bfloat16).astype(np.float64)
+    br = b2.astype(ml_dtypes.bfloat16).astype(np.float64)
+    from helpers import fp32_bound
+
+    assert np.all(np.abs(r2.out - ar @ br) <= fp32_bound(ar, br))
+    np.testing.assert_array_equal(r2.out, matmul(a2, b2, arch=get_arch("trn2")).out)
+
+    def stop(done: int) -> None:
+        raise SystolicError("stopped by the caller")
+
+    with pytest.raises(SystolicError, match="stopped by the caller"):
+        matmul(a1, b1, progress=stop)
+    assert api._sims == {}  # taken by the failed call, not given back
+    monkeypatch.setattr(api, "SIMULATOR_CACHE_BYTES", 1 << 20)  # smaller than one SBUF
+    matmul(a1, b1)
+    assert api._sims == {}
