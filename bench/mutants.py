@@ -373,15 +373,17 @@ CATALOGUE: tuple[Mutant, ...] = (
       "            t = ro_free\n",
       TIMING, "a ReadOut does not wait for the last MatMul of its group"),
     M("readout_waits_all", "timing/tensor_engine.py",
-      "if gend > done and regions_overlap(reg, other):",
-      "if gend > done:",
+      "done = max((g for other, g in group_end.items() if reg.overlaps(other)),",
+      "done = max((g for other, g in group_end.items()),",
       TIMING, "a ReadOut waits for every group, not only the overlapping ones"),
     M("wavefront_off_by_one", "geometry.py",
       "return period * (n - 1) + k + m - 1", "return period * (n - 1) + k + m - 2",
       TIMING, "the wavefront spans one cycle too few"),
-    M("regions_touch_overlap", "timing/pe.py",
-      "return Rect.spans(*a).overlaps(Rect.spans(*b))",
-      "return a[0] <= b[1] and b[0] <= a[1] and a[2] <= b[3] and b[2] <= a[3]",
+    M("regions_touch_overlap", "timing/tensor_engine.py",
+      "if end > 0 and dreg.overlaps(other)), default=0)",
+      "if end > 0 and dreg.row <= other.row_end and other.row <= dreg.row_end\n"
+      "                             and dreg.col <= other.col_end and other.col <= dreg.col_end),\n"
+      "                            default=0)",
       TIMING, "touching PSUM regions count as overlapping (false read-out waits)"),
     M("rect_touch_overlap", "geometry.py",
       "        return (self.row < other.row_end and other.row < self.row_end\n"
@@ -504,7 +506,8 @@ def run_mutant(m: Mutant, copy: Path, timeout: float, kills: bool = True) -> Out
 
 # Catalogues written with the tests of later issues (19-22), one module per layer, each a
 # ``MUTANTS`` tuple of the same records; loaded when the tool runs.
-EXTRA = ("mutants_sweep", "mutants_cli", "mutants_nki_breadth", "mutants_timing", "mutants_nki")
+EXTRA = ("mutants_sweep", "mutants_cli", "mutants_nki_breadth", "mutants_timing", "mutants_nki",
+         "mutants_extrapolate", "mutants_speed")
 
 
 def catalogue() -> list[Mutant]:

@@ -73,6 +73,28 @@ def test_a_transfer_lasts_its_fullest_engine(p0, parts, engines, largest):
     assert ct.latency == FIXED + max(ticks(c.engine_ns), hb)
 
 
+@pytest.mark.parametrize("rows, largest", [
+    (130, 10),  # bands 0..16: engine 0 takes band 0 (8 rows) and band 16 (2), not 16
+    (129, 9),  # band 16 holds one row
+    (136, 16),  # 17 full bands: engine 0 takes two
+    (256, 16),  # 32 bands, two on each engine
+    (100, 8),
+])
+def test_an_hbm_to_hbm_transfer_past_128_rows_deals_its_bands_round_the_engines(rows, largest):
+    # docs "DMA": an HBM-to-HBM transfer spreads its rows like SBUF partitions, from engine
+    # 0, eight a band, wrapping past engine 15. 4 KiB rows at a pitch of 8 KiB: 4 KiB runs,
+    # the figure's 97%
+    src = AccessPattern(Space.DRAM, 0, rows, 0, ((1, 2048),), "bf16", partition_step=8192)
+    dst = AccessPattern(Space.DRAM, 0, rows, 1 << 24, ((1, 2048),), "bf16",
+                        partition_step=8192)
+    c = dma_cost(src, dst, TRN2)
+    assert c.engines == tuple(range(min(16, -(-rows // 8))))
+    assert c.engine_ns == pytest.approx(largest * 4096 / (RATE * 0.97), rel=1e-12)
+    ct = time_program(Program([DmaCopy(src, dst, queue=3)]), TRN2)
+    hb = ceil(Fraction(rows * 4096) * 48 / 3625)
+    assert ct.latency == FIXED + max(ticks(c.engine_ns), hb)
+
+
 def test_sbuf_to_sbuf_copies_spread_over_the_destination_bands():
     # 16 copies of one source band (partitions 0..7) to the 16 destination bands: each
     # on its own engine (the written side's band), so all run at once after one fixed cost

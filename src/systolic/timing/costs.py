@@ -51,6 +51,7 @@ from ..isa import (
     TensorScalar,
     TensorTensor,
 )
+from ..isa.instructions import BnAggr, BnStats, Iota, Transpose
 
 __all__ = ["ROWS", "Row", "engine_cycles", "engine_hz", "rows_for"]
 
@@ -198,6 +199,35 @@ def readout_evacuation(ins: ReadOut, arch: Arch, engine: Engine) -> int:
     return _floor(arch, _n(ins.src) * _stride_factor(ins.src))
 
 
+# The NKI breadth of issue 19, from nki.isa 'Estimated instruction cost' at aws-neuron-sdk
+# 7c165a3e, nki/api/nki/isa/__init__.py: nc_transpose "max(MIN_II, N) ... engine set to
+# vector" (N: elements per partition of data); bn_stats "max(MIN_II, N) Vector Engine
+# cycles"; bn_aggr "max(MIN_II, 13*(N/3)) Vector Engine cycles" (N: elements per partition
+# of data); iota "150 + N GpSimd Engine cycles, where N is the number of elements per
+# partition in the output tile".
+_IOTA_FIXED_CYCLES = 150
+
+
+def vector_transpose(ins: Transpose, arch: Arch, engine: Engine) -> int:
+    """nki.isa.nc_transpose on the Vector engine: ``max(MIN_II, N)``."""
+    return _floor(arch, _n(ins.src))
+
+
+def bn_stats(ins: BnStats, arch: Arch, engine: Engine) -> int:
+    """nki.isa.bn_stats: ``max(MIN_II, N)`` Vector cycles."""
+    return _floor(arch, _n(ins.src))
+
+
+def bn_aggr(ins: BnAggr, arch: Arch, engine: Engine) -> int:
+    """nki.isa.bn_aggr: ``max(MIN_II, 13 * (N / 3))`` Vector cycles."""
+    return _floor(arch, 13 * (_n(ins.src) / 3))
+
+
+def iota(ins: Iota, arch: Arch, engine: Engine) -> int:
+    """nki.isa.iota: ``150 + N`` GpSimd cycles (N: output elements per partition)."""
+    return _IOTA_FIXED_CYCLES + _n(ins.dst)
+
+
 @dataclass(frozen=True, slots=True)
 class Row:
     """One row of the table: an instruction kind, the engines it runs on, its cost in
@@ -234,6 +264,11 @@ ROWS: tuple[Row, ...] = (
         "trainium3_arch.rst QuantizeMX: four elements per partition per cycle"),
     Row(ReadOut, (_V, _S, _G), readout_evacuation, "max(MIN_II, N)",
         f"{_ISA} tensor_copy (the evacuation of a fp32 PSUM tile)"),
+    Row(Transpose, (_V,), vector_transpose, "max(MIN_II, N)",
+        f"{_ISA} nc_transpose (engine=vector)"),
+    Row(BnStats, (_V,), bn_stats, "max(MIN_II, N)", f"{_ISA} bn_stats"),
+    Row(BnAggr, (_V,), bn_aggr, "max(MIN_II, 13 * (N / 3))", f"{_ISA} bn_aggr"),
+    Row(Iota, (_G,), iota, "150 + N", f"{_ISA} iota"),
 )
 _BY_KEY: dict[tuple[type, Engine], Row] = {(r.kind, e): r for r in ROWS for e in r.engines}
 
@@ -257,48 +292,3 @@ def engine_cycles(ins: object, arch: Arch, engine: Engine | None = None) -> int:
     for its kind and engine. Memoised on the instruction itself (frozen and hashable)."""
     eng = engine if engine is not None else ins.engine  # type: ignore[attr-defined]
     return _cached(ins, arch, eng)
-
-
-# -- the NKI breadth of issue 19 -------------------------------------------------------------
-# nki.isa 'Estimated instruction cost' at aws-neuron-sdk 7c165a3e, nki/api/nki/isa/__init__.py:
-# nc_transpose "max(MIN_II, N) ... engine set to vector" (N: elements per partition of
-# data); bn_stats "max(MIN_II, N) Vector Engine cycles"; bn_aggr "max(MIN_II, 13*(N/3))
-# Vector Engine cycles" (N: elements per partition of data); iota "150 + N GpSimd Engine
-# cycles, where N is the number of elements per partition in the output tile".
-_IOTA_FIXED_CYCLES = 150
-
-
-def vector_transpose(ins: object, arch: Arch, engine: Engine) -> int:
-    """nki.isa.nc_transpose on the Vector engine: ``max(MIN_II, N)``."""
-    return _floor(arch, _n(ins.src))  # type: ignore[attr-defined]
-
-
-def bn_stats(ins: object, arch: Arch, engine: Engine) -> int:
-    """nki.isa.bn_stats: ``max(MIN_II, N)`` Vector cycles."""
-    return _floor(arch, _n(ins.src))  # type: ignore[attr-defined]
-
-
-def bn_aggr(ins: object, arch: Arch, engine: Engine) -> int:
-    """nki.isa.bn_aggr: ``max(MIN_II, 13 * (N / 3))`` Vector cycles."""
-    return _floor(arch, 13 * (_n(ins.src) / 3))  # type: ignore[attr-defined]
-
-
-def iota(ins: object, arch: Arch, engine: Engine) -> int:
-    """nki.isa.iota: ``150 + N`` GpSimd cycles (N: output elements per partition)."""
-    return _IOTA_FIXED_CYCLES + _n(ins.dst)  # type: ignore[attr-defined]
-
-
-def _breadth_rows() -> tuple[Row, ...]:
-    from ..isa.instructions import BnAggr, BnStats, Iota, Transpose
-
-    return (
-        Row(Transpose, (_V,), vector_transpose, "max(MIN_II, N)",
-            f"{_ISA} nc_transpose (engine=vector)"),
-        Row(BnStats, (_V,), bn_stats, "max(MIN_II, N)", f"{_ISA} bn_stats"),
-        Row(BnAggr, (_V,), bn_aggr, "max(MIN_II, 13 * (N / 3))", f"{_ISA} bn_aggr"),
-        Row(Iota, (_G,), iota, "150 + N", f"{_ISA} iota"),
-    )
-
-
-ROWS = ROWS + _breadth_rows()
-_BY_KEY.update({(r.kind, e): r for r in ROWS[-4:] for e in r.engines})

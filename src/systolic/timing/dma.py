@@ -46,6 +46,8 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from math import ceil, log2
 
+import numpy as np
+
 from ..arch import Arch
 from ..isa import AccessPattern, Space
 
@@ -119,14 +121,22 @@ def engines_for(partition: int, partitions: int, arch: Arch) -> tuple[int, ...]:
 
 def _largest_piece(p0: int, parts: int, arch: Arch) -> int:
     """Partitions of the fullest engine: bands of eight from ``p0``, the first and last
-    possibly partial, dealt round the engines."""
-    per = arch.dma_partitions_per_engine
+    possibly partial, dealt round the engines. Past ``dma_engines`` bands (an HBM-to-HBM
+    transfer of more than 128 rows) an engine takes a second band, and the partial last
+    band may land on the engine holding the partial first one: 130 rows give engine 0
+    bands 0 and 16, 8 + 2 rows, not two full bands."""
+    per, n_eng = arch.dma_partitions_per_engine, arch.dma_engines
     nb = (p0 + parts - 1) // per - p0 // per + 1
     if nb == 1:
         return parts
     first, last = per - p0 % per, (p0 + parts - 1) % per + 1
-    band = per if nb > 2 else max(first, last)
-    return min(parts, band * ceil(nb / arch.dma_engines))
+    # engine j (counted from the first band's) holds bands j, j + n_eng, ...
+    rounds, rem = divmod(nb, n_eng)
+    held = np.full(min(nb, n_eng), rounds * per)
+    held[:rem] += per
+    held[0] -= per - first
+    held[(nb - 1) % n_eng] -= per - last
+    return int(held.max())
 
 
 def dma_cost(src: AccessPattern, dst: AccessPattern, arch: Arch) -> DmaCost:
