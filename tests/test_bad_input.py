@@ -142,7 +142,8 @@ def _guarded(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
         signal.signal(signal.SIGALRM, old)
 
 
-@pytest.mark.parametrize("argv", [["run", "{f}"], ["roofline", "--workload", "{f}"]])
+@pytest.mark.parametrize("argv", [["run", "{f}"], ["roofline", "--workload", "{f}"],
+                                  ["sweep", "{f}", "--out", "{d}/r.db"]])
 def test_a_workload_fifo_is_refused_without_blocking(tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str],
                                                     argv: list[str]) -> None:
@@ -150,8 +151,10 @@ def test_a_workload_fifo_is_refused_without_blocking(tmp_path: Path,
 
     fifo = tmp_path / "w.yaml"
     os.mkfifo(fifo)  # no writer: an open() for reading would block forever
-    err = _guarded([a.replace("{f}", str(fifo)) for a in argv], capsys)
+    err = _guarded([a.replace("{f}", str(fifo)).replace("{d}", str(tmp_path)) for a in argv],
+                   capsys)
     assert "is a FIFO" in err
+    assert not (tmp_path / "r.db").exists()  # refused before the results store is made
 
 
 @pytest.mark.parametrize(("path", "what"), [("/dev/zero", "a character device"),
@@ -161,6 +164,10 @@ def test_a_workload_that_is_not_a_file_is_refused(tmp_path: Path,
                                                   path: str, what: str) -> None:
     err = _guarded(["run", path.replace("{dir}", str(tmp_path))], capsys)
     assert f"is {what}" in err
+    # a sweep file is read by the same rule (systolic.yaml_source.read_text)
+    err = _guarded(["sweep", path.replace("{dir}", str(tmp_path)), "--out",
+                    str(tmp_path / "r.db")], capsys)
+    assert f"is {what}; a sweep file is read only from a regular file" in err
 
 
 def test_a_huge_workload_file_is_refused_by_its_size(tmp_path: Path,
@@ -174,6 +181,8 @@ def test_a_huge_workload_file_is_refused_by_its_size(tmp_path: Path,
     ok = tmp_path / "ok.yaml"
     ok.write_bytes(b"#" * (MAX_FILE_BYTES - 200) + b"\n- {name: a, m: 1, k: 1, n: 1}\n")
     assert main(["run", str(ok), "--json"]) == 0  # the limit itself is accepted
+    err = _guarded(["sweep", str(big), "--out", str(tmp_path / "r.db")], capsys)
+    assert f"more than {MAX_FILE_BYTES:,} bytes" in err
 
 
 @pytest.mark.parametrize("argv", [["run", "a\x00.yaml"], ["roofline", "--workload", "\x00"]])

@@ -64,3 +64,28 @@ def test_too_few_k_tiles_keep_the_m_slice(monkeypatch, spec):
     assert ex._k_reduced(spec, a, len(tile(spec, a).m_tiles)) is None
     rep, _ = ex.matmul_report(spec, a)
     assert rep.slice_k_tiles == 0
+
+
+def test_stand_ins_whose_increments_differ_are_not_extrapolated(monkeypatch):
+    # the K-linearity guard: real steady stand-ins grow by the same increment per K tile
+    # (a grid of 144 products found none that did not), so the guard is made to fire by
+    # bending the third stand-in's figures; the K level must then give up (None: the
+    # caller times the M slice or the whole product) rather than extrapolate a curve
+    a = get_arch("trn2")
+    spec = MatmulSpec(1280, 2048, 1024, "bf16")
+    real = ex._m_slices
+    calls: list[int] = []
+
+    def bent(s: MatmulSpec, arch, mt, label=None):
+        got = real(s, arch, mt, label=label)
+        calls.append(s.k)
+        if got is not None and len(calls) == 3:
+            key = next(iter(got.q))
+            got = ex.dataclasses.replace(got, q={**got.q, key: got.q[key] + 1})
+        return got
+
+    assert ex._k_reduced(spec, a, 10) is not None  # 10 M tiles; straight: extrapolated
+    calls.clear()
+    monkeypatch.setattr(ex, "_m_slices", bent)
+    assert ex._k_reduced(spec, a, 10) is None
+    assert len(calls) == 3 and calls[0] < calls[1] < calls[2] < spec.k

@@ -23,7 +23,6 @@ their repeats.
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,10 +38,11 @@ from .extrapolate import matmul_report
 from .isa import PerfMode, Program
 from .schema import SCHEMA_VERSION, core_fields, core_view, pe_fields, pe_view
 from .views.report import CAUSES, Report
-from .yaml_source import YamlSource, compose
+from .yaml_source import MAX_FILE_BYTES, YamlSource, compose, read_text
 
-__all__ = ["OPERAND_FORMATS", "Op", "OpResult", "Workload", "evaluate", "intensity",
-           "load_workload", "parse_workload", "time_op", "workload_json", "workload_totals"]
+__all__ = ["MAX_FILE_BYTES", "OPERAND_FORMATS", "Op", "OpResult", "Workload", "evaluate",
+           "intensity", "load_workload", "parse_workload", "time_op", "workload_json",
+           "workload_totals"]
 
 OP_KEYS = ("name", "m", "k", "n", "dtype", "arch", "perf_mode", "repeat")
 TOP_KEYS = ("name", "defaults", "ops")
@@ -58,9 +58,8 @@ MAX_REPEAT = 1 << 40
 # PyYAML composes nested nodes recursively: past a few hundred levels it would exhaust the
 # stack (RecursionError), so deeper files are refused before parsing.
 MAX_NESTING = 64
-# PyYAML composes about a megabyte of nodes a second here: a workload file past this size
-# would take seconds before its first error, and no list of named matmuls needs it.
-MAX_FILE_BYTES = 1 << 22
+# MAX_FILE_BYTES (systolic.yaml_source): PyYAML composes about a megabyte of nodes a second
+# here, so a spec file past it would take seconds before its first error.
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,44 +258,13 @@ def parse_workload(text: str, path: str = "<workload>", *, arch: str | None = No
     return Workload(path, title, tuple(ops))
 
 
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-          (stat.S_ISSOCK, "a socket"))
-
-
 def read_workload_text(path: str | os.PathLike[str]) -> tuple[str, str]:
     """``(name, text)`` of a workload file, refused in one line when it is not a regular
-    file (a FIFO with no writer would block the open forever, ``/dev/zero`` would be read
-    until memory runs out) or is larger than :data:`MAX_FILE_BYTES`. The file is opened
-    without blocking and checked on the open descriptor, so a path swapped for a FIFO
-    between a check and the open cannot block either."""
-    name = os.fspath(path)
-    try:
-        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise WorkloadError(f"{name}: cannot read the workload: {exc.strerror}") from None
-    except ValueError:  # a NUL byte in the path: no file has that name
-        raise WorkloadError(f"{name!r}: cannot read the workload: the path holds a NUL "
-                            f"byte") from None
-    try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = next((k for test, k in _KINDS if test(mode)), "not a regular file")
-            raise WorkloadError(f"{name}: is {kind}; a workload is read only from a regular "
-                                f"file")
-        with os.fdopen(os.dup(fd), "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)  # a file growing as it is read stops here too
-    except OSError as exc:
-        raise WorkloadError(f"{name}: cannot read the workload: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    if len(data) > MAX_FILE_BYTES:
-        raise WorkloadError(f"{name}: is more than {MAX_FILE_BYTES:,} bytes; a workload is a "
-                            f"short list of matmuls (examples/ holds files of a few hundred)")
-    try:
-        return name, data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise WorkloadError(f"{name}: cannot read the workload: {exc}") from None
+    file or is larger than :data:`MAX_FILE_BYTES` (the one rule of
+    :func:`systolic.yaml_source.read_text`, which sweep files share)."""
+    return read_text(path, "workload", WorkloadError,
+                     hint="a workload is a short list of matmuls (examples/ holds files of "
+                          "a few hundred)")
 
 
 def load_workload(path: str | os.PathLike[str], *, arch: str | None = None) -> Workload:

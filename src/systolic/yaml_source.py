@@ -7,6 +7,7 @@ Shared by the workload files (:mod:`systolic.workload`) and the sweep files
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,7 +16,7 @@ from yaml.constructor import SafeConstructor
 
 from .errors import SystolicError, WorkloadError
 
-__all__ = ["YamlSource", "compose", "one_line", "read_text"]
+__all__ = ["MAX_FILE_BYTES", "YamlSource", "compose", "one_line", "read_text"]
 
 
 class YamlSource:
@@ -61,17 +62,51 @@ class YamlSource:
         return out
 
 
+#: The largest spec file read (4 MiB): a workload or a sweep is a short list of a few
+#: hundred bytes; a file past this is a mistake (a log, a tensor dump), not a spec.
+MAX_FILE_BYTES = 1 << 22
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
 def read_text(path: str | os.PathLike[str], what: str,
-              error_type: type[SystolicError] = WorkloadError) -> tuple[str, str]:
-    """``(name, text)`` of a UTF-8 file; one that cannot be read raises ``error_type``
-    with one line ``NAME: cannot read the WHAT: reason``."""
+              error_type: type[SystolicError] = WorkloadError, *,
+              max_bytes: int = MAX_FILE_BYTES, hint: str = "") -> tuple[str, str]:
+    """``(name, text)`` of a UTF-8 spec file, the one rule for every file the tool reads
+    as a spec. One that cannot be read raises ``error_type`` with one line
+    ``NAME: cannot read the WHAT: reason``; one that is not a regular file is refused (a
+    FIFO with no writer would block the open forever, ``/dev/zero`` would be read until
+    memory runs out), and so is one past ``max_bytes`` (``hint`` says what the file
+    should hold). The file is opened without blocking and checked on the open descriptor,
+    so a path swapped for a FIFO between a check and the open cannot block either."""
     name = os.fspath(path)
     try:
-        with open(name, encoding="utf-8") as f:
-            return name, f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise error_type(f"{name}: cannot read the {what}: {reason}") from None
+        fd = os.open(name, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise error_type(f"{name}: cannot read the {what}: {exc.strerror}") from None
+    except ValueError:  # a NUL byte in the path: no file has that name
+        raise error_type(f"{name!r}: cannot read the {what}: the path holds a NUL "
+                         f"byte") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((k for test, k in _KINDS if test(mode)), "not a regular file")
+            raise error_type(f"{name}: is {kind}; a {what} is read only from a regular file")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(max_bytes + 1)  # a file growing as it is read stops here too
+    except OSError as exc:
+        raise error_type(f"{name}: cannot read the {what}: {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > max_bytes:
+        raise error_type(f"{name}: is more than {max_bytes:,} bytes; "
+                         f"{hint or f'a {what} is a short text file'}")
+    try:
+        return name, data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise error_type(f"{name}: cannot read the {what}: {exc}") from None
 
 
 def compose(src: YamlSource, text: str, levels: str) -> yaml.Node | None:
