@@ -7,6 +7,7 @@ from __future__ import annotations
 from mutants import Mutant as M
 
 T = ("tests/test_nki_breadth.py",)
+MORE = ("tests/test_nki_more.py",)
 MUTANTS: tuple[M, ...] = (
     M("bn_stats_halves_swapped", "sim/functional_engines.py",
       "cols = [*_moments(x[:, 0::2]), *_moments(x[:, 1::2])]",
@@ -33,4 +34,28 @@ MUTANTS: tuple[M, ...] = (
       "Engine.VECTOR if p <= VECTOR_MAX and f <= VECTOR_MAX",
       "Engine.VECTOR if p <= VECTOR_MAX or f <= VECTOR_MAX",
       T, "a 64 x 32 transpose with no engine named is sent to the Vector engine"),
+    # issue 19, the next items (tests/test_nki_more.py)
+    M("emit_ignores_unknown_kind", "nki/build.py",
+      "    else:  # a kind the recorder makes and nothing lowers would vanish from the Program",
+      "    elif False:  # a kind the recorder makes and nothing lowers would vanish",
+      MORE, "build's emission pass silently drops an operation kind it does not know"),
+    M("transpose_mode_two_passes", "nki/lower.py",
+      'if transpose and stationary.dtype == "fp32" and st.arch.generation >= 3:',
+      'if transpose and stationary.dtype == "fp32x" and st.arch.generation >= 3:',
+      MORE + T, "an fp32 transpose in transpose mode keeps the matmul's two bf16 passes (16 bits)"),
+    M("transpose_mode_on_gen2", "nki/lower.py",
+      'if transpose and stationary.dtype == "fp32" and st.arch.generation >= 3:',
+      'if transpose and stationary.dtype == "fp32" and st.arch.generation >= 2:',
+      MORE + T, "NeuronCore-v2, which has no transpose mode, transposes fp32 bit-exactly"),
+    M("bound_kind_local_max", "nki/run.py",
+      "    return schema_bound_kind(core.bound_ticks)",
+      "    return max(BOUND_KINDS, key=lambda k: sum(core.bound_ticks[c] for c in BOUND_KINDS[k]))",
+      MORE, "nki/run.py keeps its own bound-kind rule, 'pe' for a core with nothing on its path"),
+    M("dma_transpose_rows_not_columns", "nki/transpose.py",
+      "cols = View(src.tensor, src.offset, 0, (Axis(cs, f), Axis(rs, p)), src.dt)",
+      "cols = View(src.tensor, src.offset, 0, (Axis(rs, f), Axis(cs, p)), src.dt)",
+      MORE, "dma_transpose walks the source row-major (a reshape, not a transpose)"),
+    M("nl_bool_not_bytes", "nki/types.py",
+      '_BY_NP[np.dtype(np.bool_)] = DTYPES["uint8"]', "pass",
+      MORE, "numpy bool arrays are refused as arguments"),
 )

@@ -23,7 +23,7 @@ _REFUSED = ("KernelError", "SystolicError")
 
 
 def run(paths: list[str]) -> dict[str, list[str]]:
-    files = sorted(str(f) for p in paths for f in (
+    files = sorted(str(f.resolve()) for p in paths for f in (
         Path(p).glob("test_*.py") if Path(p).is_dir() else [Path(p)]))
     env = dict(os.environ, PYTHONPATH=_SRC, COLUMNS="2000")  # whole reasons in the summary
     out: dict[str, list[str]] = {"pass": [], "refused": [], "crash": []}

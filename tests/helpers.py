@@ -96,6 +96,19 @@ def write_kernel(tmp_path: object, body: str) -> object:
     return p
 
 
+def record_source(tmp_path: object, body: str, args: list[str], name: str = "k",
+                  arch: str = "trn2") -> object:
+    """The kernel ``name`` of ``body`` (see :func:`write_kernel`) recorded on ``args``."""
+    import systolic.nki as snki
+
+    return snki.record_kernel(str(write_kernel(tmp_path, body)), name, args, {}, arch=arch)
+
+
+def opcodes(rec: object) -> list[str]:
+    """The instruction class names of a recorded kernel's Program, in order."""
+    return [type(i).__name__ for i in rec.program]  # type: ignore[attr-defined]
+
+
 # An NKI kernel that quantizes x [P, F] (bf16) to MX on trn3 and returns the x4 data and
 # the E8M0 scales (nisa.quantize_mx); used for its values and for its cost.
 QUANTIZE_MX_KERNEL = '''

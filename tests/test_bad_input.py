@@ -82,7 +82,7 @@ def test_a_worker_count_past_any_machine_is_refused(tmp_path, capsys) -> None:
 
 
 @pytest.mark.parametrize(("head", "match"), [
-    ("import nki.compiler as ncc\n", "imports nki.compiler, a part of the NKI API"),
+    ("import nki.collectives as cc\n", "imports nki.collectives, a part of the NKI API"),
     ("import no_such_module_here\n", "imports no_such_module_here, a module that is not"),
     ("raise ValueError('at import')\n", "loading the kernel file raised ValueError"),
 ])

@@ -12,6 +12,8 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import opcodes as _opcodes
+from helpers import record_source as _rec
 from helpers import write_kernel
 
 import systolic.nki as snki
@@ -38,12 +40,6 @@ def _run(tmp_path: Path, body: str, *arrays: np.ndarray, name: str = "k") -> obj
     return snki.values(snki.load_kernel(str(write_kernel(tmp_path, body)), name), list(arrays))
 
 
-def _rec(tmp_path: Path, body: str, args: list[str], name: str = "k") -> snki.Recorded:
-    return snki.record_kernel(str(write_kernel(tmp_path, body)), name, args, {}, arch="trn2")
-
-
-def _opcodes(rec: snki.Recorded) -> list[str]:
-    return [type(i).__name__ for i in rec.program]
 
 
 # -- transposes ---------------------------------------------------------------------------
@@ -72,12 +68,21 @@ def test_pe_transpose_is_exact_for_16_and_8_bit_floats(tmp_path, shape, dtype) -
     assert np.array_equal(out.astype(np.float64), a.T.astype(np.float64))
 
 
-def test_pe_transpose_of_fp32_is_the_two_pass_matmul(tmp_path) -> None:
+def test_pe_transpose_of_fp32_is_the_two_pass_matmul_on_gen2(tmp_path) -> None:
+    a = np.random.default_rng(2).normal(0, 3, (128, 96)).astype(np.float32)
+    kern = snki.load_kernel(str(write_kernel(tmp_path, PE_TRANSPOSE)), "k")
+    out = snki.values(kern, [a], arch="trn1")
+    err = np.abs(out.astype(np.float64) - a.T.astype(np.float64))
+    # NeuronCore-v2 has no transpose mode: hi = bf16(w), lo = bf16(w - hi): 16 significant
+    # bits, |w - hi - lo| <= 2^-17 |w|
+    assert np.all(err <= 2.0 ** -17 * np.abs(a.T)) and np.any(err > 0)
+
+
+def test_pe_transpose_of_fp32_is_bit_exact_from_gen3(tmp_path) -> None:
     a = np.random.default_rng(2).normal(0, 3, (128, 96)).astype(np.float32)
     out = _run(tmp_path, PE_TRANSPOSE, a)
-    err = np.abs(out.astype(np.float64) - a.T.astype(np.float64))
-    # hi = bf16(w), lo = bf16(w - hi): 16 significant bits, |w - hi - lo| <= 2^-17 |w|
-    assert np.all(err <= 2.0 ** -17 * np.abs(a.T)) and np.any(err > 0)
+    # trn2 (NeuronCore-v3): the transpose mode passes the fp32 bits through
+    assert np.array_equal(out.view(np.uint32), np.ascontiguousarray(a.T).view(np.uint32))
 
 
 def test_pe_transpose_is_one_matmul_against_one_identity(tmp_path) -> None:

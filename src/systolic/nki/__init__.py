@@ -19,15 +19,19 @@ from typing import Any
 
 from ..errors import SystolicError
 from ..timing.core import CoreTiming, time_program
-from . import isa, language, typing
+from . import compiler, isa, language, typing
 from .build import Recorded
 from .hook import install, uninstall
 from .run import Kernel, execute, load_kernel, parse_arg, record, record_kernel, values
 from .spmd import jit  # NKI's jit: a Kernel launchable on a grid, kernel[4, 2](...)
 
-__all__ = ["BenchmarkResult", "Kernel", "LatencyResult", "Recorded", "benchmark", "execute",
-           "install", "isa", "jit", "language", "load_kernel", "parse_arg", "record",
-           "record_kernel", "simulate", "simulate_kernel", "typing", "uninstall", "values"]
+# ``nki.trace`` of the older neuronxcc API decorates a kernel for tracing (then
+# nki.simulate_kernel / baremetal run it): here, as every decorator, a recorded kernel
+trace = jit
+
+__all__ = ["BenchmarkResult", "Kernel", "LatencyResult", "Recorded", "benchmark", "compiler",
+           "execute", "install", "isa", "jit", "language", "load_kernel", "parse_arg", "record",
+           "record_kernel", "simulate", "simulate_kernel", "trace", "typing", "uninstall", "values"]
 
 
 def simulate(kernel: Any, **options: Any) -> Callable[..., Any]:

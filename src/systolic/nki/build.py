@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..arch import Arch
-from ..errors import KernelError, SystolicError, VerifyError
+from ..errors import FormatError, KernelError, SystolicError, VerifyError
 from ..isa import (
     AccessPattern,
     Activation,
@@ -93,6 +93,9 @@ class Recorded:
     cache_hits: int = 0
     checked: bool = True
     allocation: Allocation | None = None
+    constants: list[tuple[Tensor, Any]] = field(default_factory=list)
+    # ids of the argument tensors the kernel writes (the older API's output arguments)
+    written_inputs: frozenset[int] = frozenset()
 
     def counts(self) -> dict[str, int]:
         """Instructions per engine (tensor, vector, scalar, gpsimd, dma)."""
@@ -306,7 +309,10 @@ def _ap(v: View, base: int, where: tuple[str, int], reorder: bool = False,
     if hit is None:
         if len(_AP_CACHE) > 1 << 16:
             _AP_CACHE.clear()
-        hit = _AP_CACHE[key] = _make_ap(v, base, where, reorder, merge)
+        try:
+            hit = _AP_CACHE[key] = _make_ap(v, base, where, reorder, merge)
+        except FormatError as exc:  # int32, bool ...: dtypes with no format in this model
+            raise KernelError(*where, f"{v.dtype} tensors are not modelled: {exc}") from None
     return hit
 
 
@@ -360,7 +366,7 @@ def build(rec: Recorder, result: Any, outputs: list[Tensor], check: bool = True,
         raise SystolicError(f"buffers must be a whole number of at least 1, not {buffers!r}")
     arch, ops = rec.arch, rec.ops
     starts, stops, dead = _groups(ops)
-    _check_reads(ops, rec.inputs)
+    _check_reads(ops, [*rec.inputs, *(t for t, _ in rec.constants)])
     # pass 2: lifetimes of on-chip tensors
     first: dict[int, int] = {}
     last: dict[int, int] = {}
@@ -425,7 +431,20 @@ def build(rec: Recorder, result: Any, outputs: list[Tensor], check: bool = True,
         raise KernelError(path, line, exc.message) from None
     return Recorded(program, arch, list(rec.inputs), outputs, result, addr, dram_bytes,
                     len(ops), lines, st.hits, check,
-                    Allocation(buffers, list(chip.report.values()), len(dead)))
+                    Allocation(buffers, list(chip.report.values()), len(dead)),
+                    [(t, v) for t, v in rec.constants if t.id in addr],
+                    frozenset(v.tensor.id for op in ops for v in (op.dst, *op.outs)
+                              if v.tensor.is_input))
+
+
+# The recorded kinds _emit lowers itself; every other kind must be in lower.LOWER.
+EMITTED = frozenset({"mm", "mmx", "dma", "copy", "tt", "memset", "act", "ts", "reduce",
+                     "qmx"})
+
+
+def lowered_kinds() -> frozenset[str]:
+    """Every recorded operation kind the emission pass turns into instructions."""
+    return EMITTED | frozenset(LOWER)
 
 
 def _emit(op: Op, i: int, st: Any, addr: dict[int, int], starts: set[int],
@@ -437,7 +456,7 @@ def _emit(op: Op, i: int, st: Any, addr: dict[int, int], starts: set[int],
     k, a = op.kind, op.attrs
     if k == "mm":
         emit_nc_matmul(st, srcs[0], srcs[1], dst, first=i in starts, last=i in stops,
-                       perf=a["perf"], column=a["col"])
+                       perf=a["perf"], column=a["col"], transpose=a.get("transpose", False))
         return
     if k == "mmx":
         emit_nc_matmul_mx(st, srcs[0], srcs[1], _mx_scale(srcs[2], srcs[0]),
@@ -478,5 +497,9 @@ def _emit(op: Op, i: int, st: Any, addr: dict[int, int], starts: set[int],
         st.invalidate(scale)
     elif k in LOWER:  # kinds that carry their own lowering (nki/lower.py LOWER)
         out.extend(LOWER[k](op, dst, srcs))
+    else:  # a kind the recorder makes and nothing lowers would vanish from the Program
+        raise SystolicError(f"internal error: nki/build.py cannot lower the recorded "
+                            f"operation kind {k!r} ({_NAMES.get(k, k)} at "
+                            f"{os.path.basename(w[0])}:{w[1]}); please report it")
     if dst.space is Space.SBUF:
         st.invalidate(dst)

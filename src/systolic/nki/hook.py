@@ -27,11 +27,13 @@ ALIASES: dict[str, str] = {
     "nki.isa": "systolic.nki.isa",
     "nki.language": "systolic.nki.language",
     "nki.typing": "systolic.nki.typing",
+    "nki.compiler": "systolic.nki.compiler",
     "neuronxcc": "systolic.nki.neuronxcc",
     "neuronxcc.nki": "systolic.nki",
     "neuronxcc.nki.isa": "systolic.nki.isa",
     "neuronxcc.nki.language": "systolic.nki.language",
     "neuronxcc.nki.typing": "systolic.nki.typing",
+    "neuronxcc.nki.compiler": "systolic.nki.compiler",
 }
 
 

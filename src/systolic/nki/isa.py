@@ -68,9 +68,12 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
     """Current API: ``nc_matmul(dst, stationary, moving, ...)``; older API:
     ``nc_matmul(stationary, moving)`` returns a PSUM tile (lazy, for ``+=``)."""
     where = here()
-    for flag in ("is_stationary_onezero", "is_moving_onezero", "is_transpose"):
+    for flag in ("is_stationary_onezero", "is_moving_onezero"):
         if kw.pop(flag, False):
             raise fail(f"nc_matmul {flag}=True is not modelled", where)
+    transpose = kw.pop("is_transpose", False)
+    if transpose not in (True, False):
+        raise fail(f"nc_matmul is_transpose is True or False, not {transpose!r}", where)
     kw.pop("name", None)
     check_mask(kw.pop("mask", None), "nc_matmul", where)
     if len(args) == 3 or "dst" in kw:
@@ -83,6 +86,12 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
         perf = _perf_mode(kw.pop("perf_mode", None), where)
         acc = kw.pop("accumulate", None)
         _no_extra(kw, "nc_matmul", where)
+        if transpose:
+            from .transpose import record_transpose_mode
+
+            record_transpose_mode(as_view(vals["dst"]), as_view(vals["stationary"]),
+                                  as_view(vals["moving"]), acc, pos, size, perf, where)
+            return None
         record_matmul(as_view(vals["dst"]), as_view(vals["stationary"]),
                       as_view(vals["moving"]), acc, pos, size, perf, where)
         return None
@@ -98,7 +107,7 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
     perf = _perf_mode(kw.pop("perf_mode", None), where)
     _no_extra(kw, "nc_matmul", where)
     return Pending("mm", where, stationary=vals["stationary"], moving=vals["moving"],
-                   perf_mode=perf)
+                   perf_mode=perf, transpose=bool(transpose))
 
 
 def _no_extra(kw: dict[str, Any], what: str, where: tuple[str, int]) -> None:
@@ -125,6 +134,8 @@ def _perf_mode(value: Any, where: tuple[str, int]) -> Any:
     name = getattr(value, "value", value)
     if name is None:
         return None
+    if name == "double_row_gen3":  # the older API's name of DoubleRow on NeuronCore-v3
+        return "double_row"
     if isinstance(name, str):
         try:
             PerfMode.parse(name)
@@ -493,6 +504,32 @@ def nc_transpose(*args: Any, **kw: Any) -> Pending | None:
     return transpose_pending(data, eng, dtype, None, where)
 
 
+def dma_transpose(*args: Any, **kw: Any) -> Pending | None:
+    """Current API ``dma_transpose(dst, src)``; older ``dma_transpose(src)`` returns the
+    transposed SBUF tile (lazy). 2-d only (nki/transpose.py)."""
+    from .transpose import record_dma_transpose
+
+    where = here()
+    kw.pop("name", None)
+    kw.pop("dge_mode", None)  # which descriptor generator: no difference in the values
+    kw.pop("oob_mode", None)  # no indirection, so nothing can be out of bounds
+    for opt in ("axes", "priority"):
+        if kw.pop(opt, None) is not None:
+            raise fail(f"dma_transpose {opt}= is not modelled", where)
+    if _current_api(args, kw, 2):
+        vals = dict(zip(("dst", "src"), args, strict=False))
+        vals.update({k: kw.pop(k) for k in ("dst", "src") if k in kw})
+        _no_extra(kw, "dma_transpose", where)
+        _need(vals, ("dst", "src"), "dma_transpose", where)
+        record_dma_transpose(as_view(vals["dst"]), as_view(vals["src"]), where)
+        return None
+    src = args[0] if args else kw.pop("src", None)
+    _no_extra(kw, "dma_transpose", where)
+    if src is None:
+        raise fail("dma_transpose: missing argument src", where)
+    return Pending("dma_transpose", where, src=src)
+
+
 def _stats(kind: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Pending | None:
     from .vector import record_bn_aggr, record_bn_stats, stats_pending
 
@@ -553,4 +590,4 @@ def iota(*args: Any, **kw: Any) -> Pending | None:
     return iota_pending(vals["expr"], vals["dtype"], where)
 
 
-__all__ += ["bn_aggr", "bn_stats", "iota", "nc_transpose"]
+__all__ += ["bn_aggr", "bn_stats", "dma_transpose", "iota", "nc_transpose"]

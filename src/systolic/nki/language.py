@@ -11,12 +11,13 @@ from . import ops as _isa
 from .index import Expr, Grid, check_mask, reduce_axis, whole
 from .record import current, fail, here
 from .tensor import NlOp, Pending, Tensor, View, as_view, binary
-from .types import BUFFERS, DTYPES, Buffer, ParDim, TileSize, to_dtype
+from .types import BUFFERS, DTYPE_ALIASES, DTYPES, Buffer, ParDim, TileSize, to_dtype
 
 __all__ = ["affine_range", "arange", "copy", "load", "matmul", "mgrid", "ndarray", "par_dim",
            "sequential_range", "static_range", "store", "tile_size", "zeros"]
 
 globals().update(DTYPES)  # nl.bfloat16, nl.float32, nl.float8_e4m3 ...
+globals().update(DTYPE_ALIASES)  # nl.bool_ (kept as uint8 bytes)
 sbuf, psum = BUFFERS["sbuf"], BUFFERS["psum"]
 hbm, shared_hbm, private_hbm = BUFFERS["hbm"], BUFFERS["shared_hbm"], BUFFERS["private_hbm"]
 tile_size = TileSize
@@ -268,6 +269,69 @@ def nc(*args: Any, **kw: Any) -> Any:
                "not; launch with a plain grid (kernel[4, 2]), run on one core")
 
 
+def broadcast_to(x: Any, shape: Any = None, **kw: Any) -> Any:
+    """``nl.broadcast_to(x, shape)``: ``x.broadcast_to(shape)`` (a [1, F] tile read on every
+    partition, nki/tensor.py)."""
+    where = here()
+    kw.pop("name", None)
+    shape = kw.pop("shape", shape)
+    if kw:
+        raise fail(f"nl.broadcast_to: argument(s) {', '.join(sorted(kw))} not modelled", where)
+    if not isinstance(shape, tuple | list) or not all(isinstance(s, int) for s in shape):
+        raise fail(f"nl.broadcast_to shape is a tuple of whole numbers, not {shape!r}", where)
+    if not hasattr(x, "broadcast_to"):
+        raise fail(f"nl.broadcast_to of a {type(x).__name__}: give a tile", where)
+    return x.broadcast_to(tuple(shape))
+
+
+def shared_constant(constant: Any, dtype: Any = None, **kw: Any) -> Tensor:
+    """``nl.shared_constant(array, dtype=)``: a device-memory tensor holding ``array``'s
+    values in ``dtype`` (default the array's), written before the kernel runs. Values must
+    fit the dtype exactly (an identity of int8 as bfloat16: yes; 0.1 as bfloat16: no), so
+    no rounding happens where the kernel does not see it."""
+    import numpy as np
+
+    from ..dtypes import FORMATS, decode, encode
+    from ..errors import SystolicError
+
+    where = here()
+    kw.pop("name", None)
+    if kw:
+        raise fail(f"nl.shared_constant: argument(s) {', '.join(sorted(kw))} not modelled",
+                   where)
+    arr = np.asarray(constant)
+    if arr.ndim == 0 or arr.size == 0 or arr.dtype.kind not in "biuf":
+        raise fail(f"nl.shared_constant takes a non-empty numpy array of numbers, not "
+                   f"{type(constant).__name__}", where)
+    try:
+        d = to_dtype(dtype if dtype is not None else arr.dtype)
+    except SystolicError as exc:
+        raise fail(f"nl.shared_constant: {exc}", where) from None
+    f = FORMATS.get(d.fmt)
+    if f is None or f.kind not in ("float", "int"):
+        raise fail(f"nl.shared_constant in {d} is not modelled", where)
+    wide = arr.astype(np.float64)
+    try:
+        back = decode(encode(wide, f), f).astype(np.float64)
+    except SystolicError as exc:
+        raise fail(f"nl.shared_constant: {exc}", where) from None
+    if not np.array_equal(back, wide):
+        raise fail(f"nl.shared_constant: the values do not fit {d} exactly; round them to "
+                   f"{d} yourself first", where)
+    t = Tensor(tuple(int(s) for s in arr.shape), d, BUFFERS["shared_hbm"], where,
+               "shared_constant")
+    rec = current()
+    rec.add_tensor(t)
+    rec.constants.append((t, wide))
+    return t
+
+
+def broadcast(*args: Any, **kw: Any) -> Any:
+    """``nl.broadcast``: not modelled; nl.broadcast_to is."""
+    raise fail("nl.broadcast is not modelled; use nl.broadcast_to(x, shape) or "
+               "x.broadcast_to(shape)")
+
+
 class _TileSizes(TileSize):
     """``nl.tile_size`` (NKI docs, nki.language.tile_size), with ``bn_stats_fmax``: bn_stats
     takes at most 512 elements per partition."""
@@ -279,5 +343,15 @@ class _TileSizes(TileSize):
 tile_size = _TileSizes  # type: ignore[misc]
 
 
-__all__ += ["ds", "nc", "num_programs", "program_id", "program_ndim", "spmd_dim",
-            "transpose"]
+__all__ += [
+    "broadcast",
+    "broadcast_to",
+    "ds",
+    "nc",
+    "num_programs",
+    "program_id",
+    "program_ndim",
+    "shared_constant",
+    "spmd_dim",
+    "transpose",
+]

@@ -14,7 +14,7 @@ between the calls of one kernel.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..arch import Arch
@@ -23,9 +23,11 @@ from ..compiler.codegen import emit_nc_matmul as codegen_nc_matmul
 from ..compiler.codegen_mx import acc_byte
 from ..isa import (
     AccessPattern,
+    Fp32Pass,
     Instruction,
     LdWeightMx,
     LoadStationary,
+    MatMul,
     MatmultMx,
     PerfMode,
     row_group,
@@ -57,15 +59,29 @@ def new_state(arch: Arch, out: list[Instruction]) -> MatmulState:
 
 def emit_nc_matmul(st: MatmulState, stationary: AccessPattern, moving: AccessPattern,
                    dst: AccessPattern, *, first: bool, last: bool, perf: PerfMode,
-                   column: int) -> None:
+                   column: int, transpose: bool = False) -> None:
     """Append the instructions of one nc_matmul: dst[M, N] (+)= stationary[K, M].T @
     moving[K, N], START on the group's first matmul and STOP on its last; the tile sits at
-    array row ``stationary.partition`` and column ``column``."""
+    array row ``stationary.partition`` and column ``column``.
+
+    ``transpose`` (nc_matmul ``is_transpose``, nc_transpose on the Tensor Engine): from
+    NeuronCore-v3 the PE's transpose mode passes the data through bit-accurately
+    (trainium2_arch.rst "Built-in Transpose Support"), so an fp32 transpose is ONE pass of
+    the fp32 values (LoadStationary + MatMul, fp32_pass full; x * 1 + 0 is exact in fp32),
+    not the two bf16 passes of an fp32 matmul. 8- and 16-bit floats are exact through the
+    ordinary matmul. NeuronCore-v2 has no transpose mode: the ordinary matmul."""
     m = stationary.dims[-1][1]
+    flags = calc_flags(st.arch, first, last)
     insts, st.cache = codegen_nc_matmul(
         st.cache, st.arch, stationary=stationary, moving=moving, dst=dst,
-        flags=calc_flags(st.arch, first, last), perf_mode=perf,
+        flags=flags, perf_mode=perf,
         tile_position=(stationary.partition, column), tile_size=(stationary.partitions, m))
+    if transpose and stationary.dtype == "fp32" and st.arch.generation >= 3:
+        # the first pass of codegen's fp32 pair, whole: the latch and the MatMul of fp32
+        latch, mm = insts[0], insts[1]
+        assert isinstance(latch, LoadStationary) and isinstance(mm, MatMul)
+        insts = [replace(latch, fp32_pass=Fp32Pass.FULL),
+                 replace(mm, flags=flags, fp32_pass=Fp32Pass.FULL)]
     if stationary.dtype != "fp32" and not any(isinstance(i, LoadStationary) for i in insts):
         st.hits += 1  # WeightTileState hit: the weights were warm, the MatMul went alone
     st.out.extend(insts)

@@ -256,7 +256,9 @@ def _tile(values: tuple[int, int] | tuple[()] | list[int], default: tuple[int, i
 
 def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
                   tile_position: Any, tile_size: Any, perf_mode: Any,
-                  where: tuple[str, int]) -> None:
+                  where: tuple[str, int], transpose: bool = False) -> None:
+    """dst (+)= stat.T @ mov on the Tensor Engine. ``transpose``: the PE's transpose mode
+    (nc_matmul ``is_transpose``; NeuronCore-v3 on, nki/lower.py), the same matmul."""
     arch = current().arch
     for v, role, buf in ((stat, "stationary", "sbuf"), (mov, "moving", "sbuf"),
                          (dst, "dst", "psum")):
@@ -338,8 +340,11 @@ def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
                    f"(column m drains into partition m); dst starts at {dst.p0}", where)
     if accumulate not in (None, True, False):
         raise fail("accumulate is None, True or False", where)
+    if transpose and perf is not PerfMode.NONE:
+        raise fail(f"nc_matmul is_transpose=True with perf_mode {perf.spelling} is not "
+                   f"modelled (a transpose has no perf mode); drop perf_mode", where)
     _add("mm", dst, (stat, mov), where, accumulate=accumulate, perf=perf, row=pos[0],
-         col=pos[1])
+         col=pos[1], transpose=transpose)
 
 
 # -- lazy results of the older API ---------------------------------------------------------
@@ -392,7 +397,7 @@ def write_pending(p: Pending, dst: View, accumulate: bool | None) -> None:
         record_dma(dst, as_view(a["src"]), w)
     elif p.kind == "mm":
         record_matmul(dst, as_view(a["stationary"]), as_view(a["moving"]), accumulate,
-                      (), (), a.get("perf_mode"), w)
+                      (), (), a.get("perf_mode"), w, a.get("transpose", False))
     elif p.kind == "copy":
         record_copy(dst, as_view(a["src"]), a.get("engine"), w)
     elif p.kind == "tt":

@@ -99,6 +99,9 @@ class Recorder:
         self.ops: list[Op] = []
         self.tensors: list[Tensor] = []
         self.inputs: list[Tensor] = []
+        # nl.shared_constant: device-memory tensors whose values the kernel gives (numpy
+        # arrays already in the tensor's dtype), written before the Program runs
+        self.constants: list[tuple[Tensor, Any]] = []
         self.pending: list[Any] = []  # lazy results of the older API (nl.load, nl.matmul)
         self.writing: set[int] = set()  # ids of the lazy results being written now
         self.loops: list[Loop] = []  # the loops the kernel is in now, innermost last

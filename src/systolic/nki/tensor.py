@@ -104,8 +104,10 @@ class Tensor(Arithmetic):
         self.full.__iadd__(other)
         return self
 
-    def view(self) -> View:
-        return self.full
+    def view(self, dtype: Any = None) -> View:
+        """The whole tensor; ``view(dtype)`` reinterprets its bytes as ``dtype`` of the same
+        element size (numpy's ``ndarray.view``; the kernels' ``a.view(nl.float8_e5m2)``)."""
+        return self.full if dtype is None else _retyped(self.full, dtype)
 
     def broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
         return self.full.broadcast_to(shape)
@@ -118,6 +120,20 @@ class Tensor(Arithmetic):
 
     def reshape(self, shape: Any) -> View:
         return _reshape(self.full, tuple(shape))
+
+
+def _retyped(v: View, dtype: Any) -> View:
+    from .types import to_dtype
+
+    try:
+        d = to_dtype(dtype)
+    except SystolicError as exc:
+        raise fail(f"view({dtype!r}): {exc}") from None
+    if d.itemsize != v.dtype.itemsize:
+        raise fail(f"view({d!r}) reinterprets bytes in place: a {v.dtype} element is "
+                   f"{v.dtype.itemsize} byte(s), a {d} element {d.itemsize}; use a dtype "
+                   f"of the same size, or a copy (nisa.tensor_copy) to convert")
+    return View(v.tensor, v.offset, v.p0, v.axes, d)
 
 
 def _ap_view(t: Tensor, pattern: Any, offset: int, dtype: Any) -> View:
@@ -317,8 +333,8 @@ class View(Arithmetic):
         HOOKS["tensor_tensor"](self, self, b, "add", None, here())
         return self
 
-    def view(self) -> View:
-        return self
+    def view(self, dtype: Any = None) -> View:
+        return self if dtype is None else _retyped(self, dtype)
 
     def broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
         """A [1, F] tile on every one of ``shape[0]`` partitions: a new SBUF tile, loaded

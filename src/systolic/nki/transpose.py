@@ -31,9 +31,17 @@ from typing import Any
 from ..dtypes import get_format
 from ..isa import ActivationFunc, AluOp, Engine
 from .lazy import NlOp
-from .ops import PENDING, _add, record_activation, record_copy, record_matmul, record_tensor_scalar
+from .ops import (
+    PENDING,
+    _add,
+    record_activation,
+    record_copy,
+    record_dma,
+    record_matmul,
+    record_tensor_scalar,
+)
 from .record import Recorder, current, fail
-from .tensor import Pending, Tensor, View, as_view
+from .tensor import Axis, Pending, Tensor, View, as_view
 from .types import BUFFERS, to_dtype
 
 __all__ = ["VECTOR_MAX", "identity", "record_transpose", "transpose_pending"]
@@ -177,9 +185,34 @@ def _pe_transpose(out: View, src: View, p: int, f: int, where: tuple[str, int]) 
     tiled = row != _PE_MAX or col != _PE_MAX
     pos = (src.p0, target.p0) if tiled else ()
     size = (row, col) if tiled else ()
-    record_matmul(target, src, eye, False, pos, size, None, where)
+    record_matmul(target, src, eye, False, pos, size, None, where, transpose=True)
     if not direct:
         record_copy(out, target, None, where)
+
+
+def record_transpose_mode(dst: View, stat: View, mov: View, accumulate: bool | None,
+                          pos: Any, size: Any, perf: Any, where: tuple[str, int]) -> None:
+    """``nc_matmul(dst, stationary, moving, is_transpose=True)``: the PE transpose, the
+    matmul stationary.T @ moving (the kernel's moving is the identity), in transpose mode
+    (nki/lower.py). dst is fp32, or in transpose mode the data's own 16-bit float
+    (trainium2_arch.rst: "FP16/BF16 PSUM output for FP16/BF16 transpose"): this model's
+    matmul writes fp32, so that result lands in an fp32 staging bank and a Vector copy
+    (exact: the values are the data's own) puts it in place, a copy the hardware does not
+    make."""
+    if dst.buffer.name != "psum" or dst.dtype.fmt == "fp32":
+        record_matmul(dst, stat, mov, accumulate, pos, size, perf, where, transpose=True)
+        return
+    if dst.dtype != stat.dtype or dst.dtype.fmt not in ("bf16", "fp16"):
+        raise fail(f"nc_matmul is_transpose=True writes fp32, or the data's own bf16/fp16, "
+                   f"into PSUM; data is {stat.dtype}, dst {dst.dtype}", where)
+    if accumulate:
+        raise fail("nc_matmul is_transpose=True into a bf16/fp16 dst cannot accumulate in "
+                   "this model (its PSUM adds in fp32); use an fp32 dst", where)
+    tmp = Tensor(tuple(dst.shape), to_dtype("float32"), BUFFERS["psum"], where,
+                 "transpose_fp32")
+    current().add_tensor(tmp)
+    record_matmul(tmp.full, stat, mov, False, pos, size, perf, where, transpose=True)
+    record_copy(dst, tmp.full, None, where)
 
 
 # -- lazy results: nisa.nc_transpose(data) of the older API, nl.transpose(x) ----------------
@@ -207,3 +240,46 @@ def _write(pend: Pending, dst: View, accumulate: bool | None) -> None:
 
 
 PENDING["transpose"] = (_result, _write)
+
+
+# -- nisa.dma_transpose: a transpose on the DMA engine -------------------------------------
+def record_dma_transpose(dst: View, src: View, where: tuple[str, int]) -> None:
+    """dst[F, P] = src[P, F] for a 2-D device-memory ``src``: one DMA whose source pattern
+    walks src column by column (partition f of dst reads element f of every row, step 1;
+    its free axis steps a whole row), as the DMA engine's descriptors can. The NKI docs
+    (nki.isa.dma_transpose) limit it to 2-byte dtypes and src.shape[-1] <= 128; the
+    hardware DGE transpose's own speed is not published (unsure): it is timed as a DMA of
+    one-element runs."""
+    what = "dma_transpose"
+    if src.buffer.on_chip:
+        raise fail(f"{what} from {src.buffer.name} is not modelled (only device memory to "
+                   f"SBUF); use nisa.nc_transpose for an on-chip tile", where)
+    if len(src.axes) != 2:
+        raise fail(f"{what} of a {len(src.axes)}-d tensor is not modelled (only 2-d, "
+                   f"permutation [1, 0])", where)
+    if src.dtype.itemsize != 2:
+        raise fail(f"{what} takes 2-byte dtypes (NKI docs); src is {src.dtype}", where)
+    (rs, p), (cs, f) = ((a.stride, a.num) for a in src.axes)
+    if f > _PE_MAX:
+        raise fail(f"{what}: src.shape[-1] is {f}; it becomes the partition dimension, at "
+                   f"most 128 (NKI docs)", where)
+    if dst.buffer.name != "sbuf" or tuple(dst.shape) != (f, p):
+        raise fail(f"{what} of a [{p}, {f}] tensor writes an SBUF [{f}, {p}] tile; dst is "
+                   f"{list(dst.shape)} in {dst.buffer.name}", where)
+    cols = View(src.tensor, src.offset, 0, (Axis(cs, f), Axis(rs, p)), src.dt)
+    record_dma(dst, cols, where)
+
+
+def _dma_t_result(pend: Pending) -> Tensor:
+    src = as_view(pend.args["src"])
+    shape = tuple(src.shape)[::-1] if len(src.shape) == 2 else tuple(src.shape)
+    return Tensor(shape, src.dtype, BUFFERS["sbuf"], pend.where)
+
+
+def _dma_t_write(pend: Pending, dst: View, accumulate: bool | None) -> None:
+    if accumulate:
+        raise fail("dma_transpose cannot accumulate (+=); assign its result", pend.where)
+    record_dma_transpose(dst, as_view(pend.args["src"]), pend.where)
+
+
+PENDING["dma_transpose"] = (_dma_t_result, _dma_t_write)

@@ -41,6 +41,14 @@ class DType:
     def __hash__(self) -> int:
         return hash(self.fmt)
 
+    @property
+    def dtype(self) -> np.dtype | None:
+        """numpy's dtype, so that numpy takes an NKI dtype where it takes its own
+        (``x.astype(nl.float8_e4m3)``, ``np.zeros(s, dtype=nl.bfloat16)``: numpy reads an
+        object's ``dtype`` attribute); None for tfloat32 and the MX containers, which numpy
+        has no dtype for (numpy then refuses them)."""
+        return self.np_dtype
+
     def __repr__(self) -> str:
         return f"nl.{self.nki}"
 
@@ -87,6 +95,10 @@ DTYPES: dict[str, DType] = {d.nki: d for d in (
 )}
 _BY_FMT = {d.fmt: d for d in DTYPES.values()}
 _BY_NP = {d.np_dtype: d for d in DTYPES.values() if d.np_dtype is not None}
+# numpy's bool is one byte holding 0 or 1, NKI's ``bool_`` too (NKI docs, "Supported data
+# types": "bool_"); the model keeps such a tensor as uint8 bytes of the same values
+_BY_NP[np.dtype(np.bool_)] = DTYPES["uint8"]
+DTYPE_ALIASES = {"bool_": DTYPES["uint8"]}
 
 
 def to_dtype(x: object) -> DType:
