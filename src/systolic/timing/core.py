@@ -75,7 +75,7 @@ from .deps import Tracker, region
 from .dma import dma_cost, queue_for
 from .result import CAUSES, QUEUE_NAMES, WHAT_IF, Cause, CoreTiming, queue_names
 from .timeline import Timeline
-from .whatif import Plan, rerun
+from .whatif import LazyWhatIf, Plan
 
 __all__ = ["CAUSES", "QUEUE_NAMES", "SCHEDULES", "CoreTiming", "queue_names", "time_prefixes",
            "time_program"]
@@ -156,7 +156,13 @@ class _Scheduler:
         # the resources of the real schedule
         self.timelines: dict[object, Timeline] = {}
         self.hbm = Timeline(self.fill)
-        self.fifo: dict[tuple[int, int], tuple[int, int]] = {}  # (engine, queue) -> end, op
+        # the DMA engines' timelines: engines whose reservations so far are the same share
+        # one Timeline object, split (copied) when a transfer uses only some of them; a
+        # transfer over all 16 engines then fits and books once (the answers are those of
+        # 16 separate timelines: a fit right after an identical timeline's fit is a no-op)
+        self.dma_tl: list[Timeline] = [Timeline(self.fill)] * arch.dma_engines
+        # per DMA queue id, per engine: (end, op) of the queue's last transfer there
+        self.fifo: dict[int, list[tuple[int, int]]] = {}
         self.pe = pe_rules.PE_IDLE
         self.pe_prev = -1  # the previous MatMul op
         self.load_last = -1  # the previous load op
@@ -213,10 +219,14 @@ class _Scheduler:
                     t, b = e, d
         return tuple(out), t, b
 
-    def _fit(self, tls: list[Timeline], t: int, d: int) -> tuple[int, int]:
+    @staticmethod
+    def _fit(tls: list[Timeline], t: int, d: int) -> tuple[int, int]:
         """The earliest start >= t at which every timeline is free for d ticks, and the op
         that last delayed it (-1: none)."""
         binder = -1
+        if len(tls) == 1:  # Timeline.fit is idempotent: fit(fit(t)) == fit(t)
+            s, b = tls[0].fit(t, d)
+            return (s, b) if s > t else (t, -1)
         while True:
             moved = False
             for tl in tls:
@@ -275,7 +285,7 @@ class _Scheduler:
             rec = OpRecord(i, 1, t, own, db, self.ends[db], t, Cause.SYNC)
         else:
             rec = OpRecord(i, 1, t, own, -1, 0, t, Cause.IDLE)
-        self._add(rec, q, t + dur, Plan("engine", deps, keys, dur))
+        self._add(rec, q, t + dur, Plan("engine", deps, keys, dur) if self.what_if else None)
         self.tracker.commit(op, rd, wr)
         return op
 
@@ -293,6 +303,25 @@ class _Scheduler:
             hit = self.dma_costs[key] = (c, occ, hb)
         return hit
 
+    def _book_dma(self, engines: tuple[int, ...], t: int, end: int, op: int) -> None:
+        """Reserve [t, end) on each engine's timeline: once on a timeline shared by exactly
+        these engines (and others that share it with no other), on a copy for the engines
+        used when some sharing it are not."""
+        dma_tl = self.dma_tl
+        done: set[int] = set()
+        for e in engines:
+            tl = dma_tl[e]
+            if id(tl) in done:
+                continue
+            done.add(id(tl))
+            mine = [x for x in engines if dma_tl[x] is tl]
+            if sum(1 for x in dma_tl if x is tl) > len(mine):
+                tl = tl.copy()
+                for x in mine:
+                    dma_tl[x] = tl
+                done.add(id(tl))
+            tl.reserve(t, end, op)
+
     def _dma_op(self, i: int, src: AccessPattern, dst: AccessPattern, qid: int, rd: tuple[int, ...],
                 wr: tuple[int, ...], extra: int = -1) -> int:
         c, occ, hb = self._dma_cost(src, dst)
@@ -304,12 +333,22 @@ class _Scheduler:
         deps, dt, db = self._deps(raw, order, q0, False)
         ready = max(dt, 0) + self.fixed
         t, fifo_op = ready, -1
+        fifo = self.fifo.get(qid)
+        if fifo is None:
+            fifo = self.fifo[qid] = [(0, -1)] * self.arch.dma_engines
         for e in engines:
-            fe, fo = self.fifo.get((e, qid), (0, -1))
+            fe, fo = fifo[e]
             if fe > t:
                 t, fifo_op = fe, fo
         fifo_t = t
-        tls = [self._timeline(_DQ + e) for e in engines]
+        # the engines' timelines, a run of engines sharing one timeline as one: fitting a
+        # timeline again right after fitting it (or its twin) moves nothing
+        dma_tl = self.dma_tl
+        tls: list[Timeline] = []
+        for e in engines:
+            tl = dma_tl[e]
+            if not tls or tls[-1] is not tl:
+                tls.append(tl)
         while True:
             t, rb = self._fit(tls, t, occ)
             sh, hbind = self.hbm.fit(t, hb) if hb else (t, -1)
@@ -321,12 +360,12 @@ class _Scheduler:
                 break
             t, rb = s2, rb2
         op = len(self.queue)
-        for tl in tls:
-            tl.reserve(t, end, op)
+        self._book_dma(engines, t, end, op)
         if hb:
             self.hbm.reserve(sh, sh + hb, op)
+        entry = (end, op)
         for e in engines:
-            self.fifo[(e, qid)] = (end, op)
+            fifo[e] = entry
         n = len(engines)
         if hb and sh + hb > t + occ and sh > t:  # the shared HBM binds
             rec = OpRecord(i, n, t, Cause.DMA, hbind, sh, sh, Cause.IDLE)
@@ -337,11 +376,9 @@ class _Scheduler:
             rec = OpRecord(i, n, t, Cause.DMA, db, self.ends[db], t, Cause.DMA_LATENCY)
         else:
             rec = OpRecord(i, n, t, Cause.DMA, -1, 0, t, Cause.DMA_LATENCY)
-        plan = None
-        if self.what_if:  # the resources the re-run keeps in order
-            keys = (*(_DQ + e for e in engines), *(("fifo", e, qid) for e in engines))
-            plan = Plan("dma", deps, keys, occ, hbm=hb)
-        self._add(rec, q0, end, plan)
+        # the re-run keeps each engine and each engine's queue ``qid`` in order
+        self._add(rec, q0, end, Plan("dma", deps, engines, occ, hbm=hb, queue=qid)
+                  if self.what_if else None)
         self.tracker.commit(op, rd, wr)
         self.dma_bytes += c.bytes  # type: ignore[attr-defined]
         self.hbm_bytes += c.hbm_bytes  # type: ignore[attr-defined]
@@ -373,7 +410,8 @@ class _Scheduler:
             rec = OpRecord(i, 1, t, Cause.PE, self.pe_prev, t, t, Cause.IDLE)
         else:
             rec = OpRecord(i, 1, t, Cause.PE, -1, 0, t, Cause.IDLE)
-        op = self._add(rec, _TENSOR, t + dur, Plan("pe", deps, (), dur, interval))
+        op = self._add(rec, _TENSOR, t + dur,
+                       Plan("pe", deps, (), dur, interval) if self.what_if else None)
         self.pe_prev, self.pending = op, -1
         self.tracker.commit(op, rd, wr)
         self.macs2 += macs2
@@ -391,7 +429,7 @@ class _Scheduler:
             rec = OpRecord(i, 1, t, Cause.WEIGHT_LOAD, b, t, t, Cause.IDLE)
         else:
             rec = OpRecord(i, 1, t, Cause.WEIGHT_LOAD, -1, 0, t, Cause.IDLE)
-        op = self._add(rec, _TENSOR, t + c, Plan("load", deps, (), c))
+        op = self._add(rec, _TENSOR, t + c, Plan("load", deps, (), c) if self.what_if else None)
         self.load_last = self.pending = op
         self.tracker.commit(op, rd, ())
 
@@ -453,7 +491,8 @@ class _Scheduler:
             lo, hi = interval_union(starts[sel], ends[sel])
             busy[name] = int(np.sum(hi - lo))
             counts[name] = int(np.count_nonzero(sel))
-        what = ({k: rerun(self.plans, self.records, k, n, self.fixed) for k in WHAT_IF}
+        # each what-if latency is a re-run of the schedule, done when first read
+        what = (LazyWhatIf(WHAT_IF, self.plans, self.records, n, self.fixed)
                 if self.what_if else {})
         return CoreTiming(
             arch=arch, tick_hz=self.tick, latency=latency,
