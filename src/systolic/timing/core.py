@@ -54,6 +54,7 @@ from ..arch import Arch, get_arch
 from ..errors import SystolicError
 from ..geometry import interval_union
 from ..isa import (
+    ACCESS,
     AccessPattern,
     DmaCopy,
     DmaLoad,
@@ -168,21 +169,26 @@ class _Scheduler:
         self.load_last = -1  # the previous load op
         self.pending = -1  # the load op since the previous MatMul
         # memos, on frozen patterns and instructions
-        self.region_ids: dict[object, int] = {}
+        self.region_ids: dict[int, tuple[AccessPattern, int]] = {}
         self.pe_costs: dict[object, tuple[int, int, int]] = {}
         self.dma_costs: dict[tuple[object, ...], tuple[object, int, int]] = {}
         self.dma_bytes = self.hbm_bytes = 0
+        self.arrays: tuple[np.ndarray, ...] | None = None  # _arrays()
         self.macs2 = 0  # 2 x useful MACs (two-pass halves count half)
         self.macs_at: list[int] = []  # macs2 after each instruction
         self.dma_at: list[tuple[int, int]] = []  # (dma, hbm) bytes after each instruction
 
     # -- helpers ----------------------------------------------------------------------
-    def _reg(self, ap: object) -> int:
-        """The tracker's id of the region an access pattern touches (memoised on the
-        frozen pattern)."""
-        rid = self.region_ids.get(ap)
-        if rid is None:
-            rid = self.region_ids[ap] = self.tracker.intern(region(ap))  # type: ignore
+    def _reg(self, ap: AccessPattern) -> int:
+        """The tracker's id of the region an access pattern touches, memoised on the
+        pattern object (by id, the pattern kept in the entry so that its id stays its own:
+        hashing a frozen pattern's seven fields at every lookup cost more than the rest of
+        a small program's lookups)."""
+        got = self.region_ids.get(id(ap))
+        if got is not None and got[0] is ap:
+            return got[1]
+        rid = self.tracker.intern(region(ap))
+        self.region_ids[id(ap)] = (ap, rid)
         return rid
 
     def _timeline(self, key: object) -> Timeline:
@@ -439,8 +445,9 @@ class _Scheduler:
         reg = self._reg
         for i, ins in enumerate(program.instructions):
             tp = type(ins)
-            rd = tuple(reg(ap) for ap in reads(ins))
-            wr = tuple(reg(ap) for ap in writes(ins))
+            rf, wf = ACCESS[tp]
+            rd = tuple([reg(ap) for f in rf if (ap := getattr(ins, f)) is not None])
+            wr = tuple([reg(ap) for f in wf if (ap := getattr(ins, f)) is not None])
             if isinstance(ins, _COMPUTE):
                 self._compute_op(i, ins, rd, wr)
             elif isinstance(ins, _LOADS):
@@ -465,38 +472,76 @@ class _Scheduler:
             self.macs_at.append(self.macs2)
             self.dma_at.append((self.dma_bytes, self.hbm_bytes))
 
-    def assemble(self, cut: int, fmt: str, mode: str) -> CoreTiming:
-        """The summary of the ops of instructions ``< cut``."""
-        arch = self.arch
-        recs = self.records
-        instr = np.fromiter((r.instr for r in recs), dtype=np.int64, count=len(recs))
-        n = int(np.searchsorted(instr, cut))  # ops are in instruction order
-        starts = np.fromiter((r.start for r in recs[:n]), dtype=np.int64, count=n)
-        ends = np.array(self.ends[:n], dtype=np.int64)
-        queue = np.array(self.queue[:n], dtype=np.int64)
-        nqs = np.fromiter((r.queues for r in recs[:n]), dtype=np.int64, count=n)
-        own = np.fromiter((int(r.own) for r in recs[:n]), dtype=np.int64, count=n)
-        latency = int(ends.max()) if n else 0
-        macs2 = self.macs_at[cut - 1] if cut else 0
-        dma_bytes, hbm_bytes = self.dma_at[cut - 1] if cut else (0, 0)
-        names = queue_names(arch)
-        busy: dict[str, int] = {}
-        counts: dict[str, int] = {}
-        for qid, name in enumerate(names):
+    def _arrays(self) -> tuple[np.ndarray, ...]:
+        """Per op: instruction, start, end, queue, queues held, own cause (built once)."""
+        got = self.arrays
+        if got is None or len(got[0]) != len(self.records):
+            recs = self.records
+            n = len(recs)
+            got = self.arrays = (
+                np.fromiter((r.instr for r in recs), dtype=np.int64, count=n),
+                np.fromiter((r.start for r in recs), dtype=np.int64, count=n),
+                np.array(self.ends, dtype=np.int64), np.array(self.queue, dtype=np.int64),
+                np.fromiter((r.queues for r in recs), dtype=np.int64, count=n),
+                np.fromiter((int(r.own) for r in recs), dtype=np.int64, count=n))
+        return got
+
+    def _busy(self, starts: np.ndarray, ends: np.ndarray, queue: np.ndarray,
+              nqs: np.ndarray, latency: int, nq: int) -> tuple[list[int], list[int]]:
+        """(busy ticks, ops) per queue id: the union of the intervals of the ops holding
+        it (a transfer holds DMA engines first .. first + n - 1, mod their count), all
+        queues in one pass: each queue's intervals shifted by ``queue x (latency + 1)``, so
+        no two queues' intervals meet."""
+        n_dma = self.arch.dma_engines
+        big = latency + 1
+        if not len(queue) or big * nq >= 1 << 62:
+            return self._busy_each(starts, ends, queue, nqs, nq)
+        dma = queue >= _DQ
+        reps = np.where(dma, nqs, 1)
+        idx = np.repeat(np.arange(len(queue)), reps)
+        j = np.arange(len(idx)) - np.repeat(np.cumsum(reps) - reps, reps)
+        qi = queue[idx]
+        qx = np.where(dma[idx], _DQ + (qi - _DQ + j) % n_dma, qi)
+        lo, hi = interval_union(starts[idx] + qx * big, ends[idx] + qx * big)
+        busy = np.zeros(nq, dtype=np.int64)
+        np.add.at(busy, lo // big, hi - lo)
+        return busy.tolist(), np.bincount(qx, minlength=nq).tolist()
+
+    def _busy_each(self, starts: np.ndarray, ends: np.ndarray, queue: np.ndarray,
+                   nqs: np.ndarray, nq: int) -> tuple[list[int], list[int]]:
+        """:meth:`_busy` one queue at a time (no shifted times that could overflow)."""
+        busy, counts = [], []
+        for qid in range(nq):
             if qid < _DQ:
                 sel = queue == qid
             else:  # a transfer holds engines first .. first + n - 1 (mod dma_engines)
                 k = qid - _DQ
-                sel = ((k - (queue - _DQ)) % arch.dma_engines < nqs) & (queue >= _DQ)
+                sel = ((k - (queue - _DQ)) % self.arch.dma_engines < nqs) & (queue >= _DQ)
             lo, hi = interval_union(starts[sel], ends[sel])
-            busy[name] = int(np.sum(hi - lo))
-            counts[name] = int(np.count_nonzero(sel))
+            busy.append(int(np.sum(hi - lo)))
+            counts.append(int(np.count_nonzero(sel)))
+        return busy, counts
+
+    def assemble(self, cut: int, fmt: str, mode: str) -> CoreTiming:
+        """The summary of the ops of instructions ``< cut``."""
+        arch = self.arch
+        a_instr, a_starts, a_ends, a_queue, a_nqs, a_own = self._arrays()
+        n = int(np.searchsorted(a_instr, cut))  # ops are in instruction order
+        instr, starts, ends = a_instr[:n].copy(), a_starts[:n].copy(), a_ends[:n].copy()
+        queue, nqs, own = a_queue[:n].copy(), a_nqs[:n].copy(), a_own[:n].copy()
+        latency = int(ends.max()) if n else 0
+        macs2 = self.macs_at[cut - 1] if cut else 0
+        dma_bytes, hbm_bytes = self.dma_at[cut - 1] if cut else (0, 0)
+        names = queue_names(arch)
+        b, c = self._busy(starts, ends, queue, nqs, latency, len(names))
+        busy = dict(zip(names, b, strict=True))
+        counts = dict(zip(names, c, strict=True))
         # each what-if latency is a re-run of the schedule, done when first read
-        what = (LazyWhatIf(WHAT_IF, self.plans, self.records, n, self.fixed)
+        what = (LazyWhatIf(tuple(WHAT_IF), self.plans, self.records, n, self.fixed)
                 if self.what_if else {})
         return CoreTiming(
             arch=arch, tick_hz=self.tick, latency=latency,
-            op_instr=instr[:n].copy(), op_queue=queue, op_queues=nqs,
+            op_instr=instr, op_queue=queue, op_queues=nqs,
             starts=starts, ends=ends, bound_ticks=critical_path(self.records, ends, latency),
             busy_ticks=busy, instructions=counts, dma_bytes=dma_bytes,
             hbm_bytes=hbm_bytes, useful_macs=macs2 // 2, fmt=fmt, perf_mode=mode,
