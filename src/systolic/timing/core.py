@@ -89,6 +89,11 @@ _ENGINE_CAUSE = {Engine.VECTOR: Cause.VECTOR, Engine.SCALAR: Cause.SCALAR,
 _DQ = len(QUEUE_NAMES)  # the first DMA engine's queue id
 _COMPUTE = (MatMul, MatmultMx)
 _LOADS = (LoadStationary, LdWeightMx)
+# DMA costs by Arch and transfer shape (its offsets left out: a cost does not depend on
+# them, timing/dma.py), kept across programs: a sweep times thousands of small programs
+# made of the same few transfer shapes. Cleared when full.
+_DMA_COSTS: dict[tuple[object, ...], tuple[Arch, object, int, int]] = {}
+_DMA_COSTS_MAX = 1 << 16
 
 
 def _program_format(program: Program) -> tuple[str, str]:
@@ -171,7 +176,6 @@ class _Scheduler:
         # memos, on frozen patterns and instructions
         self.region_ids: dict[int, tuple[AccessPattern, int]] = {}
         self.pe_costs: dict[object, tuple[int, int, int]] = {}
-        self.dma_costs: dict[tuple[object, ...], tuple[object, int, int]] = {}
         self.dma_bytes = self.hbm_bytes = 0
         self.arrays: tuple[np.ndarray, ...] | None = None  # _arrays()
         self.macs2 = 0  # 2 x useful MACs (two-pass halves count half)
@@ -298,22 +302,27 @@ class _Scheduler:
     def _dma_cost(self, src: AccessPattern, dst: AccessPattern) -> tuple[object, int, int]:
         # a transfer's cost does not depend on its offsets (timing/dma.py), so the memo key
         # leaves them out: one entry per transfer shape, not per address
-        key = (src.space, src.partition, src.partitions, src.dims, src.dtype,
+        key = (id(self.arch), src.space, src.partition, src.partitions, src.dims, src.dtype,
                src.partition_step, dst.space, dst.partition, dst.partitions, dst.dims,
                dst.dtype, dst.partition_step)
-        hit = self.dma_costs.get(key)
-        if hit is None:
+        hit = _DMA_COSTS.get(key)
+        if hit is None or hit[0] is not self.arch:  # kept with its Arch: the id is its own
             c = dma_cost(src, dst, self.arch)
             occ = max(1, ceil(c.engine_ns * self.tick / 1e9))
             hb = max(1, ceil(c.hbm_bytes / self.hbm_rate)) if c.hbm_bytes else 0
-            hit = self.dma_costs[key] = (c, occ, hb)
-        return hit
+            if len(_DMA_COSTS) >= _DMA_COSTS_MAX:
+                _DMA_COSTS.clear()
+            hit = _DMA_COSTS[key] = (self.arch, c, occ, hb)
+        return hit[1:]
 
     def _book_dma(self, engines: tuple[int, ...], t: int, end: int, op: int) -> None:
         """Reserve [t, end) on each engine's timeline: once on a timeline shared by exactly
         these engines (and others that share it with no other), on a copy for the engines
         used when some sharing it are not."""
         dma_tl = self.dma_tl
+        if len(engines) == len(dma_tl) and all(tl is dma_tl[0] for tl in dma_tl):
+            dma_tl[0].reserve(t, end, op)  # every engine, one shared timeline
+            return
         done: set[int] = set()
         for e in engines:
             tl = dma_tl[e]

@@ -231,6 +231,7 @@ class Tracker:
         # flat mode (FLAT_REGIONS): the live records of each memory space, by region id
         self.flat: dict[str, dict[int, _Record]] | None = {}
         self.regions: list[Region] = []
+        self.extents: list[tuple[int, int]] = []  # a device-memory region's flat extent
         self.layouts: list[tuple[Layout, ...]] = []
         self.buckets: list[tuple[Key, ...]] = []  # where each region's record is filed
         self.ids: dict[Region, int] = {}
@@ -255,6 +256,7 @@ class Tracker:
         if rid is None:
             rid = self.ids[r] = len(self.regions)
             self.regions.append(r)
+            self.extents.append(_flat(r) if r[0] == "DRAM" else (0, 0))
             if self.flat is None:
                 self._file_region(r)
             elif len(self.regions) > FLAT_REGIONS:
@@ -348,6 +350,7 @@ class Tracker:
             if not live:
                 return []
             out: list[_Record] = []
+            extents = self.extents
             simple = ra[3] is None
             x = ra[2]
             x0, x1, y0, y1 = x.row, x.row + x.rows, x.col, x.col + x.cols
@@ -358,6 +361,11 @@ class Tracker:
                 if simple and rb[3] is None and rb[1] == ra[1]:  # two rectangles of one grid
                     o = rb[2]
                     if o.row < x1 and x0 < o.row + o.rows and o.col < y1 and y0 < o.col + o.cols:
+                        out.append(rec)
+                elif rb[1] != ra[1]:  # device memory, two pitches: flat extents first
+                    lo, hi = extents[rid]
+                    olo, ohi = extents[other]
+                    if olo < hi and lo < ohi and self._overlap(rid, other):
                         out.append(rec)
                 elif self._overlap(rid, other):
                     out.append(rec)
