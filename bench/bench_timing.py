@@ -153,21 +153,9 @@ def scalesim_formula(m: int, k: int, n: int, rows: int = 128, cols: int = 128) -
     return ceil(k / rows) * ceil(m / cols) * (2 * rows + cols + n - 2) - 1
 
 
-# The whole-core path: `systolic matmul N N N --json` (the regular-run path of
-# systolic.extrapolate) against lowering and scheduling every instruction (the reference
-# the regular path is tested against), each in its own child.
-CORE_CLI = r"""
-import json, sys, time, io, contextlib
-t0 = time.perf_counter()
-from systolic.cli import main
-buf = io.StringIO()
-with contextlib.redirect_stdout(buf):
-    main(["matmul", sys.argv[1], sys.argv[1], sys.argv[1], "--json"])
-d = json.loads(buf.getvalue())
-print(json.dumps({"run_s": time.perf_counter() - t0, "latency_us": d["latency_us"],
-                  "hfu": d["hfu"], "bound": d["bound"]["by"],
-                  "instructions": sum(d["instructions"].values())}))
-"""
+# The whole-core path: `systolic matmul M K N --json` (the regular-run path of
+# systolic.extrapolate, timed as a command in fresh processes) against lowering and
+# scheduling every instruction (the reference the regular path is tested against).
 CORE_FULL = r"""
 import json, sys, time
 from systolic.arch import get_arch
@@ -209,40 +197,93 @@ print(json.dumps({"build_s": t1 - t0, "core_s": t2 - t1, "instructions": len(pro
 """
 
 
-def _median_wall(argv: list[str], env: dict[str, str], runs: int = 5) -> float:
-    walls = []
+# The floor of the same command (issue 20): a process that imports numpy (the baseline's
+# CPU), plus the whole-core scheduling the command does (every time_program /
+# time_prefixes call of matmul_report, CPU seconds, measured here), nothing else: no CLI,
+# lowering, Tensor Engine schedule, report or JSON.
+CORE_FLOOR = r"""
+import json, sys, time
+c0 = time.process_time()
+import numpy
+numpy_cpu = time.process_time() - c0
+import systolic.extrapolate as ex
+import systolic.views.report as vr
+from systolic.api import make_spec
+from systolic.arch import get_arch
+spent = [0.0]
+def timed(f):
+    def g(*a, **k):
+        t = time.process_time(); r = f(*a, **k); spent[0] += time.process_time() - t
+        return r
+    return g
+ex.time_prefixes = timed(ex.time_prefixes)
+vr.time_program = timed(vr.time_program)
+arch = get_arch("trn2")
+m, k, n = (int(x) for x in sys.argv[1:4])
+rep, _ = ex.matmul_report(make_spec(m, k, n, "bf16", arch, "none"), arch)
+rep.core
+print(json.dumps({"numpy_cpu": numpy_cpu, "schedule_cpu": spent[0]}))
+"""
+
+
+def _env() -> dict[str, str]:
+    """The children's environment: this tree first, and bytecode written and read as an
+    installed package has it (PYTHONDONTWRITEBYTECODE=1, set on the development machine,
+    makes every child compile the package's sources again: ~0.05 s of each command)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def _median(argv: list[str], env: dict[str, str], runs: int) -> tuple[float, float]:
+    """(median wall, median CPU = user + sys) of ``runs`` fresh children."""
+    walls, cpus = [], []
     for _ in range(runs):
         t0 = time.perf_counter()
-        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env=env)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        if os.waitstatus_to_exitcode(status):
+            raise RuntimeError(f"{argv} failed")
         walls.append(time.perf_counter() - t0)
-    return sorted(walls)[runs // 2]
+        cpus.append(usage.ru_utime + usage.ru_stime)
+    return sorted(walls)[runs // 2], sorted(cpus)[runs // 2]
 
 
-def core_bench(large: bool) -> dict[str, object]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+CORE_SIZES = [(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
+              (16384, 16384, 16384), (16384, 16384, 65536), (16384, 8192, 131072)]
+
+
+def core_bench(large: bool, runs: int = 5) -> dict[str, object]:
+    env = _env()
+    subprocess.run([sys.executable, "-m", "systolic", "matmul", "256", "256", "256"],
+                   check=True, stdout=subprocess.DEVNULL, env=env)  # bytecode written
     # issue 20's baselines, in the same run: the targets are ratios to `systolic --help`
     # (which no longer imports numpy) and so also to `import numpy`
-    numpy_s = _median_wall([sys.executable, "-c", "import numpy"], env)
-    help_s = _median_wall([sys.executable, "-m", "systolic", "--help"], env)
-    print(f"baselines: import numpy {numpy_s:.3f} s, systolic --help {help_s:.3f} s "
-          "(median of 5)", flush=True)
-    out: dict[str, object] = {"import_numpy_s": numpy_s, "help_s": help_s}
-    for n in (2048, 4096, 8192, 16384):
-        cli = popen_rusage([sys.executable, "-c", CORE_CLI, str(n)], env)
-        line = (f"core {n:>5}^3: systolic matmul --json wall {cli['wall_s']:.2f} s "
-                f"({cli['wall_s'] / help_s:.1f}x --help, {cli['wall_s'] / numpy_s:.1f}x "
-                f"import numpy), peak "
-                f"{cli['peak_mib']:.0f} MiB, {cli['instructions']:,} instructions, latency "
-                f"{cli['latency_us']:,.1f} us, hfu {100 * cli['hfu']:.1f}%, bound "
-                f"{cli['bound']}")
+    numpy_s, numpy_cpu = _median([sys.executable, "-c", "import numpy"], env, runs)
+    help_s, help_cpu = _median([sys.executable, "-m", "systolic", "--help"], env, runs)
+    print(f"load average {os.getloadavg()[0]:.1f}; medians of {runs} fresh processes "
+          f"(wall / CPU = user + sys)", flush=True)
+    print(f"baselines: import numpy {numpy_s:.3f} / {numpy_cpu:.3f} s, systolic --help "
+          f"{help_s:.3f} / {help_cpu:.3f} s", flush=True)
+    out: dict[str, object] = {"import_numpy_s": numpy_s, "import_numpy_cpu": numpy_cpu,
+                              "help_s": help_s, "help_cpu": help_cpu}
+    for m, k, n in CORE_SIZES:
+        wall, cpu = _median([sys.executable, "-m", "systolic", "matmul", str(m), str(k), str(n),
+                             "--json"], env, runs)
+        fl = popen_rusage([sys.executable, "-c", CORE_FLOOR, str(m), str(k), str(n)], env)
+        floor = numpy_cpu + float(fl["schedule_cpu"])  # a process importing numpy, + that
+        line = (f"core {m}x{k}x{n}: systolic matmul --json wall {wall:.3f} s CPU {cpu:.3f} s "
+                f"= {wall / numpy_s:.2f}x / {cpu / numpy_cpu:.2f}x import numpy "
+                f"({wall / help_s:.1f}x --help); floor (import numpy + its scheduling) "
+                f"{floor:.3f} s CPU, the command {cpu / floor:.2f}x it")
         full = None
-        if n < 8192 or large:
-            full = popen_rusage([sys.executable, "-c", CORE_FULL, str(n)], env)
+        if (m == k == n and m < 8192) or large:
+            full = popen_rusage([sys.executable, "-c", CORE_FULL, str(m)], env)
             line += (f" | every instruction: wall {full['wall_s']:.2f} s (lower "
-                     f"{full['lower_s']:.2f} s, time_program {full['core_s']:.2f} s), peak "
-                     f"{full['peak_mib']:.0f} MiB, latency {full['latency_us']:,.1f} us")
+                     f"{full['lower_s']:.2f} s, time_program {full['core_s']:.2f} s)")
         print(line, flush=True)
-        out[str(n)] = {"cli": cli, "full": full}
+        out[f"{m}x{k}x{n}"] = {"wall_s": wall, "cpu_s": cpu, "floor_cpu_s": floor,
+                               "full": full}
     eng = popen_rusage([sys.executable, "-c", CORE_ENGINES], env)
     print(f"core engines: {eng['instructions']:,} instructions timed in {eng['core_s']:.2f} s "
           f"({eng['instructions'] / eng['core_s']:,.0f} per s; built in {eng['build_s']:.2f} "
@@ -258,9 +299,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scalesim", type=int, nargs="*", default=[512, 1024])
     ap.add_argument("--json", type=Path, help="write the figures here too")
     ap.add_argument("--core", action="store_true", help="the whole-core timing path only")
+    ap.add_argument("--runs", type=int, default=5, help="--core: medians of this many (5)")
     args = ap.parse_args(argv)
     if args.core:
-        res = core_bench(args.large)
+        res = core_bench(args.large, args.runs)
         if args.json:
             args.json.write_text(json.dumps(res, indent=1))
         return 0

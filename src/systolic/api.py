@@ -36,11 +36,11 @@ from .dtypes import get_format
 from .errors import ArchError, FormatError, ShapeError, SystolicError
 from .isa import PerfMode, Program
 from .isa.generation import UNENCODED_PERF_MODES
-from .mx.layout import pack_x4, quantize_hw
-from .mx.quantize import MXTensor, ScaleRule
-from .sim.functional import FunctionalSimulator
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where used: a command that only times (systolic matmul) does
+    # not run the simulator or quantize
+    from .mx.quantize import MXTensor, ScaleRule
+    from .sim.functional import FunctionalSimulator
     from .views.report import Report
 
 __all__ = ["LOWERED_CACHE_INSTRUCTIONS", "SIMULATOR_CACHE_BYTES", "MatmulResult",
@@ -175,6 +175,8 @@ def quantize_operands(a: np.ndarray, b: np.ndarray, fmt: str, mx_rule: str = "tr
     bp = np.zeros((kp, b32.shape[1]), np.float32)
     bp[:k] = b32
     rule = _rule(mx_rule)
+    from .mx.layout import quantize_hw
+
     return quantize_hw(at, fmt, rule=rule), quantize_hw(bp, fmt, rule=rule)
 
 
@@ -187,6 +189,8 @@ def write_operands(dram: np.ndarray, layout: MxLayout, qa: MXTensor, qb: MXTenso
     """Place quantized operands in device memory as :mod:`systolic.compiler.codegen_mx` lays
     them out: a as [M, Kp/4] containers and [M, Kp/32] scales, b as [Kp/4, N] and
     [Kp/32, N]. Containers are little-endian (element 0 in the low bits; FACTS)."""
+    from .mx.layout import pack_x4
+
     kp, n = qb.elements.shape
     word = "<u2" if qa.fmt == "mxfp4" else "<u4"  # x4 container: 2 bytes fp4, 4 bytes fp8
     _put(dram, layout.a_offset, pack_x4(qa.elements.T, qa.fmt).astype(word))
@@ -240,6 +244,8 @@ def _take_simulator(arch: Arch, order: str, dram_bytes: int) -> FunctionalSimula
     with _lowered_lock:
         sim = _sims.pop((arch, order, dram_bytes), None)
     if sim is None:
+        from .sim.functional import FunctionalSimulator
+
         sim = FunctionalSimulator(arch, order=order,  # type: ignore[arg-type]
                                   dram_bytes=dram_bytes)
     return sim

@@ -31,6 +31,23 @@ and each stationary tile once per chunk, so the moving tiles of an M tile stay r
 (K x N tiles at most the slots) or every access misses, and the same for the stationary
 tiles; ``k0`` (at least ``K_SLICE``) is the fewest K tiles in the product's own regime.
 ``tests/test_extrapolate_k.py`` checks it against the full schedule in both regimes.
+
+Along N the same argument holds chunk by chunk (compiler/schedule.py: the N tiles of an M
+tile are taken in chunks of half the PSUM banks, each chunk a K loop then its read-outs, the
+chunks' banks alternating). A product of many chunks is timed from three stand-ins with
+``n0``, ``n0 + 1`` and ``n0 + 2`` chunks (the same M and K, the last chunk kept), each timed
+as above (from its K stand-ins or its M slice), and extrapolated along N when the
+increments agree. Every chunk after an M tile's first adds the same instructions: the
+stationary tiles it reuses are resident if the K of them fit (the first chunk loaded them)
+or all miss if not, whatever the chunk count; its moving tiles are new to the M tile, and
+resident from the previous M tile exactly when the M tile's K x N moving tiles fit the
+slots. So ``n0`` is at least ``N_SLICE`` (2: the first chunk differs) and, for a product
+whose moving tiles thrash, large enough that the stand-in's thrash too; a chunk's banks
+alternate with its neighbours' in any stand-in, so the chunk count's parity does not
+matter. The N level is taken only where the stand-ins cost less than timing every N tile
+(``_cost``); the stand-ins must then each be steady, and their increments agree, or the
+product is timed by the K level or its M slice as before. ``tests/test_extrapolate_n.py``
+checks it against the full schedule.
 """
 
 from __future__ import annotations
@@ -41,17 +58,17 @@ from typing import Any
 
 import numpy as np
 
-from .arch import Arch
+from .arch import Arch, get_arch
 from .compiler import Lowered, MatmulSpec, lower
 from .compiler.codegen import DenseState
 from .compiler.tiling import check_size, matmul_count, tile
-from .errors import ShapeError
+from .errors import ShapeError, SystolicError
 from .isa import Program, ReadOut
 from .timing.core import CoreTiming, time_prefixes
 from .timing.tensor_engine import ComputeCosts, Kind, Schedule
 from .views.report import Report, _breakdown_units, build_report
 
-__all__ = ["FULL_LIMIT", "MAX_SLICE", "matmul_report"]
+__all__ = ["FULL_LIMIT", "MAX_SLICE", "N_SLICE", "matmul_report"]
 
 # Products of at most this many instructions (estimated) are lowered and timed whole, with
 # the what-if re-runs the slice path leaves out. A slice costs 3-7 M-tile blocks, the whole
@@ -85,17 +102,17 @@ def matmul_report(spec: MatmulSpec, arch: Arch, *, full: bool = False
     mt, per = _estimate(spec, arch)
     if full or mt * per <= FULL_LIMIT or mt <= 4 or spec.dtype.startswith("mx"):
         _refuse_whole(spec, mt * per, full)
-        low = lower(spec, arch)
+        low = lower(spec, arch, check=not _preset(arch))
         return build_report(low.program, arch, spec), low
-    got = _k_reduced(spec, arch, mt)
-    if got is not None:
-        return got, None
-    # three full blocks give two increments to compare; a full last tile is the third
-    sl = _m_slices(spec, arch, mt)
+    sl = _n_reduced(spec, arch, mt)
+    if sl is None:
+        sl = _k_reduced(spec, arch, mt)
+    if sl is None:  # three full blocks give two increments to compare
+        sl = _m_slices(spec, arch, mt)
     if sl is not None:
         return _assemble(sl), None
     _refuse_whole(spec, mt * per, full)
-    low = lower(spec, arch)
+    low = lower(spec, arch, check=not _preset(arch))
     return build_report(low.program, arch, spec), low
 
 
@@ -105,7 +122,20 @@ def matmul_report(spec: MatmulSpec, arch: Arch, *, full: bool = False
 K_SLICE = 8
 
 
-def _k_reduced(spec: MatmulSpec, arch: Arch, mt: int) -> Report | None:
+def _preset(arch: Arch) -> bool:
+    """Whether ``arch`` is a preset itself. The compiler's output for a preset is not
+    verified again here (issue 20: 13% of a sweep point): tests/test_compiler.py's
+    test_lower_output_verifies checks every spec the API accepts on the presets. An Arch
+    with changed fields (a sweep's overrides) is still verified."""
+    try:
+        return get_arch(arch.name) is arch
+    except SystolicError:
+        return False
+
+
+def _k_start(spec: MatmulSpec, arch: Arch) -> int | None:
+    """The K tiles of the smallest K stand-in (module docstring), or None when ``spec`` is
+    not timed from K stand-ins."""
     plan = tile(spec, arch)
     ks = plan.k_tiles
     kt = len(ks)
@@ -115,29 +145,126 @@ def _k_reduced(spec: MatmulSpec, arch: Arch, mt: int) -> Report | None:
     # the SBUF tile caches must behave alike (module docstring): the moving tiles of one M
     # tile fit (hits from the second M tile on) or not (LRU over a cycle: every access a
     # miss), and likewise the stationary tiles of one M tile across its chunks
-    st = DenseState.for_plan(arch, plan)
-    caps = len(st.stat.free), len(st.mov.free)
+    caps = _caps(arch, plan)
     nt = len(plan.n_tiles)
-
     # the fewest K tiles in the product's regime: past a cache's capacity if it is
     k0 = max(K_SLICE, caps[0] + 1 if kt > caps[0] else 0,
              caps[1] // nt + 1 if kt * nt > caps[1] else 0)
     if kt < 2 * k0:  # the stand-ins would cost about as much as the M slice
         return None
+    return k0
+
+
+def _caps(arch: Arch, plan: Any) -> tuple[int, int]:
+    """(stationary, moving) SBUF tile slots of the compiler's caches for ``plan``."""
+    st = DenseState.for_plan(arch, plan)
+    return len(st.stat.free), len(st.mov.free)
+
+
+def _k_spec(spec: MatmulSpec, arch: Arch, k: int) -> MatmulSpec:
+    """``spec`` with ``k`` K tiles: its last (possibly ragged) tile kept, full ones dropped."""
+    ks = tile(spec, arch).k_tiles
+    kt = len(ks)
+    return dataclasses.replace(spec, k=spec.k - (kt - k) * ks[0].size)
+
+
+def _k_reduced(spec: MatmulSpec, arch: Arch, mt: int,
+               label: MatmulSpec | None = None) -> _Slice | None:
+    k0 = _k_start(spec, arch)
+    if k0 is None:
+        return None
+    kt = len(tile(spec, arch).k_tiles)
     sizes = (k0, k0 + 1, k0 + 2)
     got = []
     for k in sizes:
-        sl = _m_slices(dataclasses.replace(spec, k=spec.k - (kt - k) * ks[0].size), arch, mt,
-                       label=spec)
+        sl = _m_slices(_k_spec(spec, arch, k), arch, mt, label=label or spec)
         if sl is None:
             return None
         got.append(sl)
-    a, b, c = (g.q for g in got)
+    extra = kt - sizes[-1]
+    q = _linear([g.q for g in got], extra)
+    return None if q is None else dataclasses.replace(got[-1], q=q, k_tiles=sizes[-1])
+
+
+def _linear(qs: list[dict[str, int]], extra: int) -> dict[str, int] | None:
+    """Every quantity of three stand-ins one step apart carried ``extra`` steps past the
+    last, when its two increments agree (else None)."""
+    a, b, c = qs
     if not (set(a) == set(b) == set(c)) or any(b[x] - a[x] != c[x] - b[x] for x in a):
         return None
-    extra = kt - sizes[-1]
-    q = {x: c[x] + extra * (c[x] - b[x]) for x in c}
-    return _assemble(dataclasses.replace(got[-1], q=q), k_tiles=sizes[-1])
+    return {x: c[x] + extra * (c[x] - b[x]) for x in c}
+
+
+# A product of at least 2 (N_SLICE + 2) chunks of N tiles (the PSUM banks' halves,
+# compiler/schedule.py) may be timed from stand-ins with n0, n0 + 1 and n0 + 2 chunks (the
+# last, possibly ragged, chunk kept), each timed as above (K stand-ins or an M slice), then
+# every quantity extrapolated along N when the two increments agree (module docstring).
+N_SLICE = 2
+
+
+def _chunking(spec: MatmulSpec, arch: Arch) -> tuple[int, int, int]:
+    """(N tiles per chunk, chunks, elements of a full chunk) of ``spec``'s N tiles."""
+    per = max(1, arch.psum_banks // 2)
+    nts = tile(spec, arch).n_tiles
+    return per, -(-len(nts) // per), per * nts[0].size
+
+
+def _n_spec(spec: MatmulSpec, arch: Arch, chunks: int) -> MatmulSpec:
+    """``spec`` with ``chunks`` chunks of N tiles: its last (possibly ragged) chunk kept."""
+    _, c, width = _chunking(spec, arch)
+    return dataclasses.replace(spec, n=spec.n - (c - chunks) * width)
+
+
+def _n_start(spec: MatmulSpec, arch: Arch) -> int | None:
+    """The chunks of the smallest N stand-in, or None when N stand-ins would not cost less
+    than timing every N tile. The moving tiles of an M tile (K x N of them) must fit the
+    compiler's moving slots in a stand-in exactly when they fit in the product (module
+    docstring); the first chunk of an M tile loads its stationary tiles and the later ones
+    may reuse them, so a stand-in has at least N_SLICE chunks."""
+    plan = tile(spec, arch)
+    nts = plan.n_tiles
+    per, c, _ = _chunking(spec, arch)
+    if c < 2 * (N_SLICE + 2) or any(n.size != nts[0].size for n in nts[:-1]):
+        return None
+    kt = len(plan.k_tiles)
+    cap = _caps(arch, plan)[1]
+    last = len(nts) - (c - 1) * per  # N tiles of the last chunk
+    n0 = N_SLICE
+    if kt * len(nts) > cap:  # thrashing: so must each stand-in
+        while kt * ((n0 - 1) * per + last) <= cap:
+            n0 += 1
+    if c < 2 * (n0 + 2):
+        return None
+    own = _cost(spec, arch)
+    mine = sum(_cost(_n_spec(spec, arch, x), arch) for x in (n0, n0 + 1, n0 + 2))
+    return n0 if mine < own else None
+
+
+def _cost(spec: MatmulSpec, arch: Arch) -> int:
+    """MatMuls scheduled to time ``spec`` from its K stand-ins or its M slice (the slices
+    of 3 M tiles; an estimate, to choose between the levels)."""
+    plan = tile(spec, arch)
+    per_k = 3 * len(plan.n_tiles)
+    k0 = _k_start(spec, arch)
+    return per_k * (3 * k0 + 3 if k0 is not None else len(plan.k_tiles))
+
+
+def _n_reduced(spec: MatmulSpec, arch: Arch, mt: int) -> _Slice | None:
+    """``spec`` from three stand-ins with fewer chunks of N tiles (module docstring), or
+    None."""
+    n0 = _n_start(spec, arch)
+    if n0 is None:
+        return None
+    sizes = (n0, n0 + 1, n0 + 2)
+    got = []
+    for c in sizes:
+        sub = _n_spec(spec, arch, c)
+        sl = _k_reduced(sub, arch, mt, label=spec) or _m_slices(sub, arch, mt, label=spec)
+        if sl is None:
+            return None
+        got.append(sl)
+    q = _linear([g.q for g in got], _chunking(spec, arch)[1] - sizes[-1])
+    return None if q is None else dataclasses.replace(got[-1], q=q)
 
 
 def _refuse_whole(spec: MatmulSpec, estimated: int, full: bool) -> None:
@@ -281,9 +408,10 @@ class _Slice:
     core: CoreTiming
     q: dict[str, int]
     tiles: int
+    k_tiles: int = 0  # K tiles of the largest K stand-in, when the K loop was extrapolated
 
 
-def _assemble(s: _Slice, k_tiles: int = 0) -> Report:
+def _assemble(s: _Slice) -> Report:
     q, ct = s.q, s.core
     core = dataclasses.replace(
         ct, latency=q["latency"], dma_bytes=q["dma_bytes"], hbm_bytes=q["hbm_bytes"],
@@ -296,7 +424,7 @@ def _assemble(s: _Slice, k_tiles: int = 0) -> Report:
         useful_macs=q["macs2"] // 2,
         counts={k[2:]: q[k] for k in q if k.startswith("c_")},
         units={k[2:]: q[k] for k in q if k.startswith("u_")}, core_timing=core,
-        program=None, slice_tiles=s.tiles, slice_k_tiles=k_tiles)
+        program=None, slice_tiles=s.tiles, slice_k_tiles=s.k_tiles)
 
 
 def _m_slices(spec: MatmulSpec, arch: Arch, mt: int,

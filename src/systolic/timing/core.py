@@ -54,6 +54,7 @@ from ..arch import Arch, get_arch
 from ..errors import SystolicError
 from ..geometry import interval_union
 from ..isa import (
+    ACCESS,
     AccessPattern,
     DmaCopy,
     DmaLoad,
@@ -75,7 +76,7 @@ from .deps import Tracker, region
 from .dma import dma_cost, queue_for
 from .result import CAUSES, QUEUE_NAMES, WHAT_IF, Cause, CoreTiming, queue_names
 from .timeline import Timeline
-from .whatif import Plan, rerun
+from .whatif import LazyWhatIf, Plan
 
 __all__ = ["CAUSES", "QUEUE_NAMES", "SCHEDULES", "CoreTiming", "queue_names", "time_prefixes",
            "time_program"]
@@ -88,6 +89,11 @@ _ENGINE_CAUSE = {Engine.VECTOR: Cause.VECTOR, Engine.SCALAR: Cause.SCALAR,
 _DQ = len(QUEUE_NAMES)  # the first DMA engine's queue id
 _COMPUTE = (MatMul, MatmultMx)
 _LOADS = (LoadStationary, LdWeightMx)
+# DMA costs by Arch and transfer shape (its offsets left out: a cost does not depend on
+# them, timing/dma.py), kept across programs: a sweep times thousands of small programs
+# made of the same few transfer shapes. Cleared when full.
+_DMA_COSTS: dict[tuple[object, ...], tuple[Arch, object, int, int]] = {}
+_DMA_COSTS_MAX = 1 << 16
 
 
 def _program_format(program: Program) -> tuple[str, str]:
@@ -156,27 +162,37 @@ class _Scheduler:
         # the resources of the real schedule
         self.timelines: dict[object, Timeline] = {}
         self.hbm = Timeline(self.fill)
-        self.fifo: dict[tuple[int, int], tuple[int, int]] = {}  # (engine, queue) -> end, op
+        # the DMA engines' timelines: engines whose reservations so far are the same share
+        # one Timeline object, split (copied) when a transfer uses only some of them; a
+        # transfer over all 16 engines then fits and books once (the answers are those of
+        # 16 separate timelines: a fit right after an identical timeline's fit is a no-op)
+        self.dma_tl: list[Timeline] = [Timeline(self.fill)] * arch.dma_engines
+        # per DMA queue id, per engine: (end, op) of the queue's last transfer there
+        self.fifo: dict[int, list[tuple[int, int]]] = {}
         self.pe = pe_rules.PE_IDLE
         self.pe_prev = -1  # the previous MatMul op
         self.load_last = -1  # the previous load op
         self.pending = -1  # the load op since the previous MatMul
         # memos, on frozen patterns and instructions
-        self.region_ids: dict[object, int] = {}
+        self.region_ids: dict[int, tuple[AccessPattern, int]] = {}
         self.pe_costs: dict[object, tuple[int, int, int]] = {}
-        self.dma_costs: dict[tuple[object, ...], tuple[object, int, int]] = {}
         self.dma_bytes = self.hbm_bytes = 0
+        self.arrays: tuple[np.ndarray, ...] | None = None  # _arrays()
         self.macs2 = 0  # 2 x useful MACs (two-pass halves count half)
         self.macs_at: list[int] = []  # macs2 after each instruction
         self.dma_at: list[tuple[int, int]] = []  # (dma, hbm) bytes after each instruction
 
     # -- helpers ----------------------------------------------------------------------
-    def _reg(self, ap: object) -> int:
-        """The tracker's id of the region an access pattern touches (memoised on the
-        frozen pattern)."""
-        rid = self.region_ids.get(ap)
-        if rid is None:
-            rid = self.region_ids[ap] = self.tracker.intern(region(ap))  # type: ignore
+    def _reg(self, ap: AccessPattern) -> int:
+        """The tracker's id of the region an access pattern touches, memoised on the
+        pattern object (by id, the pattern kept in the entry so that its id stays its own:
+        hashing a frozen pattern's seven fields at every lookup cost more than the rest of
+        a small program's lookups)."""
+        got = self.region_ids.get(id(ap))
+        if got is not None and got[0] is ap:
+            return got[1]
+        rid = self.tracker.intern(region(ap))
+        self.region_ids[id(ap)] = (ap, rid)
         return rid
 
     def _timeline(self, key: object) -> Timeline:
@@ -213,10 +229,14 @@ class _Scheduler:
                     t, b = e, d
         return tuple(out), t, b
 
-    def _fit(self, tls: list[Timeline], t: int, d: int) -> tuple[int, int]:
+    @staticmethod
+    def _fit(tls: list[Timeline], t: int, d: int) -> tuple[int, int]:
         """The earliest start >= t at which every timeline is free for d ticks, and the op
         that last delayed it (-1: none)."""
         binder = -1
+        if len(tls) == 1:  # Timeline.fit is idempotent: fit(fit(t)) == fit(t)
+            s, b = tls[0].fit(t, d)
+            return (s, b) if s > t else (t, -1)
         while True:
             moved = False
             for tl in tls:
@@ -275,23 +295,47 @@ class _Scheduler:
             rec = OpRecord(i, 1, t, own, db, self.ends[db], t, Cause.SYNC)
         else:
             rec = OpRecord(i, 1, t, own, -1, 0, t, Cause.IDLE)
-        self._add(rec, q, t + dur, Plan("engine", deps, keys, dur))
+        self._add(rec, q, t + dur, Plan("engine", deps, keys, dur) if self.what_if else None)
         self.tracker.commit(op, rd, wr)
         return op
 
     def _dma_cost(self, src: AccessPattern, dst: AccessPattern) -> tuple[object, int, int]:
         # a transfer's cost does not depend on its offsets (timing/dma.py), so the memo key
         # leaves them out: one entry per transfer shape, not per address
-        key = (src.space, src.partition, src.partitions, src.dims, src.dtype,
+        key = (id(self.arch), src.space, src.partition, src.partitions, src.dims, src.dtype,
                src.partition_step, dst.space, dst.partition, dst.partitions, dst.dims,
                dst.dtype, dst.partition_step)
-        hit = self.dma_costs.get(key)
-        if hit is None:
+        hit = _DMA_COSTS.get(key)
+        if hit is None or hit[0] is not self.arch:  # kept with its Arch: the id is its own
             c = dma_cost(src, dst, self.arch)
             occ = max(1, ceil(c.engine_ns * self.tick / 1e9))
             hb = max(1, ceil(c.hbm_bytes / self.hbm_rate)) if c.hbm_bytes else 0
-            hit = self.dma_costs[key] = (c, occ, hb)
-        return hit
+            if len(_DMA_COSTS) >= _DMA_COSTS_MAX:
+                _DMA_COSTS.clear()
+            hit = _DMA_COSTS[key] = (self.arch, c, occ, hb)
+        return hit[1:]
+
+    def _book_dma(self, engines: tuple[int, ...], t: int, end: int, op: int) -> None:
+        """Reserve [t, end) on each engine's timeline: once on a timeline shared by exactly
+        these engines (and others that share it with no other), on a copy for the engines
+        used when some sharing it are not."""
+        dma_tl = self.dma_tl
+        if len(engines) == len(dma_tl) and all(tl is dma_tl[0] for tl in dma_tl):
+            dma_tl[0].reserve(t, end, op)  # every engine, one shared timeline
+            return
+        done: set[int] = set()
+        for e in engines:
+            tl = dma_tl[e]
+            if id(tl) in done:
+                continue
+            done.add(id(tl))
+            mine = [x for x in engines if dma_tl[x] is tl]
+            if sum(1 for x in dma_tl if x is tl) > len(mine):
+                tl = tl.copy()
+                for x in mine:
+                    dma_tl[x] = tl
+                done.add(id(tl))
+            tl.reserve(t, end, op)
 
     def _dma_op(self, i: int, src: AccessPattern, dst: AccessPattern, qid: int, rd: tuple[int, ...],
                 wr: tuple[int, ...], extra: int = -1) -> int:
@@ -304,12 +348,22 @@ class _Scheduler:
         deps, dt, db = self._deps(raw, order, q0, False)
         ready = max(dt, 0) + self.fixed
         t, fifo_op = ready, -1
+        fifo = self.fifo.get(qid)
+        if fifo is None:
+            fifo = self.fifo[qid] = [(0, -1)] * self.arch.dma_engines
         for e in engines:
-            fe, fo = self.fifo.get((e, qid), (0, -1))
+            fe, fo = fifo[e]
             if fe > t:
                 t, fifo_op = fe, fo
         fifo_t = t
-        tls = [self._timeline(_DQ + e) for e in engines]
+        # the engines' timelines, a run of engines sharing one timeline as one: fitting a
+        # timeline again right after fitting it (or its twin) moves nothing
+        dma_tl = self.dma_tl
+        tls: list[Timeline] = []
+        for e in engines:
+            tl = dma_tl[e]
+            if not tls or tls[-1] is not tl:
+                tls.append(tl)
         while True:
             t, rb = self._fit(tls, t, occ)
             sh, hbind = self.hbm.fit(t, hb) if hb else (t, -1)
@@ -321,12 +375,12 @@ class _Scheduler:
                 break
             t, rb = s2, rb2
         op = len(self.queue)
-        for tl in tls:
-            tl.reserve(t, end, op)
+        self._book_dma(engines, t, end, op)
         if hb:
             self.hbm.reserve(sh, sh + hb, op)
+        entry = (end, op)
         for e in engines:
-            self.fifo[(e, qid)] = (end, op)
+            fifo[e] = entry
         n = len(engines)
         if hb and sh + hb > t + occ and sh > t:  # the shared HBM binds
             rec = OpRecord(i, n, t, Cause.DMA, hbind, sh, sh, Cause.IDLE)
@@ -337,11 +391,9 @@ class _Scheduler:
             rec = OpRecord(i, n, t, Cause.DMA, db, self.ends[db], t, Cause.DMA_LATENCY)
         else:
             rec = OpRecord(i, n, t, Cause.DMA, -1, 0, t, Cause.DMA_LATENCY)
-        plan = None
-        if self.what_if:  # the resources the re-run keeps in order
-            keys = (*(_DQ + e for e in engines), *(("fifo", e, qid) for e in engines))
-            plan = Plan("dma", deps, keys, occ, hbm=hb)
-        self._add(rec, q0, end, plan)
+        # the re-run keeps each engine and each engine's queue ``qid`` in order
+        self._add(rec, q0, end, Plan("dma", deps, engines, occ, hbm=hb, queue=qid)
+                  if self.what_if else None)
         self.tracker.commit(op, rd, wr)
         self.dma_bytes += c.bytes  # type: ignore[attr-defined]
         self.hbm_bytes += c.hbm_bytes  # type: ignore[attr-defined]
@@ -373,7 +425,8 @@ class _Scheduler:
             rec = OpRecord(i, 1, t, Cause.PE, self.pe_prev, t, t, Cause.IDLE)
         else:
             rec = OpRecord(i, 1, t, Cause.PE, -1, 0, t, Cause.IDLE)
-        op = self._add(rec, _TENSOR, t + dur, Plan("pe", deps, (), dur, interval))
+        op = self._add(rec, _TENSOR, t + dur,
+                       Plan("pe", deps, (), dur, interval) if self.what_if else None)
         self.pe_prev, self.pending = op, -1
         self.tracker.commit(op, rd, wr)
         self.macs2 += macs2
@@ -391,7 +444,7 @@ class _Scheduler:
             rec = OpRecord(i, 1, t, Cause.WEIGHT_LOAD, b, t, t, Cause.IDLE)
         else:
             rec = OpRecord(i, 1, t, Cause.WEIGHT_LOAD, -1, 0, t, Cause.IDLE)
-        op = self._add(rec, _TENSOR, t + c, Plan("load", deps, (), c))
+        op = self._add(rec, _TENSOR, t + c, Plan("load", deps, (), c) if self.what_if else None)
         self.load_last = self.pending = op
         self.tracker.commit(op, rd, ())
 
@@ -401,8 +454,9 @@ class _Scheduler:
         reg = self._reg
         for i, ins in enumerate(program.instructions):
             tp = type(ins)
-            rd = tuple(reg(ap) for ap in reads(ins))
-            wr = tuple(reg(ap) for ap in writes(ins))
+            rf, wf = ACCESS[tp]
+            rd = tuple([reg(ap) for f in rf if (ap := getattr(ins, f)) is not None])
+            wr = tuple([reg(ap) for f in wf if (ap := getattr(ins, f)) is not None])
             if isinstance(ins, _COMPUTE):
                 self._compute_op(i, ins, rd, wr)
             elif isinstance(ins, _LOADS):
@@ -427,37 +481,76 @@ class _Scheduler:
             self.macs_at.append(self.macs2)
             self.dma_at.append((self.dma_bytes, self.hbm_bytes))
 
-    def assemble(self, cut: int, fmt: str, mode: str) -> CoreTiming:
-        """The summary of the ops of instructions ``< cut``."""
-        arch = self.arch
-        recs = self.records
-        instr = np.fromiter((r.instr for r in recs), dtype=np.int64, count=len(recs))
-        n = int(np.searchsorted(instr, cut))  # ops are in instruction order
-        starts = np.fromiter((r.start for r in recs[:n]), dtype=np.int64, count=n)
-        ends = np.array(self.ends[:n], dtype=np.int64)
-        queue = np.array(self.queue[:n], dtype=np.int64)
-        nqs = np.fromiter((r.queues for r in recs[:n]), dtype=np.int64, count=n)
-        own = np.fromiter((int(r.own) for r in recs[:n]), dtype=np.int64, count=n)
-        latency = int(ends.max()) if n else 0
-        macs2 = self.macs_at[cut - 1] if cut else 0
-        dma_bytes, hbm_bytes = self.dma_at[cut - 1] if cut else (0, 0)
-        names = queue_names(arch)
-        busy: dict[str, int] = {}
-        counts: dict[str, int] = {}
-        for qid, name in enumerate(names):
+    def _arrays(self) -> tuple[np.ndarray, ...]:
+        """Per op: instruction, start, end, queue, queues held, own cause (built once)."""
+        got = self.arrays
+        if got is None or len(got[0]) != len(self.records):
+            recs = self.records
+            n = len(recs)
+            got = self.arrays = (
+                np.fromiter((r.instr for r in recs), dtype=np.int64, count=n),
+                np.fromiter((r.start for r in recs), dtype=np.int64, count=n),
+                np.array(self.ends, dtype=np.int64), np.array(self.queue, dtype=np.int64),
+                np.fromiter((r.queues for r in recs), dtype=np.int64, count=n),
+                np.fromiter((int(r.own) for r in recs), dtype=np.int64, count=n))
+        return got
+
+    def _busy(self, starts: np.ndarray, ends: np.ndarray, queue: np.ndarray,
+              nqs: np.ndarray, latency: int, nq: int) -> tuple[list[int], list[int]]:
+        """(busy ticks, ops) per queue id: the union of the intervals of the ops holding
+        it (a transfer holds DMA engines first .. first + n - 1, mod their count), all
+        queues in one pass: each queue's intervals shifted by ``queue x (latency + 1)``, so
+        no two queues' intervals meet."""
+        n_dma = self.arch.dma_engines
+        big = latency + 1
+        if not len(queue) or big * nq >= 1 << 62:
+            return self._busy_each(starts, ends, queue, nqs, nq)
+        dma = queue >= _DQ
+        reps = np.where(dma, nqs, 1)
+        idx = np.repeat(np.arange(len(queue)), reps)
+        j = np.arange(len(idx)) - np.repeat(np.cumsum(reps) - reps, reps)
+        qi = queue[idx]
+        qx = np.where(dma[idx], _DQ + (qi - _DQ + j) % n_dma, qi)
+        lo, hi = interval_union(starts[idx] + qx * big, ends[idx] + qx * big)
+        busy = np.zeros(nq, dtype=np.int64)
+        np.add.at(busy, lo // big, hi - lo)
+        return busy.tolist(), np.bincount(qx, minlength=nq).tolist()
+
+    def _busy_each(self, starts: np.ndarray, ends: np.ndarray, queue: np.ndarray,
+                   nqs: np.ndarray, nq: int) -> tuple[list[int], list[int]]:
+        """:meth:`_busy` one queue at a time (no shifted times that could overflow)."""
+        busy, counts = [], []
+        for qid in range(nq):
             if qid < _DQ:
                 sel = queue == qid
             else:  # a transfer holds engines first .. first + n - 1 (mod dma_engines)
                 k = qid - _DQ
-                sel = ((k - (queue - _DQ)) % arch.dma_engines < nqs) & (queue >= _DQ)
+                sel = ((k - (queue - _DQ)) % self.arch.dma_engines < nqs) & (queue >= _DQ)
             lo, hi = interval_union(starts[sel], ends[sel])
-            busy[name] = int(np.sum(hi - lo))
-            counts[name] = int(np.count_nonzero(sel))
-        what = ({k: rerun(self.plans, self.records, k, n, self.fixed) for k in WHAT_IF}
+            busy.append(int(np.sum(hi - lo)))
+            counts.append(int(np.count_nonzero(sel)))
+        return busy, counts
+
+    def assemble(self, cut: int, fmt: str, mode: str) -> CoreTiming:
+        """The summary of the ops of instructions ``< cut``."""
+        arch = self.arch
+        a_instr, a_starts, a_ends, a_queue, a_nqs, a_own = self._arrays()
+        n = int(np.searchsorted(a_instr, cut))  # ops are in instruction order
+        instr, starts, ends = a_instr[:n].copy(), a_starts[:n].copy(), a_ends[:n].copy()
+        queue, nqs, own = a_queue[:n].copy(), a_nqs[:n].copy(), a_own[:n].copy()
+        latency = int(ends.max()) if n else 0
+        macs2 = self.macs_at[cut - 1] if cut else 0
+        dma_bytes, hbm_bytes = self.dma_at[cut - 1] if cut else (0, 0)
+        names = queue_names(arch)
+        b, c = self._busy(starts, ends, queue, nqs, latency, len(names))
+        busy = dict(zip(names, b, strict=True))
+        counts = dict(zip(names, c, strict=True))
+        # each what-if latency is a re-run of the schedule, done when first read
+        what = (LazyWhatIf(tuple(WHAT_IF), self.plans, self.records, n, self.fixed)
                 if self.what_if else {})
         return CoreTiming(
             arch=arch, tick_hz=self.tick, latency=latency,
-            op_instr=instr[:n].copy(), op_queue=queue, op_queues=nqs,
+            op_instr=instr, op_queue=queue, op_queues=nqs,
             starts=starts, ends=ends, bound_ticks=critical_path(self.records, ends, latency),
             busy_ticks=busy, instructions=counts, dma_bytes=dma_bytes,
             hbm_bytes=hbm_bytes, useful_macs=macs2 // 2, fmt=fmt, perf_mode=mode,

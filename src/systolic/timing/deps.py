@@ -211,6 +211,14 @@ class _Record:
         self.readers: list[int] = []  # reads since the last write
 
 
+# Up to this many distinct regions a tracker keeps no buckets: each lookup compares the
+# region with every live record of its memory space (a small program's few dozen regions
+# cost less to scan than to file); past it the records are filed in buckets once and the
+# tracker continues with them. The answers are the same either way: buckets only narrow
+# the candidates, and every candidate is checked exactly.
+FLAT_REGIONS = 64
+
+
 class Tracker:
     """Dependencies of ops in program order. Regions are interned (:meth:`intern` gives an
     id per distinct region, so repeated tiles cost one dict lookup). ``queue[op]`` must be
@@ -220,7 +228,10 @@ class Tracker:
     def __init__(self, queue: list[int], pipelined: int = 0) -> None:
         self.queue = queue
         self.pipelined = pipelined
+        # flat mode (FLAT_REGIONS): the live records of each memory space, by region id
+        self.flat: dict[str, dict[int, _Record]] | None = {}
         self.regions: list[Region] = []
+        self.extents: list[tuple[int, int]] = []  # a device-memory region's flat extent
         self.layouts: list[tuple[Layout, ...]] = []
         self.buckets: list[tuple[Key, ...]] = []  # where each region's record is filed
         self.ids: dict[Region, int] = {}
@@ -235,18 +246,46 @@ class Tracker:
         self.versions = [0, 0, 0]
         self.pairs: dict[int, bool] = {}
         self.covers: dict[int, bool] = {}
+        # deps()'s records of an op's first write, reused by commit() (and whether the
+        # reads of commit() made a record since)
+        self.wnear: tuple[tuple[int, ...], list[_Record]] | None = None
+        self.made = False
 
     def intern(self, r: Region) -> int:
         rid = self.ids.get(r)
         if rid is None:
             rid = self.ids[r] = len(self.regions)
             self.regions.append(r)
-            lays = _layouts(r)
-            self.layouts.append(lays)
-            self.buckets.append(tuple(k for lay in lays for k in _filed(lay)))
-            if r[0] == "DRAM":
-                self.pitches.setdefault(r[1], None)
+            self.extents.append(_flat(r) if r[0] == "DRAM" else (0, 0))
+            if self.flat is None:
+                self._file_region(r)
+            elif len(self.regions) > FLAT_REGIONS:
+                self._unflatten()
         return rid
+
+    def _file_region(self, r: Region) -> None:
+        """Where the newest region's records go in the buckets (bucket mode)."""
+        lays = _layouts(r)
+        self.layouts.append(lays)
+        self.buckets.append(tuple(k for lay in lays for k in _filed(lay)))
+        if r[0] == "DRAM":
+            self.pitches.setdefault(r[1], None)
+
+    def _unflatten(self) -> None:
+        """Leave flat mode: file every region, then every live record, in the buckets (as
+        if the tracker had used them from the start: the index holds the live records, the
+        written index those with writers)."""
+        flat = self.flat
+        assert flat is not None
+        self.flat = None
+        for r in self.regions:
+            self._file_region(r)
+        live = [rec for recs in flat.values() for rec in recs.values()]
+        for rec in sorted(live, key=lambda x: x.rid):
+            self._record(rec.rid, rec)
+            if rec.writers:
+                for bk in self.buckets[rec.rid]:
+                    self.windex.setdefault(bk, {})[rec.rid] = rec
 
     def _overlap(self, a: int, b: int) -> bool:
         if a == b:
@@ -303,6 +342,34 @@ class Tracker:
         return ans
 
     def _near(self, rid: int, written: bool = False) -> list[_Record]:
+        flat = self.flat
+        if flat is not None:
+            regions = self.regions
+            ra = regions[rid]
+            live = flat.get(ra[0])
+            if not live:
+                return []
+            out: list[_Record] = []
+            extents = self.extents
+            simple = ra[3] is None
+            x = ra[2]
+            x0, x1, y0, y1 = x.row, x.row + x.rows, x.col, x.col + x.cols
+            for other, rec in live.items():
+                if written and not rec.writers:
+                    continue
+                rb = regions[other]
+                if simple and rb[3] is None and rb[1] == ra[1]:  # two rectangles of one grid
+                    o = rb[2]
+                    if o.row < x1 and x0 < o.row + o.rows and o.col < y1 and y0 < o.col + o.cols:
+                        out.append(rec)
+                elif rb[1] != ra[1]:  # device memory, two pitches: flat extents first
+                    lo, hi = extents[rid]
+                    olo, ohi = extents[other]
+                    if olo < hi and lo < ohi and self._overlap(rid, other):
+                        out.append(rec)
+                elif self._overlap(rid, other):
+                    out.append(rec)
+            return out
         index = self.windex if written else self.index
         seen: dict[int, _Record] = {}
         ov = self._overlap
@@ -323,20 +390,36 @@ class Tracker:
         for r in reads:
             for rec in self._near(r, written=True):
                 raw.update(rec.writers)
+        self.wnear = None
         for w in writes:
-            for rec in self._near(w):
+            near = self._near(w)
+            if self.wnear is None:  # the first write's records, for commit()
+                self.wnear = (writes, near)
+            for rec in near:
                 order.update(rec.writers)
                 order.update(rec.readers)
         return raw, order
 
-    def _record(self, rid: int) -> _Record:
+    def _record(self, rid: int, rec: _Record | None = None) -> _Record:
+        """The live record of region ``rid``, made (or ``rec`` filed) if it has none."""
+        flat = self.flat
+        if flat is not None:
+            live = flat.get(self.regions[rid][0])
+            if live is None:
+                live = flat[self.regions[rid][0]] = {}
+            got = live.get(rid)
+            if got is None:
+                got = live[rid] = _Record(rid)
+                self.made = True
+            return got
         bks = self.buckets[rid]
         first = self.index.get(bks[0])
         if first is not None:
-            rec = first.get(rid)
-            if rec is not None:
-                return rec
-        rec = _Record(rid)
+            got = first.get(rid)
+            if got is not None:
+                return got
+        rec = _Record(rid) if rec is None else rec
+        self.made = True
         for bk in bks:
             self.index.setdefault(bk, {})[rid] = rec
             filed = self.kinds.setdefault(bk[:2], set())
@@ -352,6 +435,9 @@ class Tracker:
         return rec
 
     def _drop(self, rec: _Record) -> None:
+        if self.flat is not None:
+            del self.flat[self.regions[rec.rid][0]][rec.rid]
+            return
         for bk in self.buckets[rec.rid]:
             self.index[bk].pop(rec.rid, None)
             w = self.windex.get(bk)
@@ -359,15 +445,25 @@ class Tracker:
                 w.pop(rec.rid, None)
 
     def commit(self, op: int, reads: tuple[int, ...], writes: tuple[int, ...]) -> None:
-        """Record that ``op`` reads ``reads`` and writes ``writes``."""
+        """Record that ``op`` reads ``reads`` and writes ``writes``. Right after
+        :meth:`deps` of the same op, its lookup of the first write's records is reused
+        when the reads added no record (nothing else can have changed them)."""
+        self.made = False
         for r in reads:
             self._record(r).readers.append(op)
         pipe = self.queue[op] == self.pipelined
         queue = self.queue
+        first = self.wnear
+        self.wnear = None
         for w in writes:
             kept: list[int] = []
             keep = None  # the record of w itself, reused in place
-            for rec in self._near(w):
+            if first is not None and first[0] is writes and not self.made:
+                near = first[1]
+            else:
+                near = self._near(w)
+            first = None
+            for rec in near:
                 if rec.rid != w and not self._covers(w, rec.rid):
                     continue
                 if pipe and not rec.readers:  # an accumulation: the PE orders its writes
@@ -377,7 +473,7 @@ class Tracker:
                 else:
                     self._drop(rec)
             rec = keep if keep is not None else self._record(w)
-            if not rec.writers:
+            if not rec.writers and self.flat is None:
                 for bk in self.buckets[w]:
                     self.windex.setdefault(bk, {})[w] = rec
             rec.writers = [*dict.fromkeys(kept), op]

@@ -7,6 +7,7 @@ ticks, the critical path by cause, busy time per queue) and the names it is read
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,7 +70,8 @@ class CoreTiming:
     of ``tick_hz`` (a DMA's start is its first byte). ``bound_ticks`` is the critical path
     by cause (sums to ``latency``); ``busy_ticks`` the union of each queue's busy
     intervals; ``instructions`` ops per queue; ``what_if`` the latency in ticks of the same
-    schedule with one set of costs at zero (:data:`WHAT_IF`; empty when not asked for);
+    schedule with one set of costs at zero (:data:`WHAT_IF`; empty when not asked for;
+    each computed when first read: ``timing.whatif.LazyWhatIf``);
     ``schedule`` the scheduling mode (``list`` or ``program-order``).
     """
 
@@ -93,7 +95,7 @@ class CoreTiming:
     # MatMul (the profile's MATMUL row, TensorMatrix) and "weight_load" a LoadStationary
     # (LDWEIGHTS, on the Tensor row); None on timings built without it
     op_cause: np.ndarray | None = None
-    what_if: dict[str, int] = field(default_factory=dict)
+    what_if: Mapping[str, int] = field(default_factory=dict)
     schedule: str = "list"
 
     @property

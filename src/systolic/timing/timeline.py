@@ -54,6 +54,13 @@ class Timeline:
             return self.end, self.last
         return t, -1
 
+    def copy(self) -> Timeline:
+        """A timeline with the same reservations, booked apart from now on."""
+        tl = Timeline(self.fill)
+        tl.end, tl.last = self.end, self.last
+        tl.gap_lo, tl.gap_hi, tl.gap_op = self.gap_lo[:], self.gap_hi[:], self.gap_op[:]
+        return tl
+
     def reserve(self, s: int, e: int, op: int) -> None:
         """Book [s, e) for ``op``; s must come from :meth:`fit` (free)."""
         if s >= self.end:

@@ -7,13 +7,13 @@ kernel.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 from . import pe as pe_rules
 from .critical_path import OpRecord
 
-__all__ = ["Plan", "rerun"]
+__all__ = ["LazyWhatIf", "Plan", "rerun"]
 
 # the plan kind each what-if zeroes (WHAT_IF's keys; the PE's loads go with its MatMuls)
 _FREE = {"dma_free": "dma", "engines_free": "engine", "pe_free": "pe"}
@@ -22,7 +22,8 @@ _FREE = {"dma_free": "dma", "engines_free": "engine", "pe_free": "pe"}
 class Plan(NamedTuple):
     """What the what-if pass needs of one op: its kind (``pe``, ``load``, ``engine``,
     ``dma``), its dependencies as (op, latency in ticks), the resources it holds in the
-    real schedule's order, its duration(s) and, for the PE, its issue interval."""
+    real schedule's order (a transfer: its DMA engines, each engine's ``queue`` held too),
+    its duration(s) and, for the PE, its issue interval."""
 
     kind: str
     deps: tuple[tuple[int, int], ...]
@@ -30,6 +31,7 @@ class Plan(NamedTuple):
     dur: int
     interval: int = 0
     hbm: int = 0
+    queue: int = 0
 
 
 def rerun(plans: Sequence[Plan], records: Sequence[OpRecord], free: str, n: int,
@@ -62,9 +64,11 @@ def rerun(plans: Sequence[Plan], records: Sequence[OpRecord], free: str, n: int,
             t, _, pe = pe_rules.load_step(pe, dur, t)
             end = t + dur
         else:
+            res: Sequence[object] = p.resources
             if p.kind == "dma":
                 t += fixed
-            for r in p.resources:
+                res = [*(("dma", e) for e in res), *(("fifo", e, p.queue) for e in res)]
+            for r in res:
                 f = res_free.get(r, 0)
                 if f > t:
                     t = f
@@ -73,9 +77,42 @@ def rerun(plans: Sequence[Plan], records: Sequence[OpRecord], free: str, n: int,
                 sh = max(t, hbm_free)
                 hbm_free = sh + p.hbm
                 end = max(end, hbm_free)
-            for r in p.resources:
+            for r in res:
                 res_free[r] = end
         ends[op] = end
         if end > latency:
             latency = end
     return latency
+
+
+class LazyWhatIf(Mapping[str, int]):
+    """The what-if latencies of a schedule's first ``n`` ops, each re-run on first use: a
+    caller that never reads them (``systolic matmul``, a sweep's matmul point) pays for
+    none of the three re-runs. A read-only mapping from the what-if names (WHAT_IF's keys,
+    in their order) to latencies in ticks."""
+
+    __slots__ = ("_fixed", "_got", "_n", "_names", "_plans", "_records")
+
+    def __init__(self, names: Sequence[str], plans: Sequence[Plan],
+                 records: Sequence[OpRecord], n: int, fixed: int) -> None:
+        self._names = tuple(names)
+        self._plans, self._records, self._n, self._fixed = plans, records, n, fixed
+        self._got: dict[str, int] = {}
+
+    def __getitem__(self, key: str) -> int:
+        got = self._got.get(key)
+        if got is None:
+            if key not in self._names:
+                raise KeyError(key)
+            got = self._got[key] = rerun(self._plans, self._records, key, self._n,
+                                         self._fixed)
+        return got
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
