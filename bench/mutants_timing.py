@@ -33,20 +33,22 @@ MUTANTS: tuple[Mutant, ...] = (
       "sh, hbind = self.hbm.fit(max(0, t - self.fixed), hb) if hb else (t, -1)", T,
       "HBM bytes served during the DMA fixed latency"),
     M("core-region-memo-no-dtype", "timing/core.py",
-      "        rid = self.region_ids.get(ap)\n        if rid is None:\n"
-      "            rid = self.region_ids[ap] = self.tracker.intern(region(ap))",
-      "        k = (ap.space, ap.partition, ap.partitions, ap.offset, ap.dims,  # type: ignore\n"
-      "             ap.partition_step)  # type: ignore\n"
-      "        rid = self.region_ids.get(k)\n        if rid is None:\n"
-      "            rid = self.region_ids[k] = self.tracker.intern(region(ap))",
+      "        got = self.region_ids.get(id(ap))\n"
+      "        if got is not None and got[0] is ap:\n            return got[1]\n"
+      "        rid = self.tracker.intern(region(ap))\n"
+      "        self.region_ids[id(ap)] = (ap, rid)",
+      "        k = (ap.space, ap.partition, ap.partitions, ap.offset, ap.dims,\n"
+      "             ap.partition_step)\n"
+      "        got = self.region_ids.get(k)  # type: ignore[call-overload]\n"
+      "        if got is not None:\n            return got[1]\n"
+      "        rid = self.tracker.intern(region(ap))\n"
+      "        self.region_ids[k] = (ap, rid)  # type: ignore[index]",
       ("tests/test_reference_scheduler.py::"
        "test_a_bf16_read_waits_for_the_fp32_dma_writing_those_bytes", *T),
       "the region memo keyed without the dtype: a bf16 read misses the fp32 write"),
     M("core-dma-memo-no-src-pitch", "timing/core.py",
-      "        key = (src.space, src.partition, src.partitions, src.dims, src.dtype,\n"
-      "               src.partition_step, dst.space,",
-      "        key = (src.space, src.partition, src.partitions, src.dims, src.dtype,\n"
-      "               dst.space,", T,
+      "src.partition_step, dst.space, dst.partition,",
+      "dst.space, dst.partition,", T,
       "the DMA memo without the source partition_step"),
     M("core-dma-memo-no-dst-pitch", "timing/core.py",
       "               dst.dtype, dst.partition_step)",
