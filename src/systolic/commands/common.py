@@ -186,7 +186,9 @@ def wrote(path: str, what: str, *, json_mode: bool = False) -> None:
     """Say that a file was written, in one wording everywhere: ``wrote FILE (what)``, on
     stdout with a table, on stderr under --json (so the JSON stays the only thing on
     stdout)."""
-    print(f"wrote {path} ({what})", file=sys.stderr if json_mode else sys.stdout)
+    from ..artifacts import wrote_line
+
+    print(wrote_line(path, what), file=sys.stderr if json_mode else sys.stdout)
 
 
 def file_size(path: str) -> str:

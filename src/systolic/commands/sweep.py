@@ -11,7 +11,7 @@ from typing import Any
 
 from ..artifacts import open_artifact
 from ..errors import SweepError
-from .common import bounded_int, positive_int
+from .common import bounded_int, positive_int, wrote
 
 # A local pool of more processes than this only thrashes a machine of this class (each
 # worker imports the model and holds its own Program); also below the OS's semaphore limits
@@ -241,9 +241,14 @@ def _show(args: argparse.Namespace) -> int:
                           "best": top, "pareto": front,
                           **({"best_per": {"inputs": groups, "rows": per}} if groups else {})},
                          indent=2, default=str))
-        return 0
-    _print_best(rows, meta, top, front, failed, int(ok.sum()), obj.figure, args, groups, per,
-                view.hidden)
+    else:
+        _print_best(rows, meta, top, front, failed, int(ok.sum()), obj.figure, args, groups,
+                    per, view.hidden)
+    for path, what in ((args.csv, f"CSV, {len(rows):,} rows"),
+                       (args.parquet, f"Parquet, {len(rows):,} rows"),
+                       (args.plot, f"plot of {obj.figure}")):
+        if path:
+            wrote(path, what, json_mode=args.json)
     return 0
 
 
@@ -326,7 +331,4 @@ def _print_best(rows: list[dict[str, Any]], meta: dict[str, Any], top: list[dict
         x, y = (n.split(":")[-1] for n in args.pareto.split(","))
         cols = list(dict.fromkeys([*varied, x, y]))
         out.append(table(f"Pareto front of {args.pareto} ({len(front)} points)", front, cols))
-    for path in (args.csv, args.parquet, args.plot):
-        if path:
-            out.append(escape(f"wrote {path}"))
     print_rich(*out)

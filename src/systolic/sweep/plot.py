@@ -131,7 +131,10 @@ def _heatmap(fig: Any, ax: Any, good: list[dict[str, Any]], x: str, y: str, fig_
         if math.isnan(cur) or (v > cur if maximize else v < cur):
             grid[j, i] = v
         ring[j, i] |= id(r) in front_ids
-    cmap = "viridis" if maximize else "viridis_r"  # bright = good either way
+    from matplotlib import colormaps
+
+    # bright = good either way; cells no point reached (NaN) grey
+    cmap = colormaps["viridis" if maximize else "viridis_r"].with_extremes(bad="#dddddd")
     lo, hi = np.nanmin(grid), np.nanmax(grid)
     norm = None
     if lo > 0 and hi / lo >= 20:  # figures spanning decades: equal steps per decade
@@ -139,7 +142,6 @@ def _heatmap(fig: Any, ax: Any, good: list[dict[str, Any]], x: str, y: str, fig_
 
         norm = LogNorm(lo, hi)
     im = ax.imshow(grid, origin="lower", aspect="auto", cmap=cmap, norm=norm)
-    im.cmap.set_bad("#dddddd")
     fig.colorbar(im, ax=ax, label=f"best {fig_name} per cell")
     if grid.size <= 400:
         for (j, i), v in np.ndenumerate(grid):
