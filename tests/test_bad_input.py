@@ -190,3 +190,67 @@ def test_a_workload_path_with_a_nul_byte_is_one_line(capsys: pytest.CaptureFixtu
                                                      argv: list[str]) -> None:
     # found by tests/test_cli_fuzz.py: os.open raised ValueError (embedded null byte)
     assert "holds a NUL byte" in one_line_error(capsys, argv)
+
+
+# -- the recording budget on the command line (issue 22 H4) ---------------------------------
+
+BUDGET_KERNEL = """\
+import nki
+import nki.language as nl
+
+
+@nki.jit
+def stores(a, n=10):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    for _ in nl.affine_range(n):
+        nl.store(out, t)
+    return out
+
+
+@nki.jit
+def forever(a):
+    k = 0
+    while True:
+        k += 1
+"""
+
+
+def test_kernel_max_ops_bounds_the_recording_at_the_line_reached(tmp_path: Path,
+                                                                 capsys) -> None:
+    k = tmp_path / "budget.py"
+    k.write_text(BUDGET_KERNEL)
+    base = ["kernel", f"{k}:stores", "--arg", "a=bf16[128,128]"]
+    # the kernel records 1 load + n stores: 1 + 40 operations fit 41 and not 40
+    assert main([*base, "--param", "n=40", "--max-ops", "41", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["nki_ops"] == 41
+    err = one_line_error(capsys, [*base, "--param", "n=40", "--max-ops", "40"])
+    assert err.startswith(f"systolic: error: {k}:10: the kernel made more than 40 NKI "
+                          f"operations, the recording budget (--max-ops)"), err
+    said = err.removeprefix(f"systolic: error: {k}:10: ")  # the path may hold any word
+    assert "raise --max-ops" in said and "max_ops" not in said.replace("--max-ops", "")
+    assert "must be at least 1" in one_line_error(capsys, [*base, "--max-ops", "0"])
+
+
+def test_kernel_time_limit_stops_a_loop_that_never_ends(tmp_path: Path, capsys) -> None:
+    k = tmp_path / "budget.py"
+    k.write_text(BUDGET_KERNEL)
+    base = ["kernel", f"{k}:forever", "--arg", "a=bf16[128,128]"]
+    err = one_line_error(capsys, [*base, "--time-limit", "0.5"])
+    # stopped between two bytecodes of the loop: on its `while` line or in its body
+    assert any(err.startswith(f"systolic: error: {k}:{line}: the kernel's Python ran past "
+                              f"its time limit of 0.5 s while it was recorded (--time-limit)")
+               for line in (17, 18)), err
+    for bad in ("0", "-1", "nan", "inf", "soon"):
+        assert "--time-limit" in one_line_error(capsys, [*base, "--time-limit", bad])
+
+
+def test_kernel_budget_defaults_are_the_front_ends(capsys) -> None:
+    """The options' defaults are the Python API's (nki/record.py), and --help says them."""
+    from systolic.nki.record import DEFAULT_MAX_OPS, DEFAULT_TIME_LIMIT_S
+
+    with pytest.raises(SystemExit):
+        main(["kernel", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"({DEFAULT_MAX_OPS:,}: the largest public kernels" in text
+    assert f"recorded ({DEFAULT_TIME_LIMIT_S:g})" in text

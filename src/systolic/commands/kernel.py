@@ -6,12 +6,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from typing import Any
 
 import numpy as np
 
-from ..errors import SystolicError
+from ..errors import KernelError, SystolicError
 from ..nki.alloc import DEFAULT_BUFFERS
+from ..nki.record import DEFAULT_MAX_OPS, DEFAULT_TIME_LIMIT_S
 from ..timing.core import SCHEDULES
 from .common import (
     MAX_PLOT_PX,
@@ -42,6 +44,8 @@ release.
 
 The kernel file is Python, run with your privileges, as nki.simulate runs it: run only
 files you trust. Output paths are written through symlinks (the link's target is replaced).
+Its recording is bounded: --max-ops NKI operations (and tensors) and --time-limit seconds of
+its Python; past either it stops with one line naming the kernel line it had reached.
 
 examples:
   systolic kernel examples/kernels/tiled_matmul.py:tiled_matmul --arch trn2 \\
@@ -72,6 +76,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--buffers", type=positive_int, default=DEFAULT_BUFFERS, metavar="N",
                    help="physical buffers per tile made in an affine_range body (the "
                         f"compiler's rotation; default {DEFAULT_BUFFERS}; 1 turns it off)")
+    p.add_argument("--max-ops", type=positive_int, default=DEFAULT_MAX_OPS, metavar="N",
+                   help=f"the recording budget: the most NKI operations (and tensors) the "
+                        f"kernel may make ({DEFAULT_MAX_OPS:,}: the largest public kernels "
+                        f"fit three times over)")
+    p.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT_S, metavar="S",
+                   help=f"the most seconds the kernel's Python may run while it is recorded "
+                        f"({DEFAULT_TIME_LIMIT_S:g})")
     p.add_argument("--schedule", choices=SCHEDULES, default="list",
                    help="list: engines issue ready instructions ahead of blocked ones, as "
                         "the Neuron compiler schedules (default); program-order: each "
@@ -87,6 +98,38 @@ def add_parser(sub: Any) -> None:
     add_progress(p)
     add_json(p)
     p.set_defaults(run=run)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a number of seconds above 0")
+    return value
+
+
+# nki/record.py and nki/run.py name the budget by its Python keywords; on the command line
+# the options set it
+_BUDGET_WORDS = {"max_ops": "--max-ops", "time_limit_s": "--time-limit"}
+
+
+def _record(kernel: Any, specs: list[Any], params: dict[str, Any], arch: Any,
+            args: argparse.Namespace) -> Any:
+    """Record under the budget of --max-ops / --time-limit; a kernel past it is the front
+    end's one line at the kernel line reached, naming the option that raises it."""
+    from ..nki.run import record
+
+    try:
+        return record(kernel, specs, params, arch=arch, buffers=args.buffers,
+                      max_ops=args.max_ops, time_limit_s=args.time_limit)
+    except KernelError as exc:
+        if "recording budget" not in exc.message and "time limit" not in exc.message:
+            raise
+        message = re.sub(r"\b(max_ops|time_limit_s)\b", lambda m: _BUDGET_WORDS[m[1]],
+                         exc.message)
+        raise KernelError(exc.path, exc.line, message) from None
 
 
 def _value(text: str) -> Any:
@@ -193,7 +236,6 @@ def run(args: argparse.Namespace) -> int:
         execute,
         load_kernel,
         parse_arg,
-        record,
         set_default_arch,
         time_recorded,
         timing_fields,
@@ -211,7 +253,7 @@ def run(args: argparse.Namespace) -> int:
     kernel = load_kernel(path, func)
     specs = _bind(kernel, func, [(n, parse_arg(v)) for n, v in named], params)
     with stage(f"recording {func}", args):
-        rec = record(kernel, specs, params, arch=arch, buffers=args.buffers)
+        rec = _record(kernel, specs, params, arch, args)
     _refuse_unwritten(rec, func)
     with stage(f"timing {len(rec.program):,} instructions on the whole core", args):
         core = time_recorded(rec, args.schedule)

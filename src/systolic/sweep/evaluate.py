@@ -38,7 +38,7 @@ from ..api import make_spec
 from ..arch import Arch, get_arch
 from ..compiler import MatmulSpec
 from ..errors import SweepError, SystolicError
-from ..nki.record import DEFAULT_TIME_LIMIT_S
+from ..nki.record import DEFAULT_MAX_OPS, DEFAULT_TIME_LIMIT_S
 from ..nki.run import load_kernel, record, unwritten
 from ..nki.types import TensorSpec, to_dtype
 from ..timing.core import time_program
@@ -163,17 +163,22 @@ def matmul_target() -> WorkloadTarget:
 class KernelTarget:
     """An NKI kernel ``path:function``; ``args`` are (name, dtype token, dim tokens), where a
     dtype token ``dtype`` and a dim token naming ``X`` are taken from the point's ``dtype``
-    and ``dim.X`` inputs."""
+    and ``dim.X`` inputs. ``max_ops``: the recording budget of each point (the sweep file's
+    ``run: {max_ops: N}``; nki/record.py's default)."""
 
     path: str
     function: str
     args: tuple[tuple[str, str, tuple[str | int, ...]], ...]
     digest: str
     kind: str = "kernel"
+    max_ops: int = DEFAULT_MAX_OPS
 
     def fingerprint(self) -> dict[str, Any]:
-        return {"kind": self.kind, "file": self.digest, "function": self.function,
-                "args": [[n, d, list(s)] for n, d, s in self.args]}
+        out = {"kind": self.kind, "file": self.digest, "function": self.function,
+               "args": [[n, d, list(s)] for n, d, s in self.args]}
+        if self.max_ops != DEFAULT_MAX_OPS:  # the keys of a sweep without one stay as they were
+            out["max_ops"] = self.max_ops
+        return out
 
     def shapes(self, inputs: dict[str, Any]) -> dict[str, tuple[str, tuple[int, ...]]]:
         """``{arg: (dtype, shape)}`` for one point."""
@@ -296,7 +301,7 @@ def kernel_figures(target: KernelTarget, inputs: dict[str, Any]) -> dict[str, An
     args = [TensorSpec(shape, to_dtype(fmt)) for fmt, shape in target.shapes(inputs).values()]
     fn = _kernel_function(target.path, target.function, target.digest)
     try:
-        recorded = record(fn, args, params, arch=arch,
+        recorded = record(fn, args, params, arch=arch, max_ops=target.max_ops,
                           time_limit_s=None if _TIMED.get() else DEFAULT_TIME_LIMIT_S)
     except TypeError as exc:  # a param.NAME the kernel does not take
         raise SweepError(f"{target.function}: {exc}") from None
