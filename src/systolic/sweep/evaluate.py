@@ -174,8 +174,9 @@ class KernelTarget:
     max_ops: int = DEFAULT_MAX_OPS
 
     def fingerprint(self) -> dict[str, Any]:
-        out = {"kind": self.kind, "file": self.digest, "function": self.function,
-               "args": [[n, d, list(s)] for n, d, s in self.args]}
+        out: dict[str, Any] = {"kind": self.kind, "file": self.digest,
+                               "function": self.function,
+                               "args": [[n, d, list(s)] for n, d, s in self.args]}
         if self.max_ops != DEFAULT_MAX_OPS:  # the keys of a sweep without one stay as they were
             out["max_ops"] = self.max_ops
         return out
