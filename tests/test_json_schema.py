@@ -178,3 +178,12 @@ def test_roofline_json_has_the_schema_and_both_views_per_point(
         assert c["pe"]["tflops"] == pytest.approx(c["tflops"])
         assert c["pe"]["peak_tflops"] == pytest.approx(
             2 * a.rows * a.cols * a.clock_hz * (1 if c["dtype"] == "bf16" else 0.25) / 1e12)
+
+
+def test_docs_listing_json_keys_point_to_the_schema() -> None:
+    """A doc that lists a command's JSON keys sends the reader to docs/json.md, where the
+    one shape and its version are (issue 22: timing.md's key list did not)."""
+    for doc, heading in (("timing.md", "### JSON keys"),):
+        text = (ROOT / "docs" / doc).read_text()
+        section = text[text.index(heading):].split("\n#", 1)[0]
+        assert "(json.md)" in section, doc
