@@ -102,6 +102,52 @@ def test_editing_a_module_the_kernel_imports_reruns_every_point(
     assert len(calls) == 8
 
 
+REPS_KERNEL = """\
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+from stale_parts.reps import REPEAT
+
+
+@nki.jit
+def k(lhsT, rhs):
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    out = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+    a = nl.ndarray((K, M), dtype=lhsT.dtype, buffer=nl.sbuf)
+    b = nl.ndarray((K, N), dtype=rhs.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=lhsT)
+    nisa.dma_copy(dst=b, src=rhs)
+    acc = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
+    for _ in range(REPEAT):
+        nisa.nc_matmul(dst=acc, stationary=a, moving=b)
+    res = nl.ndarray((M, N), dtype=out.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+"""
+
+
+def test_a_serial_sweep_runs_the_new_version_of_an_imported_module(tmp_path: Path) -> None:
+    # issue 22: the serial executor runs points in this process, where the module a kernel
+    # imports stayed in sys.modules; a sweep after the module was edited re-ran its points
+    # (a new digest) with the old module's code. REPEAT matmuls of [128, M] x [128, N]: one
+    # MatMul instruction each (closed form), so the edit from 1 to 3 adds 2 a point
+    parts = tmp_path / "stale_parts"
+    parts.mkdir()
+    (parts / "__init__.py").write_text("")
+    (parts / "reps.py").write_text("REPEAT = 1\n")
+    (tmp_path / "kern.py").write_text(REPS_KERNEL)
+    spec_file, out = _kernel_sweep(tmp_path, kernel="kern.py", function="k"), tmp_path / "r.sqlite"
+    assert execute(sw.load_sweep(spec_file), out, executor="serial").failed == 0
+    before = {(r["dim.M"], r["dim.N"]): r["ins_tensor"] for r in read_rows(out)[0]}
+    (parts / "reps.py").write_text("REPEAT = 3  # edited between two sweeps\n")
+    assert execute(sw.load_sweep(spec_file), out, executor="serial").ran == 4
+    after = {(r["dim.M"], r["dim.N"]): r["ins_tensor"] for r in read_rows(out)[0]}
+    assert after == {key: n + 2 for key, n in before.items()}
+
+
 def test_other_args_rerun_and_show_ranks_only_the_latest_rows(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     shutil.copy(BASIC, tmp_path / "basic_matmul.py")

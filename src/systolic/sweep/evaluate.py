@@ -26,6 +26,7 @@ import ctypes
 import hashlib
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -120,10 +121,9 @@ def _local_imports(path: str, root: str) -> set[str]:
     return found
 
 
-def kernel_digest(path: str) -> str:
-    """SHA-256 (16 hex digits) of a kernel file and of every module it imports from its own
-    folder, followed recursively (issue 21: an edited helper module must re-run the points
-    as an edited kernel does). Each file is hashed with its path relative to the folder."""
+def _kernel_files(path: str) -> tuple[str, str, set[str]]:
+    """(the kernel's folder, the kernel file, it and every file it imports from its folder,
+    followed recursively), all real paths."""
     root = os.path.realpath(os.path.dirname(os.path.abspath(path)))
     first = os.path.realpath(path)
     seen: set[str] = set()
@@ -134,6 +134,14 @@ def kernel_digest(path: str) -> str:
             continue
         seen.add(f)
         todo.extend(_local_imports(f, root) - seen)
+    return root, first, seen
+
+
+def kernel_digest(path: str) -> str:
+    """SHA-256 (16 hex digits) of a kernel file and of every module it imports from its own
+    folder, followed recursively (issue 21: an edited helper module must re-run the points
+    as an edited kernel does). Each file is hashed with its path relative to the folder."""
+    root, first, seen = _kernel_files(path)
     h = hashlib.sha256()
     for f in sorted(seen, key=lambda f: (f != first, f)):
         h.update(os.path.relpath(f, root).encode() + b"\0")
@@ -286,7 +294,26 @@ def _kernel_function(path: str, function: str, digest: str) -> Any:
     """``path:function`` loaded once per process and per version of its files (``digest``:
     :func:`kernel_digest`, which the target's key carries): every point of a sweep records
     the same function, and loading the file (compile + exec) was ~0.5 ms of each point."""
+    _forget_local_modules(path)
     return load_kernel(path, function)
+
+
+def _forget_local_modules(path: str) -> None:
+    """Drop from ``sys.modules`` the modules of the files the kernel imports from its folder
+    (those :func:`kernel_digest` hashes), so that loading a new version of the kernel
+    imports them again. The serial executor runs points in this process, where a helper
+    module imported for one version stayed for the next (issue 22): its points re-ran, with
+    the old helper's code. Dropped by file and by the name the folder gives the file."""
+    root, first, files = _kernel_files(path)
+    names = set()
+    for f in files - {first}:
+        rel = os.path.splitext(os.path.relpath(f, root))[0].split(os.sep)
+        names.add(".".join(rel[:-1] if rel[-1] == "__init__" else rel))
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if name in names or (isinstance(file, str) and os.path.realpath(file) in files
+                             and module is not sys.modules.get("__main__")):
+            del sys.modules[name]
 
 
 def kernel_figures(target: KernelTarget, inputs: dict[str, Any]) -> dict[str, Any]:
