@@ -254,3 +254,25 @@ def test_kernel_budget_defaults_are_the_front_ends(capsys) -> None:
     text = " ".join(capsys.readouterr().out.split())
     assert f"({DEFAULT_MAX_OPS:,}: the largest public kernels" in text
     assert f"recorded ({DEFAULT_TIME_LIMIT_S:g})" in text
+
+
+def test_kernel_seed_is_checked_as_the_other_commands_check_it(capsys) -> None:
+    # issue 22 audit: --seed -1 with --values was numpy's ValueError as a traceback
+    base = ["kernel", BASIC, "--arg", "lhsT=bf16[128,128]", "--arg", "rhs=bf16[128,512]",
+            "--values"]
+    for bad in ("-1", str(2**128), "x"):
+        err = one_line_error(capsys, [*base, "--seed", bad])
+        assert "--seed" in err, err
+
+
+def test_kernel_arg_dtypes_take_any_case_as_dtype_and_arch_do(capsys) -> None:
+    # issue 22 audit: --arg lhsT=BF16[...] was "unknown dtype 'BF16'" where --dtype BF16
+    # and --arch TRN2 are accepted
+    outs = []
+    for lhs, rhs in (("bf16", "bf16"), ("BF16", "Bf16")):
+        assert main(["kernel", BASIC, "--arg", f"lhsT={lhs}[128,128]", "--arg",
+                     f"rhs={rhs}[128,512]", "--json"]) == 0
+        outs.append(json.loads(capsys.readouterr().out))
+    assert outs[0]["core"] == outs[1]["core"]
+    # bf16: 2 bytes an element, each operand and the result moved once (closed form)
+    assert outs[1]["core"]["dma"]["hbm_bytes"] == 2 * (128 * 128 + 128 * 512 + 128 * 512)

@@ -27,6 +27,7 @@ from .common import (
     output_path,
     plot_path,
     positive_int,
+    seed,
     stage,
     wrote,
 )
@@ -70,7 +71,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--values", action="store_true",
                    help="fill the inputs with seeded random data and run the functional "
                         "simulator")
-    p.add_argument("--seed", type=int, default=0, help="seed of --values (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of --values (default 0)")
     p.add_argument("--program", action="store_true",
                    help="print the Program text, as the compiler stage allocated it")
     p.add_argument("--buffers", type=positive_int, default=DEFAULT_BUFFERS, metavar="N",
@@ -130,6 +131,14 @@ def _record(kernel: Any, specs: list[Any], params: dict[str, Any], arch: Any,
         message = re.sub(r"\b(max_ops|time_limit_s)\b", lambda m: _BUDGET_WORDS[m[1]],
                          exc.message)
         raise KernelError(exc.path, exc.line, message) from None
+
+
+def _dtype_case(text: str) -> str:
+    """``BF16[128,512]`` is ``bf16[128,512]``: format names are case-insensitive on the
+    command line, as --dtype and --arch are (every NKI and project dtype name is lower
+    case)."""
+    name, bracket, dims = text.partition("[")
+    return name.lower() + bracket + dims
 
 
 def _value(text: str) -> Any:
@@ -251,7 +260,7 @@ def run(args: argparse.Namespace) -> int:
     named = [_split(a, "--arg") for a in args.arg]
     params = dict((k, _value(v)) for k, v in (_split(p, "--param") for p in args.param))
     kernel = load_kernel(path, func)
-    specs = _bind(kernel, func, [(n, parse_arg(v)) for n, v in named], params)
+    specs = _bind(kernel, func, [(n, parse_arg(_dtype_case(v))) for n, v in named], params)
     with stage(f"recording {func}", args):
         rec = _record(kernel, specs, params, arch, args)
     _refuse_unwritten(rec, func)
