@@ -238,7 +238,8 @@ def _show(args: argparse.Namespace) -> int:
     if args.best_per is not None and (not groups or not all(groups)):
         raise SweepError(f"--best-per {args.best_per!r}: name inputs, INPUT,... (for example "
                          f"dim.M,arch)")
-    view = read_store(args.results, every=args.all)
+    view = read_store(args.results, every=args.all,
+                      notice=lambda s: print(f"systolic: {s}", file=sys.stderr, flush=True))
     rows, meta = view.rows, view.meta
     if not rows:
         raise SweepError(f"{args.results}: the store has no points yet"
