@@ -157,7 +157,8 @@ def _heatmap(fig: Any, ax: Any, good: list[dict[str, Any]], x: str, y: str, fig_
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.12))
     jb, ib = np.unravel_index(np.nanargmax(grid) if maximize else np.nanargmin(grid),
                               grid.shape)
-    ax.scatter([ib], [jb], marker="*", s=160, color=_FRONT, zorder=5)
+    # in the best cell's top-left corner: on its centre the star hid the cell's value
+    ax.scatter([ib - 0.32], [jb + 0.28], marker="*", s=160, color=_FRONT, zorder=5)
     ax.set_xticks(range(len(xs)), [_label(v) for v in xs])
     ax.set_yticks(range(len(ys)), [_label(v) for v in ys])
     ax.set_xlabel(x)
