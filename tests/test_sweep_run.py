@@ -149,6 +149,10 @@ def test_workload_points_sum_the_ops_times_their_repeats(tmp_path: Path) -> None
                 "flops", "utilization", "intensity"):
         assert plain[key] == pytest.approx(total[key], rel=1e-12), key
     assert plain["bound"] == total["bound"]["by"]
+    # the store's names are the views' (docs/json.md): bound_kind is core.bound.kind
+    assert plain["bound_kind"] == total["core"]["bound"]["kind"]
+    assert plain["latency_us"] == pytest.approx(total["core"]["latency_us"], rel=1e-12)
+    assert plain["pe_tflops"] == pytest.approx(total["pe"]["tflops"], rel=1e-12)
     for cause, part in total["breakdown"].items():
         assert plain[f"pe_pct_{cause}"] == pytest.approx(part["percent"], rel=1e-9, abs=1e-12)
     for cause, part in total["bound"]["causes"].items():
