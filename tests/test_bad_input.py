@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from systolic.arch import get_arch
@@ -276,3 +277,30 @@ def test_kernel_arg_dtypes_take_any_case_as_dtype_and_arch_do(capsys) -> None:
     assert outs[0]["core"] == outs[1]["core"]
     # bf16: 2 bytes an element, each operand and the result moved once (closed form)
     assert outs[1]["core"]["dma"]["hbm_bytes"] == 2 * (128 * 128 + 128 * 512 + 128 * 512)
+
+
+def test_kernel_values_that_depend_on_unwritten_memory_are_refused(tmp_path: Path,
+                                                                     capsys) -> None:
+    # issue 22, found by tests/test_nki_fuzz.py (seed 5): fp8_double_row with its slot loop
+    # cut to one slot multiplies DoubleRow tiles whose second slot nothing loaded; --values
+    # exited 0 with numbers made of what SBUF held
+    src = (EX / "kernels" / "fp8_double_row.py").read_text()
+    assert src.count("nl.static_range(2)") == 1
+    half = tmp_path / "half.py"
+    half.write_text(src.replace("nl.static_range(2)", "nl.static_range(1)"))
+    args = ["--arg", "lhsT=fp8_e4m3[256,128]", "--arg", "rhs=fp8_e4m3[256,512]", "--values"]
+    err = one_line_error(capsys, ["kernel", f"{half}:fp8_double_row", *args])
+    assert "fp8_double_row's output #1 depends on memory nothing wrote" in err
+    # the kernel as written loads both slots: its values stand, and equal float64's product
+    # of the same seeded inputs (fp8 products of small values are exact in fp32 here)
+    assert main(["kernel", f"{EX / 'kernels' / 'fp8_double_row.py'}:fp8_double_row", *args,
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["outputs"][0]
+    from systolic.commands.kernel import random_inputs
+    from systolic.nki.run import parse_arg
+
+    lhs, rhs = random_inputs([parse_arg("fp8_e4m3[256,128]"), parse_arg("fp8_e4m3[256,512]")],
+                             0)
+    want = lhs.astype(np.float64).T @ rhs.astype(np.float64)
+    assert out["sum"] == pytest.approx(float(want.sum()), rel=1e-5)
+    assert out["max_abs"] == pytest.approx(float(np.abs(want).max()), rel=1e-5)
