@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -205,7 +206,7 @@ def _refuse_unwritten(rec: Any, func: str) -> None:
         raise SystolicError(f"{func} {why}")
 
 
-def _refuse_unwritten_reads(outs: list[Any], again: Any, func: str) -> None:
+def _refuse_unwritten_reads(outs: Sequence[Any], again: Any, func: str) -> None:
     """The values are computed twice, memory nothing wrote starting as 0xFF bytes (NaN) and
     as 0x00; outputs that differ read such memory (issue 22, found by tests/test_nki_fuzz.py:
     fp8_double_row loading one of its two DoubleRow slots exited 0 with values made of
