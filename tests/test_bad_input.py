@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from systolic.arch import get_arch
@@ -190,3 +191,116 @@ def test_a_workload_path_with_a_nul_byte_is_one_line(capsys: pytest.CaptureFixtu
                                                      argv: list[str]) -> None:
     # found by tests/test_cli_fuzz.py: os.open raised ValueError (embedded null byte)
     assert "holds a NUL byte" in one_line_error(capsys, argv)
+
+
+# -- the recording budget on the command line (issue 22 H4) ---------------------------------
+
+BUDGET_KERNEL = """\
+import nki
+import nki.language as nl
+
+
+@nki.jit
+def stores(a, n=10):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    for _ in nl.affine_range(n):
+        nl.store(out, t)
+    return out
+
+
+@nki.jit
+def forever(a):
+    k = 0
+    while True:
+        k += 1
+"""
+
+
+def test_kernel_max_ops_bounds_the_recording_at_the_line_reached(tmp_path: Path,
+                                                                 capsys) -> None:
+    k = tmp_path / "budget.py"
+    k.write_text(BUDGET_KERNEL)
+    base = ["kernel", f"{k}:stores", "--arg", "a=bf16[128,128]"]
+    # the kernel records 1 load + n stores: 1 + 40 operations fit 41 and not 40
+    assert main([*base, "--param", "n=40", "--max-ops", "41", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["nki_ops"] == 41
+    err = one_line_error(capsys, [*base, "--param", "n=40", "--max-ops", "40"])
+    assert err.startswith(f"systolic: error: {k}:10: the kernel made more than 40 NKI "
+                          f"operations, the recording budget (--max-ops)"), err
+    said = err.removeprefix(f"systolic: error: {k}:10: ")  # the path may hold any word
+    assert "raise --max-ops" in said and "max_ops" not in said.replace("--max-ops", "")
+    assert "must be at least 1" in one_line_error(capsys, [*base, "--max-ops", "0"])
+
+
+def test_kernel_time_limit_stops_a_loop_that_never_ends(tmp_path: Path, capsys) -> None:
+    k = tmp_path / "budget.py"
+    k.write_text(BUDGET_KERNEL)
+    base = ["kernel", f"{k}:forever", "--arg", "a=bf16[128,128]"]
+    err = one_line_error(capsys, [*base, "--time-limit", "0.5"])
+    # stopped between two bytecodes of the loop: on its `while` line or in its body
+    assert any(err.startswith(f"systolic: error: {k}:{line}: the kernel's Python ran past "
+                              f"its time limit of 0.5 s while it was recorded (--time-limit)")
+               for line in (17, 18)), err
+    for bad in ("0", "-1", "nan", "inf", "soon"):
+        assert "--time-limit" in one_line_error(capsys, [*base, "--time-limit", bad])
+
+
+def test_kernel_budget_defaults_are_the_front_ends(capsys) -> None:
+    """The options' defaults are the Python API's (nki/record.py), and --help says them."""
+    from systolic.nki.record import DEFAULT_MAX_OPS, DEFAULT_TIME_LIMIT_S
+
+    with pytest.raises(SystemExit):
+        main(["kernel", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"({DEFAULT_MAX_OPS:,}: the largest public kernels" in text
+    assert f"recorded ({DEFAULT_TIME_LIMIT_S:g})" in text
+
+
+def test_kernel_seed_is_checked_as_the_other_commands_check_it(capsys) -> None:
+    # issue 22 audit: --seed -1 with --values was numpy's ValueError as a traceback
+    base = ["kernel", BASIC, "--arg", "lhsT=bf16[128,128]", "--arg", "rhs=bf16[128,512]",
+            "--values"]
+    for bad in ("-1", str(2**128), "x"):
+        err = one_line_error(capsys, [*base, "--seed", bad])
+        assert "--seed" in err, err
+
+
+def test_kernel_arg_dtypes_take_any_case_as_dtype_and_arch_do(capsys) -> None:
+    # issue 22 audit: --arg lhsT=BF16[...] was "unknown dtype 'BF16'" where --dtype BF16
+    # and --arch TRN2 are accepted
+    outs = []
+    for lhs, rhs in (("bf16", "bf16"), ("BF16", "Bf16")):
+        assert main(["kernel", BASIC, "--arg", f"lhsT={lhs}[128,128]", "--arg",
+                     f"rhs={rhs}[128,512]", "--json"]) == 0
+        outs.append(json.loads(capsys.readouterr().out))
+    assert outs[0]["core"] == outs[1]["core"]
+    # bf16: 2 bytes an element, each operand and the result moved once (closed form)
+    assert outs[1]["core"]["dma"]["hbm_bytes"] == 2 * (128 * 128 + 128 * 512 + 128 * 512)
+
+
+def test_kernel_values_that_depend_on_unwritten_memory_are_refused(tmp_path: Path,
+                                                                     capsys) -> None:
+    # issue 22, found by tests/test_nki_fuzz.py (seed 5): fp8_double_row with its slot loop
+    # cut to one slot multiplies DoubleRow tiles whose second slot nothing loaded; --values
+    # exited 0 with numbers made of what SBUF held
+    src = (EX / "kernels" / "fp8_double_row.py").read_text()
+    assert src.count("nl.static_range(2)") == 1
+    half = tmp_path / "half.py"
+    half.write_text(src.replace("nl.static_range(2)", "nl.static_range(1)"))
+    args = ["--arg", "lhsT=fp8_e4m3[256,128]", "--arg", "rhs=fp8_e4m3[256,512]", "--values"]
+    err = one_line_error(capsys, ["kernel", f"{half}:fp8_double_row", *args])
+    assert "fp8_double_row's output #1 depends on memory nothing wrote" in err
+    # the kernel as written loads both slots: its values stand, and equal float64's product
+    # of the same seeded inputs (fp8 products of small values are exact in fp32 here)
+    assert main(["kernel", f"{EX / 'kernels' / 'fp8_double_row.py'}:fp8_double_row", *args,
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["outputs"][0]
+    from systolic.commands.kernel import random_inputs
+    from systolic.nki.run import parse_arg
+
+    lhs, rhs = random_inputs([parse_arg("fp8_e4m3[256,128]"), parse_arg("fp8_e4m3[256,512]")],
+                             0)
+    want = lhs.astype(np.float64).T @ rhs.astype(np.float64)
+    assert out["sum"] == pytest.approx(float(want.sum()), rel=1e-5)
+    assert out["max_abs"] == pytest.approx(float(np.abs(want).max()), rel=1e-5)

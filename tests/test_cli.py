@@ -336,6 +336,45 @@ def test_every_writer_says_wrote_file_and_what(tmp_path: Path,
         assert Path(path).stat().st_size > 0
 
 
+def test_sweep_show_and_bundle_doc_say_wrote_file_and_what(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The last writers with their own wording (issue 22): ``sweep show``'s exports said
+    ``wrote F`` (and nothing under --json), ``bundle_doc --write`` the same."""
+    import re
+
+    from systolic.compiler import bundle_doc
+
+    store = tmp_path / "s.sqlite"
+    assert main(["sweep", SWEEP, "--out", str(store), "--workers", "1", "--no-progress"]) == 0
+    shown = json.loads(_show_json(capsys, store))
+    rows, figure = shown["points"], shown["objective"]["figure"]
+    csv, png = tmp_path / "r.csv", tmp_path / "r.png"
+    for json_flag in ([], ["--json"]):
+        assert main(["sweep", "show", str(store), "--csv", str(csv), "--plot", str(png),
+                     *json_flag]) == 0
+        said = capsys.readouterr()
+        # under --json the lines go to stderr: stdout stays one JSON object
+        lines = [ln for ln in (said.err if json_flag else said.out).splitlines()
+                 if ln.startswith("wrote ")]
+        assert lines == [f"wrote {csv} (CSV, {rows:,} rows)",
+                         f"wrote {png} (plot of {figure})"], lines
+        if json_flag:
+            json.loads(said.out)
+    assert len(csv.read_text().splitlines()) == rows + 1
+    doc = tmp_path / "bundles.md"
+    doc.write_text(f"intro\n{bundle_doc.BEGIN}\nold\n{bundle_doc.END}\nend\n")
+    assert bundle_doc.main(["--write", str(doc)]) == 0
+    out = capsys.readouterr().out
+    assert re.fullmatch(rf"wrote {re.escape(str(doc))} \([a-z ]+\)\n", out), out
+    assert bundle_doc.layout_tables() in doc.read_text()
+
+
+def _show_json(capsys: pytest.CaptureFixture[str], store: Path) -> str:
+    capsys.readouterr()
+    assert main(["sweep", "show", str(store), "--json"]) == 0
+    return capsys.readouterr().out
+
+
 def test_rtl_writers_use_the_same_wording(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     require_module("amaranth", "amaranth (the rtl commands)")

@@ -148,3 +148,42 @@ def test_bound_kind_groups_the_causes_as_documented() -> None:
     assert bound_kind({"psum_evacuation": 2.0, "gpsimd": 2.0, "pe": 3.0}) == "engines"
     assert bound_kind({"idle": 4.0, "sync": 1.0, "vector": 4.0}) == "sync"
     assert bound_kind({}) == "sync"
+
+
+def test_roofline_json_has_the_schema_and_both_views_per_point(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """``systolic roofline --json`` (issue 22: the one command left on the flat keys): each
+    point carries ``pe`` and ``core`` as ``run`` gives each op, checked against closed forms,
+    and agrees with ``systolic run --json`` of the same file."""
+    wl = tmp_path / "w.yaml"
+    wl.write_text("defaults: {arch: trn1}\nops:\n  - {name: a, m: 256, k: 384, n: 640}\n"
+                  "  - {name: b, m: 512, k: 64, n: 1024}\n")
+    out = run_json(capsys, "roofline", "--workload", str(wl))
+    assert out["schema"] == 2
+    shapes = {"a": (256, 384, 640), "b": (512, 64, 1024)}
+    run = {op["name"]: op for op in run_json(capsys, "run", str(wl))["ops"]}
+    for p in out["points"]:
+        m, k, n = shapes[p["name"]]
+        check_pe(p["pe"], m, k, n, "trn1")
+        check_core(p["core"], 2 * m * k * n, "trn1")
+        assert (p["pe"], p["core"]) == (run[p["name"]]["pe"], run[p["name"]]["core"])
+        # schema 1's flat keys, kept for one release, read the same figures
+        assert p["latency_us"] == p["core"]["latency_us"]
+        assert p["pe_tflops"] == p["pe"]["tflops"]
+        assert p["bound"] == p["core"]["bound"]["by"]
+    a = get_arch("trn1")
+    for c in out["ceilings"]:
+        assert set(c["pe"]) == PE_KEYS
+        assert c["pe"]["useful_macs"] == c["m"] * c["k"] * c["n"]
+        assert c["pe"]["tflops"] == pytest.approx(c["tflops"])
+        assert c["pe"]["peak_tflops"] == pytest.approx(
+            2 * a.rows * a.cols * a.clock_hz * (1 if c["dtype"] == "bf16" else 0.25) / 1e12)
+
+
+def test_docs_listing_json_keys_point_to_the_schema() -> None:
+    """A doc that lists a command's JSON keys sends the reader to docs/json.md, where the
+    one shape and its version are (issue 22: timing.md's key list did not)."""
+    for doc, heading in (("timing.md", "### JSON keys"),):
+        text = (ROOT / "docs" / doc).read_text()
+        section = text[text.index(heading):].split("\n#", 1)[0]
+        assert "(json.md)" in section, doc

@@ -23,6 +23,7 @@ from helpers import store_rows
 
 import systolic.sweep as sw
 from systolic.arch import get_arch
+from systolic.errors import SweepError
 from systolic.nki import record_kernel
 from systolic.sweep.evaluate import evaluate_point
 from systolic.sweep.runner import execute
@@ -265,3 +266,36 @@ def test_a_kernel_point_under_the_sweep_timeout_is_stopped_without_its_own_timer
     assert got["error"].startswith("the point ran past its time limit of 0.5 s")
     assert f"{path}:" in got["error"]
     assert threading.active_count() <= before + 1  # at most the sweep's watchdog, once
+
+
+def test_a_kernel_sweep_bounds_each_recording_by_its_max_ops(tmp_path: Path) -> None:
+    # issue 22 H4: the recording budget of `systolic kernel --max-ops`, as the sweep file's
+    # run: {max_ops: N}. The kernel records 2 + R + 2 operations (two loads, R matmuls, a
+    # copy out of PSUM, a store) and 7 tensors: R = 2 fits a budget of 10, R = 20 goes over
+    # it at the matmul line
+    path = tmp_path / "reps.py"
+    path.write_text(_TWICE.replace("def k(lhsT, rhs):", "def k(lhsT, rhs, R=1):")
+                    .replace("range(REPEAT)", "range(R)"))
+    line = 1 + _TWICE.splitlines().index("        nisa.nc_matmul(dst=acc, stationary=a, "
+                                         "moving=b)")
+    head = (f"run: {{kernel: '{path}:k', args: {{lhsT: 'bf16[128, 64]', rhs: 'bf16[128, 64]'}}"
+            f"MAXOPS}}\naxes: {{param.R: [2, 20]}}\n")
+    spec = sw.parse_sweep(head.replace("MAXOPS", ", max_ops: 10"))
+    out = tmp_path / "r.sqlite"
+    execute(spec, out, executor="serial")
+    rows = {r["param.R"]: r for r in read_rows(out)[0]}
+    assert rows[2]["status"] == "ok" and rows[2]["nki_ops"] == 6
+    assert rows[20]["status"] == "failed"
+    assert rows[20]["error"].startswith(f"{path}:{line}: the kernel made more than 10 NKI "
+                                        f"operations, the recording budget (max_ops)")
+    # without the key, the default budget: both run, and their keys are those of a sweep file
+    # written before the key existed (the fingerprint leaves the default out)
+    plain = sw.parse_sweep(head.replace("MAXOPS", ""))
+    assert "max_ops" not in plain.target.fingerprint()
+    assert [evaluate_point(plain.target, p)["nki_ops"] for _, p in plain.points()] == [6, 24]
+    for bad in ("0", "true", "2.5", "-3"):
+        with pytest.raises(SweepError, match=r":1: max_ops .*: the recording budget is a "
+                                             r"number of NKI operations, at least 1"):
+            sw.parse_sweep(head.replace("MAXOPS", f", max_ops: {bad}"))
+    with pytest.raises(SweepError, match=":1: max_ops belongs to a kernel sweep"):
+        sw.parse_sweep("run: {matmul: {m: 128, k: 128, n: 128}, max_ops: 10}\n")

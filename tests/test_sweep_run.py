@@ -149,6 +149,10 @@ def test_workload_points_sum_the_ops_times_their_repeats(tmp_path: Path) -> None
                 "flops", "utilization", "intensity"):
         assert plain[key] == pytest.approx(total[key], rel=1e-12), key
     assert plain["bound"] == total["bound"]["by"]
+    # the store's names are the views' (docs/json.md): bound_kind is core.bound.kind
+    assert plain["bound_kind"] == total["core"]["bound"]["kind"]
+    assert plain["latency_us"] == pytest.approx(total["core"]["latency_us"], rel=1e-12)
+    assert plain["pe_tflops"] == pytest.approx(total["pe"]["tflops"], rel=1e-12)
     for cause, part in total["breakdown"].items():
         assert plain[f"pe_pct_{cause}"] == pytest.approx(part["percent"], rel=1e-9, abs=1e-12)
     for cause, part in total["bound"]["causes"].items():
@@ -262,6 +266,25 @@ def test_show_table_csv_and_plot(tmp_path: Path) -> None:
         assert proc.returncode == 2
         assert proc.stderr.strip() == ("systolic: error: --parquet needs pandas and pyarrow: "
                                        "pip install 'systolic[parquet]'")
+
+
+def test_show_prints_each_failure_on_one_line_when_piped(tmp_path: Path) -> None:
+    # issue 22: piped (no terminal), text was wrapped at 40 columns: "2 failed like: ..."
+    # came out in pieces, and the summary line split after "feasible;"
+    spec = _write(tmp_path, "name: wide\nrun: {matmul: {m: 128, k: 128, dtype: fp8_e4m3}}\n"
+                            "fixed: {arch: trn1}\n"
+                            "axes:\n  n: [128, 256]\n  perf_mode: [none, double_row]\n")
+    out = tmp_path / "r.sqlite"
+    execute(sw.load_sweep(spec), out, executor="serial")
+    errors = [r["error"] for r in read_rows(out)[0] if r["status"] != "ok"]
+    assert len(errors) == 2 and all(len(e) > 50 for e in errors)
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "40"}
+    proc = subprocess.run([sys.executable, "-m", "systolic", "sweep", "show", str(out)],
+                          capture_output=True, text=True, env=env, check=True)
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "wide: 4 points, 2 failed, 2 feasible; objective min latency_us"
+    shown = [ln for ln in lines if " failed like: " in ln]
+    assert len(shown) == 1 and shown[0].endswith(errors[0][-30:]), lines
 
 
 def _has(module: str) -> bool:

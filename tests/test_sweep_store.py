@@ -102,6 +102,52 @@ def test_editing_a_module_the_kernel_imports_reruns_every_point(
     assert len(calls) == 8
 
 
+REPS_KERNEL = """\
+import nki
+import nki.isa as nisa
+import nki.language as nl
+
+from stale_parts.reps import REPEAT
+
+
+@nki.jit
+def k(lhsT, rhs):
+    K, M = lhsT.shape
+    _, N = rhs.shape
+    out = nl.ndarray((M, N), dtype=lhsT.dtype, buffer=nl.shared_hbm)
+    a = nl.ndarray((K, M), dtype=lhsT.dtype, buffer=nl.sbuf)
+    b = nl.ndarray((K, N), dtype=rhs.dtype, buffer=nl.sbuf)
+    nisa.dma_copy(dst=a, src=lhsT)
+    nisa.dma_copy(dst=b, src=rhs)
+    acc = nl.ndarray((M, N), dtype=nl.float32, buffer=nl.psum)
+    for _ in range(REPEAT):
+        nisa.nc_matmul(dst=acc, stationary=a, moving=b)
+    res = nl.ndarray((M, N), dtype=out.dtype, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+"""
+
+
+def test_a_serial_sweep_runs_the_new_version_of_an_imported_module(tmp_path: Path) -> None:
+    # issue 22: the serial executor runs points in this process, where the module a kernel
+    # imports stayed in sys.modules; a sweep after the module was edited re-ran its points
+    # (a new digest) with the old module's code. REPEAT matmuls of [128, M] x [128, N]: one
+    # MatMul instruction each (closed form), so the edit from 1 to 3 adds 2 a point
+    parts = tmp_path / "stale_parts"
+    parts.mkdir()
+    (parts / "__init__.py").write_text("")
+    (parts / "reps.py").write_text("REPEAT = 1\n")
+    (tmp_path / "kern.py").write_text(REPS_KERNEL)
+    spec_file, out = _kernel_sweep(tmp_path, kernel="kern.py", function="k"), tmp_path / "r.sqlite"
+    assert execute(sw.load_sweep(spec_file), out, executor="serial").failed == 0
+    before = {(r["dim.M"], r["dim.N"]): r["ins_tensor"] for r in read_rows(out)[0]}
+    (parts / "reps.py").write_text("REPEAT = 3  # edited between two sweeps\n")
+    assert execute(sw.load_sweep(spec_file), out, executor="serial").ran == 4
+    after = {(r["dim.M"], r["dim.N"]): r["ins_tensor"] for r in read_rows(out)[0]}
+    assert after == {key: n + 2 for key, n in before.items()}
+
+
 def test_other_args_rerun_and_show_ranks_only_the_latest_rows(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     shutil.copy(BASIC, tmp_path / "basic_matmul.py")
@@ -201,6 +247,7 @@ def test_another_sweep_in_the_store_is_refused_and_the_store_kept(tmp_path: Path
     with pytest.raises(SweepError, match="holds the results of another sweep") as err:
         execute(sw.parse_sweep(other), out, executor="serial")
     assert "'one'" in str(err.value) and "\n" not in str(err.value)
+    assert "('one': matmul)" in str(err.value)  # the target's kind once, not "matmul matmul"
     rows, meta = read_rows(out)
     assert meta["name"] == "one" and meta["objective"]["figure"] == "latency_us"
     assert len(rows) == 2
@@ -247,6 +294,75 @@ def test_a_store_write_locked_by_another_program_is_refused_at_once(tmp_path: Pa
     finally:
         holder.kill()
         holder.wait()
+
+
+def _lock_holder(path: Path, begin: str) -> subprocess.Popen[str]:
+    """Another program: takes a write lock on ``path`` and holds it until a line on stdin."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sqlite3, sys\n"
+         "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+         f"c.execute('{begin}')\nprint('locked', flush=True)\nsys.stdin.readline()\n"
+         "c.execute('COMMIT')\n", str(path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+    return holder
+
+
+def test_show_says_it_waits_for_another_programs_write_lock(tmp_path: Path) -> None:
+    # issue 22: `sweep show` of a store an open sqlite3 session holds an exclusive lock on
+    # (a finished store has a rollback journal: the lock blocks readers) waited 30 s without
+    # a word; now it says so after a second, and reads the store once the lock goes
+    out = tmp_path / "r.sqlite"
+    execute(sw.parse_sweep("run: {matmul: {m: 128, k: 128, n: 128}}\n"), out,
+            executor="serial")
+    holder = _lock_holder(out, "BEGIN EXCLUSIVE")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    show = subprocess.Popen([sys.executable, "-m", "systolic", "sweep", "show", str(out),
+                             "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        assert show.stderr is not None
+        line = show.stderr.readline()  # blocks until the notice: no timing in the test
+        assert line == (f"systolic: {out}: another program holds a write lock on this "
+                        f"store; waiting up to {WRITE_WAIT_S:g} s for it\n")
+        assert holder.stdin is not None
+        holder.stdin.write("go\n")
+        holder.stdin.flush()
+        stdout, stderr = show.communicate(timeout=120)
+        assert show.returncode == 0, stderr
+        assert json.loads(stdout)["points"] == 1
+    finally:
+        holder.kill()
+        show.kill()
+        holder.wait()
+        show.wait()
+
+
+def test_a_run_says_it_waits_for_another_programs_write_lock(tmp_path: Path) -> None:
+    # the same in the middle of a run: a write waited 30 s silently, then the sweep stopped
+    from systolic.sweep.store import Store
+
+    out = tmp_path / "r.sqlite"
+    notes: list[str] = []
+    with Store(out, notice=notes.append) as store:  # in WAL mode now: the holder can lock
+        holder = _lock_holder(out, "BEGIN IMMEDIATE")
+        assert holder.stdin is not None
+        stdin = holder.stdin
+
+        def release(text: str) -> None:
+            notes.append(text)
+            stdin.write("go\n")
+            stdin.flush()
+
+        store.notice = release
+        try:
+            store.set_meta(name="waited")  # waits for the holder, which the notice releases
+        finally:
+            holder.kill()
+            holder.wait()
+        assert store.meta()["name"] == "waited"
+    assert notes == [f"{out}: another program holds a write lock on this store; waiting up "
+                     f"to {WRITE_WAIT_S:g} s for it"]
 
 
 def test_an_out_in_a_missing_directory_names_the_directory(

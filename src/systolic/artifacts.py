@@ -36,7 +36,13 @@ from typing import IO, Any, Literal, overload
 from .errors import SystolicError
 
 __all__ = ["ArtifactError", "check_artifact_path", "open_artifact", "write_bytes",
-           "write_text"]
+           "write_text", "wrote_line"]
+
+
+def wrote_line(path: str | os.PathLike[str], what: str) -> str:
+    """The one wording of "a file was written" (issue 22): ``wrote FILE (what)``, ``what``
+    saying what the file holds, so every command and tool reports a file alike."""
+    return f"wrote {os.fspath(path)} ({what})"
 
 
 class ArtifactError(SystolicError, OSError):

@@ -46,8 +46,8 @@ examples:
   systolic rtl verilog --rows 4 --cols 4 -o pe_array.v
 
 Sizes are numpy's M K N in every command (a[M, K] @ b[K, N]). Every command takes --json
-for scripts; each file written is reported as "wrote FILE"; errors are one line starting
-"systolic: error:", with exit code 2.
+for scripts; each file written is reported as "wrote FILE (what)" (on stderr under --json);
+errors are one line starting "systolic: error:", with exit code 2.
 """
 
 

@@ -186,7 +186,9 @@ def wrote(path: str, what: str, *, json_mode: bool = False) -> None:
     """Say that a file was written, in one wording everywhere: ``wrote FILE (what)``, on
     stdout with a table, on stderr under --json (so the JSON stays the only thing on
     stdout)."""
-    print(f"wrote {path} ({what})", file=sys.stderr if json_mode else sys.stdout)
+    from ..artifacts import wrote_line
+
+    print(wrote_line(path, what), file=sys.stderr if json_mode else sys.stdout)
 
 
 def file_size(path: str) -> str:
@@ -229,14 +231,17 @@ def stage(description: str, args: argparse.Namespace) -> Iterator[None]:
 
 
 def print_rich(*renderables: Any) -> None:
-    """Print rich tables and text without cutting a cell (the width is what the widest
-    renderable needs, or the terminal's if wider) and without trailing spaces."""
+    """Print rich tables and text without cutting a cell or a line (the width is what the
+    widest renderable needs, or the terminal's if wider) and without trailing spaces. Text
+    counts too: piped, a sweep's failure line was wrapped at 40 columns, so a script reading
+    one error per line got pieces of it."""
     from rich.console import Console
+    from rich.text import Text
 
     con = Console(highlight=False)
     wide = con.options.update_width(10_000)  # measure what a table needs, uncut
-    need = max((con.measure(r, options=wide).maximum for r in renderables
-                if not isinstance(r, str)), default=0)
+    need = max((con.measure(Text.from_markup(r) if isinstance(r, str) else r,
+                            options=wide).maximum for r in renderables), default=0)
     out = Console(highlight=False, width=max(need, con.width if con.is_terminal else 0, 40),
                   force_terminal=con.is_terminal)
     with out.capture() as cap:

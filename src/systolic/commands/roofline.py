@@ -14,6 +14,12 @@ workload's ops placed by their modelled throughput.
 * points: each workload op at its measured intensity (FLOPs per HBM byte its DMAs moved)
   and its whole-core TFLOP/s (:func:`measured_point`), never above a roof;
   ``ideal_intensity`` is :func:`systolic.workload.intensity` (each operand moved once).
+
+The JSON has the shared shape (docs/json.md, :mod:`systolic.schema`): a ``schema`` version,
+and each point carries the Tensor Engine's view under ``pe`` and the whole core's under
+``core`` (with ``bound.kind``), as ``systolic run --json`` gives each op; each ceiling its
+array-only program's ``pe``. The flat point keys (``tflops``, ``pe_tflops``, ``latency_us``,
+``bound`` ...) are schema 1's, kept for one release.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from ..compiler import lower
 from ..dtypes import get_format
 from ..errors import SystolicError
 from ..isa import Program, ReadOut
+from ..schema import SCHEMA_VERSION, core_view, pe_view
 from ..views.report import build_report
 from .common import (
     PLOT_WIDTH,
@@ -50,7 +57,9 @@ bandwidth x arithmetic intensity), and the lower ceilings a kernel hits (K = 64,
 N = 32, fp32), each measured by the timing model on a representative program. With
 --workload, each op of the file is a point at its whole-core TFLOP/s and its measured
 intensity (2MKN / the HBM bytes its DMAs actually move); no point can lie above a roof.
--o writes the figure (.png or .svg).
+-o writes the figure (.png or .svg). --json prints the same figures with a "schema"
+version; each point has the Tensor Engine's view under "pe" and the whole core's under
+"core", as systolic run (docs/json.md); its flat keys are schema 1's, kept for one release.
 
 examples:
   systolic roofline --arch trn1 --json                  # the peak arithmetic
@@ -116,7 +125,7 @@ def _ceiling(arch: Arch, name: str, what: str, m: int, k: int, n: int, dtype: st
         "name": name, "what": what, "m": m, "k": k, "n": n, "dtype": dtype,
         "tflops": rep.tflops, "fraction_of_bf16_peak": rep.tflops / arch.peak_flops() * 1e12,
         "largest_loss": max(losses, key=lambda c: losses[c]),
-        "tflops_with_readout": full.tflops,
+        "tflops_with_readout": full.tflops, "pe": pe_view(rep),
     }
 
 
@@ -152,10 +161,11 @@ def roofline_data(arch: Arch | str, results: list[Any] | None = None) -> dict[st
             "name": r.op.name, "m": s.m, "k": s.k, "n": s.n, "dtype": s.dtype,
             "perf_mode": s.perf_mode.spelling, "ideal_intensity": x,
             "utilization": r.report.utilization, **measured_point(r, arch),
+            "pe": pe_view(r.report), "core": core_view(r.report.core),
         })
     return {
-        "arch": arch.name, "rows": arch.rows, "cols": arch.cols, "clock_hz": arch.clock_hz,
-        "hbm_bytes_per_s": arch.hbm_bytes_per_s, "roofs": _roofs(arch),
+        "schema": SCHEMA_VERSION, "arch": arch.name, "rows": arch.rows, "cols": arch.cols,
+        "clock_hz": arch.clock_hz, "hbm_bytes_per_s": arch.hbm_bytes_per_s, "roofs": _roofs(arch),
         "ceilings": [_ceiling(arch, *c) for c in CEILINGS], "points": points,
     }
 

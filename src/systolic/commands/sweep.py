@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import re
+import signal
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from ..artifacts import open_artifact
 from ..errors import SweepError
-from .common import bounded_int, positive_int
+from .common import bounded_int, positive_int, wrote
 
 # A local pool of more processes than this only thrashes a machine of this class (each
 # worker imports the model and holds its own Program); also below the OS's semaphore limits
@@ -126,11 +129,17 @@ def _run(args: argparse.Namespace) -> int:
     spec = load_sweep(args.file)
     bar = _progress(spec.size, not args.no_progress and not args.json)
     timeout = DEFAULT_POINT_TIMEOUT if args.point_timeout is None else args.point_timeout
-    with bar as tick:
-        summary = execute(spec, args.out, workers=args.workers, dask=args.dask,
-                          retry_failed=args.retry_failed, progress=tick, on_start=bar.start,
-                          announce=lambda s: print(s, file=sys.stderr, flush=True),
-                          point_timeout=timeout)
+    try:
+        with _sigterm_stops(), bar as tick:
+            summary = execute(spec, args.out, workers=args.workers, dask=args.dask,
+                              retry_failed=args.retry_failed, progress=tick,
+                              on_start=bar.start,
+                              announce=lambda s: print(s, file=sys.stderr, flush=True),
+                              point_timeout=timeout)
+    except _Terminated:
+        sys.stderr.write(f"systolic: stopped by SIGTERM; the points that finished are in "
+                         f"{args.out} (run the same command again to resume)\n")
+        return 128 + signal.SIGTERM
     if args.json:
         print(json.dumps({"total": summary.total, "ran": summary.ran,
                           "failed": summary.failed, "skipped": summary.skipped,
@@ -139,6 +148,29 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(summary.line(args.out))
     return 0
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread. A KeyboardInterrupt (a BaseException), so the
+    sweep unwinds as on Ctrl-C and no ``except Exception`` (a serial point's) takes it."""
+
+
+@contextlib.contextmanager
+def _sigterm_stops() -> Iterator[None]:
+    """SIGTERM (``kill``, a job scheduler's stop) ends the sweep as Ctrl-C does: the
+    workers are stopped, the Dask cluster closed (its semaphores released: no leaked-
+    semaphore warning), the store's last transaction rolled back or committed and its WAL
+    folded in (no -wal/-shm left). Left to its default, SIGTERM ended the process at once
+    and did none of that (issue 22). A second SIGTERM during the clean-up is ignored."""
+    def stop(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise _Terminated
+
+    old = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 class _progress:
@@ -206,7 +238,8 @@ def _show(args: argparse.Namespace) -> int:
     if args.best_per is not None and (not groups or not all(groups)):
         raise SweepError(f"--best-per {args.best_per!r}: name inputs, INPUT,... (for example "
                          f"dim.M,arch)")
-    view = read_store(args.results, every=args.all)
+    view = read_store(args.results, every=args.all,
+                      notice=lambda s: print(f"systolic: {s}", file=sys.stderr, flush=True))
     rows, meta = view.rows, view.meta
     if not rows:
         raise SweepError(f"{args.results}: the store has no points yet"
@@ -241,9 +274,14 @@ def _show(args: argparse.Namespace) -> int:
                           "best": top, "pareto": front,
                           **({"best_per": {"inputs": groups, "rows": per}} if groups else {})},
                          indent=2, default=str))
-        return 0
-    _print_best(rows, meta, top, front, failed, int(ok.sum()), obj.figure, args, groups, per,
-                view.hidden)
+    else:
+        _print_best(rows, meta, top, front, failed, int(ok.sum()), obj.figure, args, groups,
+                    per, view.hidden)
+    for path, what in ((args.csv, f"CSV, {len(rows):,} rows"),
+                       (args.parquet, f"Parquet, {len(rows):,} rows"),
+                       (args.plot, f"plot of {obj.figure}")):
+        if path:
+            wrote(path, what, json_mode=args.json)
     return 0
 
 
@@ -326,7 +364,4 @@ def _print_best(rows: list[dict[str, Any]], meta: dict[str, Any], top: list[dict
         x, y = (n.split(":")[-1] for n in args.pareto.split(","))
         cols = list(dict.fromkeys([*varied, x, y]))
         out.append(table(f"Pareto front of {args.pareto} ({len(front)} points)", front, cols))
-    for path in (args.csv, args.parquet, args.plot):
-        if path:
-            out.append(escape(f"wrote {path}"))
     print_rich(*out)

@@ -18,6 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from ..artifacts import write_text, wrote_line
 from ..errors import SystolicError
 from ..isa.generation import rules
 from .bundle import BUNDLE_BYTES, GENERATIONS, OPCODES, layout
@@ -157,11 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         text = splice(args.write.read_text(encoding="utf-8"))
+        # through the one output policy: atomic, a symlink written through (artifacts.py)
+        write_text(args.write, text, "the bundle document")
     except (OSError, SystolicError) as exc:
         sys.stderr.write(f"bundle_doc: error: {exc}\n")
         return 2
-    args.write.write_text(text, encoding="utf-8")
-    print(f"wrote {args.write}")
+    print(wrote_line(args.write, "the generated bundle layout tables"))
     return 0
 
 

@@ -47,8 +47,7 @@ from .tensor import Tensor
 from .types import BUFFERS, TensorSpec, to_dtype
 
 __all__ = ["BOUND_KINDS", "Kernel", "bound_kind", "load_kernel", "parse_arg", "record",
-           "record_kernel", "set_default_arch", "time_recorded", "timing_fields", "values",
-           "write_kernel_trace"]
+           "record_kernel", "set_default_arch", "time_recorded", "timing_fields", "values"]
 
 _DEFAULT = _record.DEFAULT_ARCH
 set_default_arch = _record.set_default_arch
@@ -377,27 +376,6 @@ def timing_fields(core: CoreTiming) -> dict[str, Any]:
     d["intensity"] = 2 * core.useful_macs / core.hbm_bytes if core.hbm_bytes else 0.0
     return d
 
-
-def write_kernel_trace(core: CoreTiming, rec: Recorded, path: str) -> None:
-    """The Perfetto/Chrome trace of a kernel: one row per engine and DMA queue (the
-    "NeuronCore" rows of systolic.views.trace); each slice names its instruction, and its args
-    the kernel line it came from."""
-    import json
-
-    from ..artifacts import open_artifact
-    from ..views.trace import core_events
-
-    events = core_events(core, rec.program)
-    for e in events:
-        if e.get("ph") == "X" and rec.lines:
-            file, line = rec.lines[e["args"]["index"]]
-            e["args"]["line"] = f"{os.path.basename(file)}:{line}"
-    doc = {"traceEvents": events, "displayTimeUnit": "ns",
-           "otherData": {"arch": core.arch.name, "time_unit": "us",
-                         "latency_us": core.latency_us, "bound": core.bound,
-                         "bound_kind": bound_kind(core)}}
-    with open_artifact(path, "trace") as f:
-        json.dump(doc, f, separators=(",", ":"))
 
 def unwritten_outputs(program: Program, outputs: list[tuple[str, int, int]]
                       ) -> list[tuple[str, int, int]]:

@@ -26,6 +26,7 @@ import ctypes
 import hashlib
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -38,7 +39,7 @@ from ..api import make_spec
 from ..arch import Arch, get_arch
 from ..compiler import MatmulSpec
 from ..errors import SweepError, SystolicError
-from ..nki.record import DEFAULT_TIME_LIMIT_S
+from ..nki.record import DEFAULT_MAX_OPS, DEFAULT_TIME_LIMIT_S
 from ..nki.run import load_kernel, record, unwritten
 from ..nki.types import TensorSpec, to_dtype
 from ..timing.core import time_program
@@ -120,10 +121,9 @@ def _local_imports(path: str, root: str) -> set[str]:
     return found
 
 
-def kernel_digest(path: str) -> str:
-    """SHA-256 (16 hex digits) of a kernel file and of every module it imports from its own
-    folder, followed recursively (issue 21: an edited helper module must re-run the points
-    as an edited kernel does). Each file is hashed with its path relative to the folder."""
+def _kernel_files(path: str) -> tuple[str, str, set[str]]:
+    """(the kernel's folder, the kernel file, it and every file it imports from its folder,
+    followed recursively), all real paths."""
     root = os.path.realpath(os.path.dirname(os.path.abspath(path)))
     first = os.path.realpath(path)
     seen: set[str] = set()
@@ -134,6 +134,14 @@ def kernel_digest(path: str) -> str:
             continue
         seen.add(f)
         todo.extend(_local_imports(f, root) - seen)
+    return root, first, seen
+
+
+def kernel_digest(path: str) -> str:
+    """SHA-256 (16 hex digits) of a kernel file and of every module it imports from its own
+    folder, followed recursively (issue 21: an edited helper module must re-run the points
+    as an edited kernel does). Each file is hashed with its path relative to the folder."""
+    root, first, seen = _kernel_files(path)
     h = hashlib.sha256()
     for f in sorted(seen, key=lambda f: (f != first, f)):
         h.update(os.path.relpath(f, root).encode() + b"\0")
@@ -163,17 +171,23 @@ def matmul_target() -> WorkloadTarget:
 class KernelTarget:
     """An NKI kernel ``path:function``; ``args`` are (name, dtype token, dim tokens), where a
     dtype token ``dtype`` and a dim token naming ``X`` are taken from the point's ``dtype``
-    and ``dim.X`` inputs."""
+    and ``dim.X`` inputs. ``max_ops``: the recording budget of each point (the sweep file's
+    ``run: {max_ops: N}``; nki/record.py's default)."""
 
     path: str
     function: str
     args: tuple[tuple[str, str, tuple[str | int, ...]], ...]
     digest: str
     kind: str = "kernel"
+    max_ops: int = DEFAULT_MAX_OPS
 
     def fingerprint(self) -> dict[str, Any]:
-        return {"kind": self.kind, "file": self.digest, "function": self.function,
-                "args": [[n, d, list(s)] for n, d, s in self.args]}
+        out: dict[str, Any] = {"kind": self.kind, "file": self.digest,
+                               "function": self.function,
+                               "args": [[n, d, list(s)] for n, d, s in self.args]}
+        if self.max_ops != DEFAULT_MAX_OPS:  # the keys of a sweep without one stay as they were
+            out["max_ops"] = self.max_ops
+        return out
 
     def shapes(self, inputs: dict[str, Any]) -> dict[str, tuple[str, tuple[int, ...]]]:
         """``{arg: (dtype, shape)}`` for one point."""
@@ -280,7 +294,26 @@ def _kernel_function(path: str, function: str, digest: str) -> Any:
     """``path:function`` loaded once per process and per version of its files (``digest``:
     :func:`kernel_digest`, which the target's key carries): every point of a sweep records
     the same function, and loading the file (compile + exec) was ~0.5 ms of each point."""
+    _forget_local_modules(path)
     return load_kernel(path, function)
+
+
+def _forget_local_modules(path: str) -> None:
+    """Drop from ``sys.modules`` the modules of the files the kernel imports from its folder
+    (those :func:`kernel_digest` hashes), so that loading a new version of the kernel
+    imports them again. The serial executor runs points in this process, where a helper
+    module imported for one version stayed for the next (issue 22): its points re-ran, with
+    the old helper's code. Dropped by file and by the name the folder gives the file."""
+    root, first, files = _kernel_files(path)
+    names = set()
+    for f in files - {first}:
+        rel = os.path.splitext(os.path.relpath(f, root))[0].split(os.sep)
+        names.add(".".join(rel[:-1] if rel[-1] == "__init__" else rel))
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if name in names or (isinstance(file, str) and os.path.realpath(file) in files
+                             and module is not sys.modules.get("__main__")):
+            del sys.modules[name]
 
 
 def kernel_figures(target: KernelTarget, inputs: dict[str, Any]) -> dict[str, Any]:
@@ -296,7 +329,7 @@ def kernel_figures(target: KernelTarget, inputs: dict[str, Any]) -> dict[str, An
     args = [TensorSpec(shape, to_dtype(fmt)) for fmt, shape in target.shapes(inputs).values()]
     fn = _kernel_function(target.path, target.function, target.digest)
     try:
-        recorded = record(fn, args, params, arch=arch,
+        recorded = record(fn, args, params, arch=arch, max_ops=target.max_ops,
                           time_limit_s=None if _TIMED.get() else DEFAULT_TIME_LIMIT_S)
     except TypeError as exc:  # a param.NAME the kernel does not take
         raise SweepError(f"{target.function}: {exc}") from None

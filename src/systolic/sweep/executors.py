@@ -123,7 +123,11 @@ def _worker(conn: Connection, target: Target, parent: int, timeout: float | None
         if chunk is None:
             return
         for key, inputs in chunk:
-            conn.send(evaluate_one(target, key, inputs, timeout))
+            result = evaluate_one(target, key, inputs, timeout)
+            try:
+                conn.send(result)
+            except OSError:  # the sweep is gone (stopped, killed): nobody to answer
+                return
 
 
 # A worker past its point's time limit by this much more is killed: the limit's own

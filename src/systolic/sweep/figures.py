@@ -3,7 +3,8 @@
 Three groups, named so that no figure means two things:
 
 * the whole NeuronCore (every target; :func:`systolic.timing.core.time_program`):
-  ``latency_us``, ``tflops``, ``peak_tflops``, ``hfu``, ``bound`` and ``pct_CAUSE`` (the
+  ``latency_us``, ``tflops``, ``peak_tflops``, ``hfu``, ``bound`` (``core.bound.by`` of the
+  JSON views, docs/json.md), ``bound_kind`` (``core.bound.kind``) and ``pct_CAUSE`` (the
   critical path by cause, summing to 100), ``dma_bytes``, ``hbm_bytes``, ``dma_gbps``,
   ``intensity`` (useful FLOPs per HBM byte moved), ``busy_ENGINE`` and ``ins_ENGINE`` (per
   compute engine; ``busy_dma`` is the busiest DMA queue, ``ins_dma`` the DMA transfers:
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..isa import AccessPattern, Program, Space
+from ..schema import bound_kind
 from ..timing.core import CAUSES as CORE_CAUSES
 from ..timing.core import QUEUE_NAMES, CoreTiming
 from ..views.report import CAUSES as PE_CAUSES
@@ -30,7 +32,7 @@ from ..views.report import CAUSES as PE_CAUSES
 __all__ = ["CORE_FIGURES", "KERNEL_FIGURES", "MAXIMIZE", "PE_FIGURES", "dma_transfers", "flat_core",
            "on_chip_high_water"]
 
-CORE_FIGURES = ("latency_us", "tflops", "peak_tflops", "hfu", "bound", "dma_bytes",
+CORE_FIGURES = ("latency_us", "tflops", "peak_tflops", "hfu", "bound", "bound_kind", "dma_bytes",
                 "hbm_bytes", "dma_gbps", "intensity", "flops", "useful_macs", "instructions",
                 *(f"ins_{q}" for q in (*QUEUE_NAMES, "dma")),
                 *(f"busy_{q}" for q in (*QUEUE_NAMES, "dma")),
@@ -53,7 +55,10 @@ def flat_core(d: dict[str, Any], dma_transfers: int) -> dict[str, Any]:
     dma = [e for q, e in engines.items() if q.startswith("dma")]
     out: dict[str, Any] = {
         "latency_us": d["latency_us"], "tflops": d["tflops"], "peak_tflops": d["peak_tflops"],
-        "hfu": d["hfu"], "bound": d["bound"]["by"], "dma_bytes": d["dma"]["bytes"],
+        "hfu": d["hfu"], "bound": d["bound"]["by"],
+        # core.bound.kind of every command's JSON (docs/json.md), from the same causes
+        "bound_kind": bound_kind({c: p["us"] for c, p in d["bound"]["causes"].items()}),
+        "dma_bytes": d["dma"]["bytes"],
         "hbm_bytes": d["dma"]["hbm_bytes"], "dma_gbps": d["dma"]["gbps"],
     }
     for q in QUEUE_NAMES:

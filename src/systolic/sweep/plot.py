@@ -131,7 +131,10 @@ def _heatmap(fig: Any, ax: Any, good: list[dict[str, Any]], x: str, y: str, fig_
         if math.isnan(cur) or (v > cur if maximize else v < cur):
             grid[j, i] = v
         ring[j, i] |= id(r) in front_ids
-    cmap = "viridis" if maximize else "viridis_r"  # bright = good either way
+    from matplotlib import colormaps
+
+    # bright = good either way; cells no point reached (NaN) grey
+    cmap = colormaps["viridis" if maximize else "viridis_r"].with_extremes(bad="#dddddd")
     lo, hi = np.nanmin(grid), np.nanmax(grid)
     norm = None
     if lo > 0 and hi / lo >= 20:  # figures spanning decades: equal steps per decade
@@ -139,7 +142,6 @@ def _heatmap(fig: Any, ax: Any, good: list[dict[str, Any]], x: str, y: str, fig_
 
         norm = LogNorm(lo, hi)
     im = ax.imshow(grid, origin="lower", aspect="auto", cmap=cmap, norm=norm)
-    im.cmap.set_bad("#dddddd")
     fig.colorbar(im, ax=ax, label=f"best {fig_name} per cell")
     if grid.size <= 400:
         for (j, i), v in np.ndenumerate(grid):
@@ -155,7 +157,8 @@ def _heatmap(fig: Any, ax: Any, good: list[dict[str, Any]], x: str, y: str, fig_
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0, -0.12))
     jb, ib = np.unravel_index(np.nanargmax(grid) if maximize else np.nanargmin(grid),
                               grid.shape)
-    ax.scatter([ib], [jb], marker="*", s=160, color=_FRONT, zorder=5)
+    # in the best cell's top-left corner: on its centre the star hid the cell's value
+    ax.scatter([ib - 0.32], [jb + 0.28], marker="*", s=160, color=_FRONT, zorder=5)
     ax.set_xticks(range(len(xs)), [_label(v) for v in xs])
     ax.set_yticks(range(len(ys)), [_label(v) for v in ys])
     ax.set_xlabel(x)

@@ -122,15 +122,16 @@ def execute(spec: SweepSpec, out: str | os.PathLike[str], *, workers: int | None
         raise SweepError(f"point timeout {point_timeout!r}: give a number of seconds above 0")
     if kind == "pool" and workers is not None and workers < 1:
         raise SweepError(f"--workers {workers}: need at least 1")
-    with Store(path) as store:
+    with Store(path, notice=announce) as store:
         meta = store.meta()
         new_meta = spec_meta(spec)
         if meta and ((meta.get("name"), meta.get("target"))
                      != (new_meta["name"], new_meta["target"])):
             old = meta.get("target") or {}
+            was, what = old.get("kind"), old.get("what")
             raise SweepError(f"{path} holds the results of another sweep ({meta.get('name')!r}:"
-                             f" {old.get('kind')} {old.get('what')}); use another --out for "
-                             f"this one")
+                             f" {was if what == was else f'{was} {what}'}); use another "
+                             f"--out for this one")
         sid = new_meta["sweep_id"]
         store.set_meta(**new_meta)
         fingerprint = spec.target.fingerprint()

@@ -5,6 +5,7 @@ A sweep file (``examples/sweeps/*.yaml``; docs/sweep.md has the whole reference)
     name: SwiGLU, array size x HBM bandwidth
     run: {workload: ../swiglu_mlp.yaml}    # or {matmul: {m: 512, k: 512, n: 512}}
                                            # or {kernel: FILE.py:FUNC, args: {a: "bf16[M, K]"}}
+                                           # (and max_ops: N, its recording budget)
     fixed: {arch: trn2}                    # inputs with one value
     axes:
       rows: [64, 128, 256]                 # an Arch field, by name
@@ -30,6 +31,7 @@ import numpy as np
 import yaml
 
 from ..errors import SweepError, SystolicError
+from ..nki.record import DEFAULT_MAX_OPS
 from ..workload import OPERAND_FORMATS, load_workload
 from ..yaml_source import compose, read_text
 from .axes import NAME as _NAME
@@ -137,15 +139,17 @@ class SweepSpec:
 
 def _target(src: Src, node: yaml.Node, base: str) -> tuple[Target, dict[str, yaml.Node]]:
     """What the sweep runs, and the inputs a ``matmul:`` mapping fixes."""
-    fields = src.mapping(node, "run", ("workload", "matmul", "kernel", "args"))
+    fields = src.mapping(node, "run", ("workload", "matmul", "kernel", "args", "max_ops"))
     kinds = [k for k in ("workload", "matmul", "kernel") if k in fields]
     if len(kinds) != 1:
         raise src.fail(node, "run takes exactly one of workload: FILE.yaml, matmul: {m, k, n}"
                              " or kernel: FILE.py:FUNCTION")
     kind = kinds[0]
     value_node = fields[kind][0]
-    if "args" in fields and kind != "kernel":
-        raise src.fail(fields["args"][1], "args belong to a kernel sweep")
+    for key in ("args", "max_ops"):
+        if key in fields and kind != "kernel":
+            raise src.fail(fields[key][1], f"{key} belong{'s' * (key == 'max_ops')} to a "
+                                           f"kernel sweep")
     if kind == "matmul":
         if isinstance(value_node, yaml.ScalarNode) and src.scalar(value_node) is None:
             return matmul_target(), {}
@@ -192,7 +196,13 @@ def _target(src: Src, node: yaml.Node, base: str) -> tuple[Target, dict[str, yam
                 raise src.fail(arg_node, f"dimension {tok!r} of {arg_name} must be a positive "
                                          f"integer or a name given by a dim.NAME input")
         args.append((str(arg_name), dtype, tuple(dims)))
-    return KernelTarget(path, function, tuple(args), digest), {}
+    max_ops = DEFAULT_MAX_OPS
+    if "max_ops" in fields:
+        max_ops = src.scalar(fields["max_ops"][0])
+        if isinstance(max_ops, bool) or not isinstance(max_ops, int) or max_ops < 1:
+            raise src.fail(fields["max_ops"][0], f"max_ops {max_ops!r}: the recording budget "
+                                                 f"is a number of NKI operations, at least 1")
+    return KernelTarget(path, function, tuple(args), digest, max_ops=max_ops), {}
 
 
 class _AnyKeys(tuple):  # type: ignore[type-arg]

@@ -33,7 +33,7 @@ import hashlib
 import json
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import SweepError
@@ -87,10 +87,13 @@ def _check_schema(con: sqlite3.Connection, path: str) -> bool:
 
 
 class Store:
-    """A store opened for writing (the lock held until :meth:`close`)."""
+    """A store opened for writing (the lock held until :meth:`close`). ``notice`` is told
+    when a write waits for another program's write lock."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str],
+                 notice: Callable[[str], None] | None = None) -> None:
         self.path = os.fspath(path)
+        self.notice = notice
         folder = os.path.dirname(self.path) or "."
         if not os.path.isdir(folder):
             raise SweepError(f"{self.path}: the directory {folder} does not exist")
@@ -122,7 +125,6 @@ class Store:
                 if "sweep_id" not in self.columns:  # a store written before sweep ids
                     self.con.execute("ALTER TABLE points ADD COLUMN sweep_id TEXT")
                     self.columns.append("sweep_id")
-            self.con.execute(f"PRAGMA busy_timeout = {int(WRITE_WAIT_S * 1000)}")
         except SweepError:
             self.close()
             raise
@@ -175,18 +177,36 @@ class Store:
                 self.con.executemany("UPDATE points SET sweep_id = ? WHERE key = ?",
                                      [(sweep_id, k) for k in keys])
 
-    @contextlib.contextmanager
-    def _transaction(self) -> Iterator[None]:
+    def _begin(self) -> None:
+        """BEGIN IMMEDIATE: refused at once while the store opens; in a run, another
+        program's write lock is waited for up to WRITE_WAIT_S, saying so after the first
+        second (issue 22: the run stalled 30 s without a word, then failed)."""
         try:
             self.con.execute("BEGIN IMMEDIATE")
+            return
         except sqlite3.OperationalError as exc:
             if not _locked(exc):
                 raise
             if not hasattr(self, "columns"):  # still opening: refused at once
                 raise _lock_error(self.path) from None
+        if self.notice is not None:
+            self.notice(f"{self.path}: another program holds a write lock on this store; "
+                        f"waiting up to {WRITE_WAIT_S:g} s for it")
+        self.con.execute(f"PRAGMA busy_timeout = {int((WRITE_WAIT_S - OPEN_WAIT_S) * 1000)}")
+        try:
+            self.con.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if not _locked(exc):
+                raise
             raise SweepError(f"{self.path}: another program held a write lock on this "
                              f"store for {WRITE_WAIT_S:g} s; the sweep stopped (run it "
                              f"again to resume)") from None
+        finally:
+            self.con.execute(f"PRAGMA busy_timeout = {int(OPEN_WAIT_S * 1000)}")
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
+        self._begin()
         try:
             yield
         except BaseException:
@@ -241,28 +261,54 @@ class StoreView:
     hidden: int
 
 
-def _open_ro(name: str) -> sqlite3.Connection:
+def _read_lock_error(name: str) -> SweepError:
+    return SweepError(f"{name}: another program held a write lock on this store for "
+                      f"{WRITE_WAIT_S:g} s (an open sqlite3 session?); close it and read the "
+                      f"store again")
+
+
+def _open_ro(name: str, notice: Callable[[str], None] | None = None) -> sqlite3.Connection:
     """A read-only connection; a store in WAL mode in a directory this process may not write
-    (no ``-shm`` can be made there) is opened immutable when it has no WAL to read."""
-    try:
-        con = sqlite3.connect(f"file:{name}?mode=ro", uri=True, timeout=WRITE_WAIT_S)
-        con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        return con
-    except sqlite3.OperationalError:
-        if os.access(os.path.dirname(name) or ".", os.W_OK) or os.path.exists(name + "-wal"):
-            raise
+    (no ``-shm`` can be made there) is opened immutable when it has no WAL to read. A store
+    another program holds a write lock on (a rollback-journal store under an open
+    ``sqlite3`` session's transaction blocks readers) is waited for up to
+    :data:`WRITE_WAIT_S`, saying so through ``notice`` after the first second (issue 22:
+    ``show`` waited 30 s without a word)."""
+    for wait in (OPEN_WAIT_S, WRITE_WAIT_S - OPEN_WAIT_S):
+        try:
+            con = sqlite3.connect(f"file:{name}?mode=ro", uri=True, timeout=wait)
+            try:
+                con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            except BaseException:
+                con.close()
+                raise
+            return con
+        except sqlite3.OperationalError as exc:
+            if _locked(exc) and wait == OPEN_WAIT_S:
+                if notice is not None:
+                    notice(f"{name}: another program holds a write lock on this store; "
+                           f"waiting up to {WRITE_WAIT_S:g} s for it")
+                continue
+            if _locked(exc):
+                raise _read_lock_error(name) from None
+            if os.access(os.path.dirname(name) or ".", os.W_OK) or os.path.exists(
+                    name + "-wal"):
+                raise
+            break
     return sqlite3.connect(f"file:{name}?immutable=1", uri=True)
 
 
-def read_store(path: str | os.PathLike[str], *, every: bool = False) -> StoreView:
+def read_store(path: str | os.PathLike[str], *, every: bool = False,
+               notice: Callable[[str], None] | None = None) -> StoreView:
     """The rows of the store's current sweep (every row with ``every``) and its meta;
-    readable during a run."""
+    readable during a run. ``notice`` is told when the read waits for another program's
+    write lock."""
     name = os.fspath(path)
     if not os.path.isfile(name):
         raise SweepError(f"{name}: no such results store; run systolic sweep FILE.yaml "
                          f"--out {name} first")
     try:
-        con = _open_ro(name)
+        con = _open_ro(name, notice)
         try:
             tables = {r[0] for r in
                       con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -284,7 +330,7 @@ def read_store(path: str | os.PathLike[str], *, every: bool = False) -> StoreVie
             con.close()
     except sqlite3.DatabaseError as exc:
         if _locked(exc):
-            raise _lock_error(name) from None
+            raise _read_lock_error(name) from None
         raise SweepError(f"{name}: not a results store ({exc})") from None
     # A column added for one point is NULL in the rows before it: drop those keys.
     clean = [{k: v for k, v in r.items() if v is not None or k == "error"} for r in rows]
