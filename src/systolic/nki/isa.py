@@ -17,6 +17,8 @@ import numpy as np
 from ..dtypes import get_format
 from ..isa import Engine
 from .index import check_mask, reduce_axis
+from .lazy import LazyKind
+from .opkind import MatmulMxArgs, QuantizeMxArgs
 from .ops import (
     _add,
     record_activation,
@@ -106,7 +108,7 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
     kw.pop("tile_size", None)
     perf = _perf_mode(kw.pop("perf_mode", None), where)
     _no_extra(kw, "nc_matmul", where)
-    return Pending("mm", where, stationary=vals["stationary"], moving=vals["moving"],
+    return Pending(LazyKind.MATMUL, where, stationary=vals["stationary"], moving=vals["moving"],
                    perf_mode=perf, transpose=bool(transpose))
 
 
@@ -167,7 +169,7 @@ def tensor_copy(*args: Any, **kw: Any) -> Pending | None:
     src = args[0] if args else kw.pop("src")
     dtype = kw.pop("dtype", None)
     _no_extra(kw, "tensor_copy", where)
-    return Pending("copy", where, src=src, dtype=dtype, engine=eng)
+    return Pending(LazyKind.COPY, where, src=src, dtype=dtype, engine=eng)
 
 
 def tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
@@ -193,7 +195,7 @@ def tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
     _no_extra(kw, "tensor_tensor", where)
     _need(vals, names, "tensor_tensor", where)
     _tt_op(vals["op"], where)
-    return Pending("tt", where, a=vals["data1"], b=vals["data2"], op=vals["op"],
+    return Pending(LazyKind.TENSOR_TENSOR, where, a=vals["data1"], b=vals["data2"], op=vals["op"],
                    dtype=dtype, engine=eng)
 
 
@@ -317,7 +319,8 @@ def _activation(args: tuple[Any, ...], kw: dict[str, Any], reduce: bool) -> Pend
     dtype = kw.pop("dtype", None)
     _no_extra(kw, "activation", where)
     _need(vals, names, "activation", where)
-    return Pending("act", where, src=vals["data"], op=vals["op"], dtype=dtype, **extra)
+    return Pending(LazyKind.ACTIVATION, where, src=vals["data"], op=vals["op"], dtype=dtype,
+                   **extra)
 
 
 def _need(vals: dict[str, Any], names: tuple[str, ...], what: str,
@@ -349,8 +352,8 @@ def tensor_scalar(*args: Any, **kw: Any) -> Pending | None:
                              vals["operand0"], rev0, vals.get("op1"), vals.get("operand1"),
                              rev1, eng, where)
         return None
-    return Pending("ts", where, src=vals["data"], dtype=dtype, engine=eng, op0=vals["op0"],
-                   operand0=vals["operand0"], reverse0=rev0, op1=vals.get("op1"),
+    return Pending(LazyKind.TENSOR_SCALAR, where, src=vals["data"], dtype=dtype, engine=eng,
+                   op0=vals["op0"], operand0=vals["operand0"], reverse0=rev0, op1=vals.get("op1"),
                    operand1=vals.get("operand1"), reverse1=rev1)
 
 
@@ -375,9 +378,9 @@ def tensor_reduce(*args: Any, **kw: Any) -> Pending | None:
         record_tensor_reduce(as_view(vals["dst"]), as_view(vals["data"]), vals["op"],
                              vals.get("axis"), bool(vals.get("negate", False)), eng, where)
         return None
-    return Pending("reduce", where, src=vals["data"], op=vals["op"], axis=vals.get("axis"),
-                   negate=bool(vals.get("negate", False)), engine=eng, dtype=dtype,
-                   keepdims=bool(vals.get("keepdims", False)))
+    return Pending(LazyKind.TENSOR_REDUCE, where, src=vals["data"], op=vals["op"],
+                   axis=vals.get("axis"), negate=bool(vals.get("negate", False)), engine=eng,
+                   dtype=dtype, keepdims=bool(vals.get("keepdims", False)))
 
 
 def _mx_gate(what: str) -> None:
@@ -431,7 +434,7 @@ def nc_matmul_mx(dst: Any = None, stationary: Any = None, moving: Any = None,
                    f"from partition 0", where)
     srcs = (s, m, ss, ms)
     if d.dtype.fmt == "fp32":
-        _add("mmx", d, srcs, where, accumulate=accumulate)
+        _add(MatmulMxArgs(accumulate), d, srcs, where)
         return
     if accumulate:
         raise fail("accumulating nc_matmul_mx into a bfloat16 PSUM tile is not modelled; "
@@ -440,7 +443,7 @@ def nc_matmul_mx(dst: Any = None, stationary: Any = None, moving: Any = None,
     # model's PSUM holds fp32 matmul results only)
     tmp = Tensor((mm, n), to_dtype("float32"), BUFFERS["psum"], where, "mx_fp32")
     current().add_tensor(tmp)
-    _add("mmx", tmp.full, srcs, where, accumulate=None)
+    _add(MatmulMxArgs(None), tmp.full, srcs, where)
     record_copy(d, tmp.full, None, where)
 
 
@@ -470,7 +473,7 @@ def quantize_mx(dst: Any = None, src: Any = None, dst_scale: Any = None,
     if d.partitions != p or d.size != p * f // 4:
         raise fail(f"quantize_mx dst has shape {list(d.shape)}; it must be [{p}, {f // 4}]",
                    where)
-    _add("qmx", d, (s_, sc), where)
+    _add(QuantizeMxArgs(), d, (s_,), where, (sc,))
 
 
 # -- the NKI breadth of issue 19: transposes, bn_stats / bn_aggr, iota ----------------------
@@ -527,7 +530,7 @@ def dma_transpose(*args: Any, **kw: Any) -> Pending | None:
     _no_extra(kw, "dma_transpose", where)
     if src is None:
         raise fail("dma_transpose: missing argument src", where)
-    return Pending("dma_transpose", where, src=src)
+    return Pending(LazyKind.DMA_TRANSPOSE, where, src=src)
 
 
 def _stats(kind: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Pending | None:
@@ -552,7 +555,7 @@ def _stats(kind: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Pending | No
     _no_extra(kw, kind, where)
     if data is None:
         raise fail(f"{kind}: missing argument data", where)
-    return stats_pending(kind, data, dtype, eng, where)
+    return stats_pending(LazyKind(kind), data, dtype, eng, where)
 
 
 def bn_stats(*args: Any, **kw: Any) -> Pending | None:

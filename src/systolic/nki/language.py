@@ -10,7 +10,7 @@ from ..isa import ActivationFunc, AluOp
 from . import ops as _isa
 from .index import Expr, Grid, check_mask, reduce_axis, whole
 from .record import current, fail, here
-from .tensor import NlOp, Pending, Tensor, View, as_view, binary
+from .tensor import LazyKind, NlOp, Pending, Tensor, View, as_view, binary
 from .types import BUFFERS, DTYPE_ALIASES, DTYPES, Buffer, ParDim, TileSize, to_dtype
 
 __all__ = ["affine_range", "arange", "copy", "load", "matmul", "mgrid", "ndarray", "par_dim",
@@ -126,7 +126,7 @@ def arange(*args: int) -> Expr:
 def load(src: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Pending:
     where = here()
     check_mask(mask, "nl.load", where)
-    return Pending("load", where, src=src)
+    return Pending(LazyKind.LOAD, where, src=src)
 
 
 def store(dst: Any, value: Any, mask: Any = None, **kw: Any) -> None:
@@ -141,7 +141,7 @@ def matmul(x: Any, y: Any, transpose_x: bool = False, **kw: Any) -> Pending:
     if not transpose_x:
         raise fail("nl.matmul(x, y) with x = [M, K] needs a transpose this model does not "
                    "lower; pass x as [K, M] with transpose_x=True", where)
-    return Pending("mm", where, stationary=x, moving=y)
+    return Pending(LazyKind.MATMUL, where, stationary=x, moving=y)
 
 
 class _Callable(NlOp):
@@ -153,11 +153,11 @@ class _Callable(NlOp):
         dtype = kw.pop("dtype", None)
         check_mask(kw.pop("mask", None), f"nl.{self.name}", where)
         if self.name in ("copy",):
-            return Pending("copy", where, src=args[0], dtype=dtype)
+            return Pending(LazyKind.COPY, where, src=args[0], dtype=dtype)
         if self.alu is not None and len(args) == 2 and not kw:
             return binary(self, args[0], args[1], where, dtype)
         if self.act is not None and len(args) == 1 and not kw:
-            return Pending("act", where, src=args[0], op=self, scale=1.0, dtype=dtype)
+            return Pending(LazyKind.ACTIVATION, where, src=args[0], op=self, scale=1.0, dtype=dtype)
         raise fail(f"nl.{self.name}({', '.join(['...'] * len(args))}"
                    f"{', ' if args and kw else ''}{', '.join(f'{k}=' for k in kw)}) is not "
                    f"modelled here", where)
@@ -173,8 +173,8 @@ def _reduce(name: str, alu: AluOp) -> Any:
         if kw:
             raise fail(f"nl.{name}: argument(s) {', '.join(sorted(kw))} not modelled", where)
         reduce_axis(axis, f"nl.{name}", where)
-        return Pending("reduce", where, src=x, op=op, axis=axis, negate=False, dtype=dtype,
-                       keepdims=bool(keepdims), engine=None)
+        return Pending(LazyKind.TENSOR_REDUCE, where, src=x, op=op, axis=axis, negate=False,
+                       dtype=dtype, keepdims=bool(keepdims), engine=None)
 
     reduce.alu, reduce.act = alu, None  # type: ignore[attr-defined]  # usable as op=
     reduce.__name__ = name
@@ -212,14 +212,14 @@ def mean(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False,
          **kw: Any) -> Pending:
     """``nl.mean``: the sum of each partition's free elements (tensor_reduce), times 1/n
     (tensor_scalar)."""
-    from .ops import materialize
+    from .results import materialize
 
     where = here()
     total = materialize(sum(x, axis=axis, dtype="float32", keepdims=keepdims, **kw))
     v = as_view(x)
     n = v.size // v.partitions
-    return Pending("ts", where, src=total, op0=multiply, operand0=1.0 / n, reverse0=False,
-                   op1=None, operand1=None, reverse1=False, dtype=dtype)
+    return Pending(LazyKind.TENSOR_SCALAR, where, src=total, op0=multiply, operand0=1.0 / n,
+                   reverse0=False, op1=None, operand1=None, reverse1=False, dtype=dtype)
 
 
 __all__ += [*DTYPES, "abs", "add", "divide", "exp", "gelu_apprx_tanh", "hbm", "identity",

@@ -21,12 +21,12 @@ from typing import Any, NamedTuple
 
 from ..errors import SystolicError
 from .index import Expr, Grid, whole
-from .lazy import Arithmetic, NlOp, Pending, as_view, binary
-from .record import HOOKS, Loop, current, fail, here
+from .lazy import Arithmetic, LazyKind, NlOp, Pending, as_view, binary
+from .record import Loop, current, fail, here
 from .types import Buffer, DType, ParDim, fill_value
 
-__all__ = ["Axis", "Expr", "Grid", "NlOp", "Pending", "Tensor", "View", "as_view", "binary",
-           "same_shape"]
+__all__ = ["Axis", "Expr", "Grid", "LazyKind", "NlOp", "Pending", "Tensor", "View", "as_view",
+           "binary", "same_shape"]
 
 _IDS = itertools.count()
 
@@ -326,11 +326,12 @@ class View(Arithmetic):
         assign(target, value)
 
     def __iadd__(self, other: object) -> View:
-        if isinstance(other, Pending) and other.kind == "mm" and other.result is None:
+        if (isinstance(other, Pending) and other.kind is LazyKind.MATMUL
+                and other.result is None):
             other.write_into(self, accumulate=True)
             return self
         b = as_view(other)
-        HOOKS["tensor_tensor"](self, self, b, "add", None, here())
+        current().recording.tensor_tensor(self, self, b, "add", None, here())
         return self
 
     def view(self, dtype: Any = None) -> View:
@@ -353,8 +354,9 @@ class View(Arithmetic):
                        "broadcast it from the device-memory tensor it was loaded from", where)
         rows = View(src.tensor, src.offset, 0, (Axis(0, shape[0]), *src.axes[1:]), src.dt)
         out = Tensor(shape, v.dtype, v.tensor.buffer, where)
-        current().add_tensor(out)
-        HOOKS["dma"](out.full, rows, where)
+        rec = current()
+        rec.add_tensor(out)
+        rec.recording.dma(out.full, rows, where)
         return out
 
 
@@ -380,10 +382,10 @@ def assign(target: View, value: object) -> None:
             v = fill_value(value, target.dtype)
         except SystolicError as exc:
             raise fail(f"assigning a number (a memset): {exc}", where) from None
-        HOOKS["memset"](target, v, None, where)
+        current().recording.memset(target, v, None, where)
         return
     src = as_view(value)
     if not target.buffer.on_chip or not src.buffer.on_chip:
-        HOOKS["dma"](target, src, here())
+        current().recording.dma(target, src, here())
     else:
-        HOOKS["copy"](target, src, None, here())
+        current().recording.copy(target, src, None, here())

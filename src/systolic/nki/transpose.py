@@ -30,9 +30,9 @@ from typing import Any
 
 from ..dtypes import get_format
 from ..isa import ActivationFunc, AluOp, Engine
-from .lazy import NlOp
+from .lazy import LazyKind, NlOp
+from .opkind import IotaArgs, VectorTransposeArgs
 from .ops import (
-    PENDING,
     _add,
     record_activation,
     record_copy,
@@ -44,7 +44,8 @@ from .record import Recorder, current, fail
 from .tensor import Axis, Pending, Tensor, View, as_view
 from .types import BUFFERS, to_dtype
 
-__all__ = ["VECTOR_MAX", "identity", "record_transpose", "transpose_pending"]
+__all__ = ["VECTOR_MAX", "dma_transpose_result", "identity", "record_transpose",
+           "transpose_pending", "transpose_result", "write_dma_transpose", "write_transpose"]
 
 # nki.isa.nc_transpose: "Vector Engine can handle shape (32, 32) or smaller"; the Tensor
 # Engine "(128, 128) or smaller"
@@ -72,8 +73,7 @@ def identity(fmt: str, where: tuple[str, int]) -> Tensor:
         return made[fmt]
     n = _PE_MAX
     idx = _constant((n, n), "float32", where)
-    _add("iota", idx.full, (), where, engine=Engine.GPSIMD, base=0, partition_step=-1,
-         free_step=1)  # f - p
+    _add(IotaArgs(0, -1, 1), idx.full, (), where)  # f - p, on GpSimd
     sq = _constant((n, n), "float32", where)
     record_activation(sq.full, idx.full, _SQUARE, 1.0, where)
     eye = _constant((n, n), fmt, where)
@@ -110,6 +110,9 @@ def _engine(eng: object, p: int, f: int, where: tuple[str, int]) -> Engine:
                where)
 
 
+_VT = VectorTransposeArgs(Engine.VECTOR)
+
+
 def _pe_tile(p0: int, extent: int, sizes: tuple[int, ...]) -> int | None:
     """The smallest PE tile size holding ``extent`` rows from ``p0`` at a multiple of it."""
     for s in sorted(sizes):
@@ -143,10 +146,10 @@ def record_transpose(dst: View, data: View, eng: object, where: tuple[str, int],
         if out.dtype != src.dtype:
             tmp = Tensor((f, p), src.dtype, BUFFERS["sbuf"], where, "transpose")
             current().add_tensor(tmp)
-            _add("vtranspose", tmp.full, (src,), where, engine=Engine.VECTOR)
+            _add(_VT, tmp.full, (src,), where)
             record_copy(out, tmp.full, None, where)
             return
-        _add("vtranspose", out, (src,), where, engine=Engine.VECTOR)
+        _add(_VT, out, (src,), where)
         return
     if not cast and out.buffer.name != "psum":
         raise fail(f"nc_transpose on the Tensor Engine writes PSUM (NKI docs); dst is in "
@@ -220,10 +223,10 @@ def transpose_pending(data: Any, eng: object, dtype: Any, buffer: str | None,
                       where: tuple[str, int]) -> Pending:
     """A lazy transpose; ``buffer`` "sbuf" makes a used result land in SBUF (nl.transpose),
     None in the engine's own output (PSUM for the Tensor Engine, SBUF for Vector)."""
-    return Pending("transpose", where, src=data, engine=eng, dtype=dtype, buffer=buffer)
+    return Pending(LazyKind.TRANSPOSE, where, src=data, engine=eng, dtype=dtype, buffer=buffer)
 
 
-def _result(pend: Pending) -> Tensor:
+def transpose_result(pend: Pending) -> Tensor:
     a = pend.args
     src = as_view(a["src"])
     p = src.partitions
@@ -234,12 +237,9 @@ def _result(pend: Pending) -> Tensor:
     return Tensor((f, p), dtype, BUFFERS[buf], pend.where)
 
 
-def _write(pend: Pending, dst: View, accumulate: bool | None) -> None:
+def write_transpose(pend: Pending, dst: View, accumulate: bool | None) -> None:
     a = pend.args
     record_transpose(dst, as_view(a["src"]), a.get("engine"), pend.where, cast=True)
-
-
-PENDING["transpose"] = (_result, _write)
 
 
 # -- nisa.dma_transpose: a transpose on the DMA engine -------------------------------------
@@ -270,16 +270,13 @@ def record_dma_transpose(dst: View, src: View, where: tuple[str, int]) -> None:
     record_dma(dst, cols, where)
 
 
-def _dma_t_result(pend: Pending) -> Tensor:
+def dma_transpose_result(pend: Pending) -> Tensor:
     src = as_view(pend.args["src"])
     shape = tuple(src.shape)[::-1] if len(src.shape) == 2 else tuple(src.shape)
     return Tensor(shape, src.dtype, BUFFERS["sbuf"], pend.where)
 
 
-def _dma_t_write(pend: Pending, dst: View, accumulate: bool | None) -> None:
+def write_dma_transpose(pend: Pending, dst: View, accumulate: bool | None) -> None:
     if accumulate:
         raise fail("dma_transpose cannot accumulate (+=); assign its result", pend.where)
     record_dma_transpose(dst, as_view(pend.args["src"]), pend.where)
-
-
-PENDING["dma_transpose"] = (_dma_t_result, _dma_t_write)

@@ -17,12 +17,15 @@ from typing import Any
 from ..dtypes import FORMATS
 from ..isa import Engine
 from .index import Expr
-from .ops import PENDING, _add
+from .lazy import LazyKind
+from .opkind import BnAggrArgs, BnStatsArgs, IotaArgs
+from .ops import _add
 from .record import fail
 from .tensor import Pending, Tensor, View, as_view
 from .types import BUFFERS, to_dtype
 
-__all__ = ["BN_STATS_FMAX", "record_bn_aggr", "record_bn_stats", "record_iota"]
+__all__ = ["BN_STATS_FMAX", "bn_aggr_result", "bn_stats_result", "iota_result",
+           "record_bn_aggr", "record_bn_stats", "record_iota", "write_iota", "write_stats"]
 
 # nki.isa.bn_stats: "the number of elements per partition ... must not exceed 512
 # (nl.tile_size.bn_stats_fmax)"
@@ -55,7 +58,7 @@ def record_bn_stats(dst: View, data: View, where: tuple[str, int]) -> None:
     if dst.partitions != p or dst.size != 6 * p:
         raise fail(f"bn_stats writes six statistics per partition, [{p}, 6]; dst is "
                    f"{list(dst.shape)}", where)
-    _add("bn_stats", dst, (data,), where, engine=Engine.VECTOR)
+    _add(BnStatsArgs(), dst, (data,), where)
 
 
 def record_bn_aggr(dst: View, data: View, where: tuple[str, int]) -> None:
@@ -69,16 +72,16 @@ def record_bn_aggr(dst: View, data: View, where: tuple[str, int]) -> None:
     if dst.partitions != p or dst.size != 2 * p:
         raise fail(f"bn_aggr writes the mean and the variance, [{p}, 2]; dst is "
                    f"{list(dst.shape)}", where)
-    _add("bn_aggr", dst, (data,), where, engine=Engine.VECTOR)
+    _add(BnAggrArgs(), dst, (data,), where)
 
 
-def stats_pending(kind: str, data: Any, dtype: Any, eng: object,
+def stats_pending(kind: LazyKind, data: Any, dtype: Any, eng: object,
                   where: tuple[str, int]) -> Pending:
     """``bn_stats(data)`` / ``bn_aggr(data)`` of the older API: a new tile, in ``dtype`` or
     the data's ("If dtype field is not specified, the instruction will cast the float32
     results back to the same data type as the input data tile")."""
-    _vector_only(eng, kind, where)
-    return Pending(kind, where, src=data, dtype=dtype)
+    _vector_only(eng, kind.value, where)
+    return Pending(kind, where, src=data, dtype=dtype)  # BN_STATS or BN_AGGR
 
 
 def _stats_result(width: int) -> Any:
@@ -91,13 +94,13 @@ def _stats_result(width: int) -> Any:
     return result
 
 
-def _stats_write(pend: Pending, dst: View, accumulate: bool | None) -> None:
-    fn = record_bn_stats if pend.kind == "bn_stats" else record_bn_aggr
+bn_stats_result = _stats_result(6)
+bn_aggr_result = _stats_result(2)
+
+
+def write_stats(pend: Pending, dst: View, accumulate: bool | None) -> None:
+    fn = record_bn_stats if pend.kind is LazyKind.BN_STATS else record_bn_aggr
     fn(dst, as_view(pend.args["src"]), pend.where)
-
-
-PENDING["bn_stats"] = (_stats_result(6), _stats_write)
-PENDING["bn_aggr"] = (_stats_result(2), _stats_write)
 
 
 # -- iota ----------------------------------------------------------------------------------
@@ -123,22 +126,18 @@ def record_iota(dst: View, expr: object, where: tuple[str, int]) -> None:
     if dst.partitions != shape[0] or dst.size != shape[0] * shape[1]:
         raise fail(f"iota of this expression makes {list(shape)}; dst is {list(dst.shape)}",
                    where)
-    _add("iota", dst, (), where, engine=Engine.GPSIMD, base=base, partition_step=pstep,
-         free_step=fstep)
+    _add(IotaArgs(base, pstep, fstep), dst, (), where)
 
 
 def iota_pending(expr: object, dtype: Any, where: tuple[str, int]) -> Pending:
     _pattern(expr, where)  # refuse a bad expression at the call's line
-    return Pending("iota", where, expr=expr, dtype=dtype)
+    return Pending(LazyKind.IOTA, where, expr=expr, dtype=dtype)
 
 
-def _iota_result(pend: Pending) -> Tensor:
+def iota_result(pend: Pending) -> Tensor:
     shape = _pattern(pend.args["expr"], pend.where)[0]
     return Tensor(shape, to_dtype(pend.args["dtype"]), BUFFERS["sbuf"], pend.where)
 
 
-def _iota_write(pend: Pending, dst: View, accumulate: bool | None) -> None:
+def write_iota(pend: Pending, dst: View, accumulate: bool | None) -> None:
     record_iota(dst, pend.args["expr"], pend.where)
-
-
-PENDING["iota"] = (_iota_result, _iota_write)
