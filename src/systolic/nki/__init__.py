@@ -29,9 +29,31 @@ from .spmd import jit  # NKI's jit: a Kernel launchable on a grid, kernel[4, 2](
 # nki.simulate_kernel / baremetal run it): here, as every decorator, a recorded kernel
 trace = jit
 
-__all__ = ["BenchmarkResult", "Kernel", "LatencyResult", "Recorded", "benchmark", "compiler",
-           "execute", "install", "isa", "jit", "language", "load_kernel", "parse_arg", "record",
-           "record_kernel", "simulate", "simulate_kernel", "trace", "typing", "uninstall", "values"]
+__all__ = [
+    "BenchmarkResult",
+    "Kernel",
+    "LatencyResult",
+    "Recorded",
+    "baremetal",
+    "benchmark",
+    "compiler",
+    "execute",
+    "install",
+    "isa",
+    "jit",
+    "language",
+    "load_kernel",
+    "parse_arg",
+    "profile",
+    "record",
+    "record_kernel",
+    "simulate",
+    "simulate_kernel",
+    "trace",
+    "typing",
+    "uninstall",
+    "values",
+]
 
 
 def simulate(kernel: Any, **options: Any) -> Callable[..., Any]:
@@ -46,6 +68,25 @@ def simulate(kernel: Any, **options: Any) -> Callable[..., Any]:
 def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
     """``nki.simulate_kernel(kernel, *arrays, **kwargs)`` of the older API."""
     return values(kernel, args, kwargs)
+
+
+def baremetal(kernel: Any = None, **options: Any) -> Any:
+    """``nki.baremetal(kernel)(*arrays)`` / ``@nki.baremetal(...)``: on hardware, run the
+    kernel on a NeuronCore and return its outputs; here the model's values, as
+    :func:`simulate` (its options: save_neff_name, artifacts_dir ... change nothing)."""
+    if kernel is None:
+        return lambda k: simulate(k, **options)
+    return simulate(kernel, **options)
+
+
+def profile(kernel: Any = None, **options: Any) -> Any:
+    """``nki.profile`` writes a device profile (NEFF / NTFF files), which the model cannot:
+    one line, at the kernel's line, pointing to what the model has instead."""
+    from .record import fail
+
+    raise fail("nki.profile writes a Neuron device profile (NEFF/NTFF), which the model does "
+               "not; time the kernel with nki.benchmark, or `systolic kernel --trace F.json` "
+               "for a Perfetto trace of every engine")
 
 
 class LatencyResult:

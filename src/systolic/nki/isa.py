@@ -594,3 +594,58 @@ def iota(*args: Any, **kw: Any) -> Pending | None:
 
 
 __all__ += ["bn_aggr", "bn_stats", "dma_transpose", "iota", "nc_transpose"]
+
+
+def reciprocal(*args: Any, **kw: Any) -> Pending | None:
+    """``reciprocal(data, dtype=)`` returns 1 / data in a new tile; ``reciprocal(dst, data)``
+    writes it (Vector engine, nki/vector.py)."""
+    from .vector import record_reciprocal
+
+    where = here()
+    kw.pop("name", None)
+    check_mask(kw.pop("mask", None), "reciprocal", where)
+    if _current_api(args, kw, 2):
+        vals = dict(zip(("dst", "data"), args, strict=False))
+        vals.update({k: kw.pop(k) for k in ("dst", "data") if k in kw})
+        kw.pop("dtype", None)
+        _no_extra(kw, "reciprocal", where)
+        _need(vals, ("dst", "data"), "reciprocal", where)
+        record_reciprocal(as_view(vals["dst"]), as_view(vals["data"]), where)
+        return None
+    data = args[0] if args else kw.pop("data", None)
+    dtype = kw.pop("dtype", None)
+    _no_extra(kw, "reciprocal", where)
+    if data is None:
+        raise fail("reciprocal: missing argument data", where)
+    return Pending(LazyKind.RECIPROCAL, where, src=data, dtype=dtype)
+
+
+def tensor_tensor_scan(*args: Any, **kw: Any) -> Pending | None:
+    """``tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=, reverse1=, dtype=)``
+    returns the scan in a new tile; with ``dst`` first (or ``dst=``) it writes it (Vector
+    engine, nki/vector.py)."""
+    from .vector import record_scan
+
+    where = here()
+    kw.pop("name", None)
+    check_mask(kw.pop("mask", None), "tensor_tensor_scan", where)
+    if kw.pop("engine", None) not in (None, Engine.VECTOR):
+        raise fail("tensor_tensor_scan runs on the Vector engine (NKI docs)", where)
+    current_api = "dst" in kw or (len(args) >= 3 and isinstance(args[2], Tensor | View))
+    names: tuple[str, ...] = (("dst",) if current_api else ()) + (
+        "data0", "data1", "initial", "op0", "op1", "reverse0", "reverse1")
+    vals = dict(zip(names, args, strict=False))
+    vals.update({k: kw.pop(k) for k in names if k in kw})
+    dtype = kw.pop("dtype", None)
+    _no_extra(kw, "tensor_tensor_scan", where)
+    _need(vals, names[:6] if current_api else names[:5], "tensor_tensor_scan", where)
+    if current_api:
+        record_scan(as_view(vals["dst"]), as_view(vals["data0"]), as_view(vals["data1"]),
+                    vals["initial"], vals["op0"], vals["op1"], vals.get("reverse0", False),
+                    vals.get("reverse1", False), where)
+        return None
+    return Pending(LazyKind.TENSOR_TENSOR_SCAN, where, dtype=dtype,
+                   **{k: vals.get(k) for k in names})
+
+
+__all__ += ["reciprocal", "tensor_tensor_scan"]

@@ -37,6 +37,8 @@ class LazyKind(enum.Enum):
     BN_STATS = "bn_stats"
     BN_AGGR = "bn_aggr"
     IOTA = "iota"
+    RECIPROCAL = "reciprocal"
+    TENSOR_TENSOR_SCAN = "tensor_tensor_scan"
 
 
 class NlOp:
@@ -69,6 +71,17 @@ def _column(col: View, full: View) -> bool:
 _TS = LazyKind.TENSOR_SCALAR
 
 
+def _partitions(a: View, b: View) -> tuple[View, View]:
+    """numpy broadcasting along the partition axis: a one-partition ``a`` ([1, F], [1, 1])
+    against a ``b`` of P partitions is read on every partition (``a.broadcast_to``: one DMA
+    from the device memory it was loaded from, partition step 0; a tile computed on chip is
+    refused there in one line)."""
+    if (a.partitions == 1 and b.partitions > 1 and len(a.shape) == len(b.shape)
+            and a.shape[0] == 1):
+        return a.broadcast_to((b.partitions, *a.shape[1:])).full, b
+    return a, b
+
+
 def binary(op: NlOp, x: object, y: object, where: tuple[str, int], dtype: object = None
            ) -> Pending:
     """``op(x, y)`` of tiles and numbers: a tensor_scalar when one side is a number or a
@@ -79,7 +92,8 @@ def binary(op: NlOp, x: object, y: object, where: tuple[str, int], dtype: object
         return Pending(_TS, where, src=x, op0=op, operand0=float(y), reverse0=False, **ts)
     if _is_number(x) and not _is_number(y):
         return Pending(_TS, where, src=y, op0=op, operand0=float(x), reverse0=True, **ts)
-    vx, vy = as_view(x), as_view(y)
+    vx, vy = _partitions(as_view(x), as_view(y))
+    vy, vx = _partitions(vy, vx)
     if _column(vy, vx):
         return Pending(_TS, where, src=vx, op0=op, operand0=vy, reverse0=False, **ts)
     if _column(vx, vy):

@@ -41,7 +41,7 @@ from ..isa import (
     TensorTensor,
     row_group,
 )
-from ..isa.instructions import BnAggr, BnStats, Iota, Transpose
+from ..isa.instructions import BnAggr, BnStats, Iota, Reciprocal, TensorTensorScan, Transpose
 from ..timing.dma import queue_for
 from .opkind import (
     ActivationArgs,
@@ -51,6 +51,7 @@ from .opkind import (
     MatmulMxArgs,
     MemsetArgs,
     OpKind,
+    ScanArgs,
     TensorReduceArgs,
     TensorScalarArgs,
     TensorTensorArgs,
@@ -241,6 +242,19 @@ def _iota(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
     return [Iota(p.dst, a.base, a.partition_step, a.free_step)]
 
 
+def _reciprocal(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    return [Reciprocal(p.srcs[0], p.dst)]
+
+
+def _scan(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, ScanArgs)
+    init = p.srcs[2] if a.initial is None else None
+    return [TensorTensorScan(p.srcs[0], p.srcs[1], p.dst, a.op0, a.op1,
+                             0.0 if a.initial is None else a.initial, init, a.reverse0,
+                             a.reverse1)]
+
+
 LOWER: dict[OpKind, Rule] = {
     OpKind.DMA: _dma,
     OpKind.COPY: _copy,
@@ -256,6 +270,8 @@ LOWER: dict[OpKind, Rule] = {
     OpKind.BN_STATS: _bn_stats,
     OpKind.BN_AGGR: _bn_aggr,
     OpKind.IOTA: _iota,
+    OpKind.RECIPROCAL: _reciprocal,
+    OpKind.TENSOR_TENSOR_SCAN: _scan,
 }
 """The one lowering table: every recorded kind to the instructions it becomes, each naming
 its engine. Matmul rules keep the weight-tile cache themselves; after every other rule the

@@ -17,6 +17,7 @@ from ..isa import ActivationFunc, AluOp, Engine, PerfMode
 
 __all__ = ["ActivationArgs", "BnAggrArgs", "BnStatsArgs", "CopyArgs", "DmaArgs", "IotaArgs",
            "MatmulArgs", "MatmulMxArgs", "MemsetArgs", "OpArgs", "OpKind", "QuantizeMxArgs",
+           "ReciprocalArgs", "ScanArgs",
            "TensorReduceArgs", "TensorScalarArgs", "TensorTensorArgs", "VectorTransposeArgs"]
 
 
@@ -37,6 +38,8 @@ class OpKind(enum.Enum):
     BN_STATS = "bn_stats"
     BN_AGGR = "bn_aggr"
     IOTA = "iota"
+    RECIPROCAL = "reciprocal"
+    TENSOR_TENSOR_SCAN = "tensor_tensor_scan"
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +169,25 @@ class IotaArgs:
     free_step: int
 
 
+@dataclass(frozen=True, slots=True)
+class ReciprocalArgs:
+    KIND: ClassVar[OpKind] = OpKind.RECIPROCAL
+
+
+@dataclass(frozen=True, slots=True)
+class ScanArgs:
+    """``tensor_tensor_scan``: srcs are data0, data1, then the initial tile if ``initial``
+    is None (else the constant)."""
+
+    KIND: ClassVar[OpKind] = OpKind.TENSOR_TENSOR_SCAN
+    op0: AluOp
+    op1: AluOp
+    initial: float | None
+    reverse0: bool
+    reverse1: bool
+
+
 OpArgs = (DmaArgs | CopyArgs | TensorTensorArgs | TensorScalarArgs | TensorReduceArgs
           | MemsetArgs | ActivationArgs | MatmulArgs | MatmulMxArgs | QuantizeMxArgs
-          | VectorTransposeArgs | BnStatsArgs | BnAggrArgs | IotaArgs)
+          | VectorTransposeArgs | BnStatsArgs | BnAggrArgs | IotaArgs | ReciprocalArgs
+          | ScanArgs)

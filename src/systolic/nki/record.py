@@ -26,8 +26,9 @@ if TYPE_CHECKING:
     from .lazy import Pending
     from .tensor import Tensor, View
 
-__all__ = ["DEFAULT_MAX_OPS", "DEFAULT_TIME_LIMIT_S", "Loop", "Op", "Recorder", "Recording",
-           "RecordingTimeout", "Where", "current", "fail", "here", "time_guard"]
+__all__ = ["DEFAULT_MAX_OPS", "DEFAULT_TIME_LIMIT_S", "Loop", "NotModelled", "Op", "Recorder",
+           "Recording", "RecordingTimeout", "Where", "current", "fail", "here",
+           "missing_names", "time_guard"]
 
 Where = tuple[str, int]
 
@@ -59,6 +60,26 @@ def here() -> tuple[str, int]:
 def fail(message: str, where: tuple[str, int] | None = None) -> KernelError:
     path, line = where if where is not None else here()
     return KernelError(path, line, message)
+
+
+class NotModelled(KernelError, AttributeError):
+    """A name of ``nki``, ``nki.isa``, ``nki.language`` ... that the model does not have:
+    one line at the kernel's line naming it (a KernelError), and still an AttributeError,
+    so ``hasattr`` and ``getattr(m, name, default)`` behave as on a module."""
+
+
+def missing_names(module: str) -> Any:
+    """A module ``__getattr__`` refusing every public name the module lacks, as
+    ``module.name is not modelled`` (``nisa.tensor_tensor_scan is not modelled ...``)."""
+
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        path, line = here()
+        raise NotModelled(path, line, f"{module}.{name} is not modelled by systolic's NKI "
+                                      f"front end (docs/nki.md lists what is)")
+
+    return __getattr__
 
 
 @dataclass(slots=True)

@@ -32,7 +32,16 @@ from .transpose import (
     write_transpose,
 )
 from .types import BUFFERS, to_dtype
-from .vector import bn_aggr_result, bn_stats_result, iota_result, write_iota, write_stats
+from .vector import (
+    bn_aggr_result,
+    bn_stats_result,
+    iota_result,
+    scan_result,
+    write_iota,
+    write_reciprocal,
+    write_scan,
+    write_stats,
+)
 
 __all__ = ["LAZY", "RECORDING", "LazyRule", "materialize", "write"]
 
@@ -125,6 +134,8 @@ LAZY: dict[LazyKind, LazyRule] = {
     LazyKind.BN_STATS: LazyRule(bn_stats_result, write_stats),
     LazyKind.BN_AGGR: LazyRule(bn_aggr_result, write_stats),
     LazyKind.IOTA: LazyRule(iota_result, write_iota),
+    LazyKind.RECIPROCAL: LazyRule(_same_shape("src"), write_reciprocal),
+    LazyKind.TENSOR_TENSOR_SCAN: LazyRule(scan_result, write_scan),
 }
 assert set(LAZY) == set(LazyKind), "every lazy kind has its rule"
 

@@ -20,7 +20,7 @@ from math import prod
 from typing import Any, NamedTuple
 
 from ..errors import SystolicError
-from .index import Expr, Grid, whole
+from .index import Expr, Grid, MultiExpr, whole
 from .lazy import Arithmetic, LazyKind, NlOp, Pending, as_view, binary
 from .record import Loop, current, fail, here
 from .types import Buffer, DType, ParDim, fill_value
@@ -253,6 +253,8 @@ class View(Arithmetic):
 
     def __getitem__(self, key: object) -> View:
         axes = self.axes
+        if type(key) is Grid:  # t[nl.mgrid[0:128, 0:512]]: each axis indexes its dimension
+            key = tuple(key.axes)  # type: ignore[attr-defined]
         keys = list(key) if type(key) is tuple else [key]
         if Ellipsis in keys:
             i = keys.index(Ellipsis)
@@ -277,6 +279,27 @@ class View(Arithmetic):
                     raise fail(f"slice {k.start}:{k.stop} is out of range for dimension "  # type: ignore
                                f"{d} of size {count}")
                 n, order = len(range(start, stop, step)), float(d)
+            elif tk is MultiExpr:  # several iteration axes: one view axis per axis
+                exprs = True
+                lo, hi = k.bounds()  # type: ignore[union-attr]
+                if lo < 0 or hi >= count:
+                    raise fail(f"index expression covers {lo}..{hi}, outside dimension {d} of "
+                               f"size {count}")
+                terms = k.terms  # type: ignore[union-attr]
+                if any(t.coef < 1 for t in terms):
+                    raise fail(f"index expression over several axes with a step below 1 "
+                               f"(dimension {d}) is not modelled")
+                if part:
+                    if len(terms) != 1 or terms[0].coef != 1:
+                        raise fail("the partition dimension is indexed by one iteration axis "
+                                   "with step 1 (i_p + k), not a sum of several")
+                    p0 += k.const  # type: ignore[union-attr]
+                    out.append((terms[0].pos - 0.5, Axis(1, terms[0].size, True)))
+                    continue
+                offset += k.const * stride  # type: ignore[union-attr]
+                for t in terms:
+                    out.append((t.pos - 0.5, Axis(stride * t.coef, t.size)))
+                continue
             elif tk is Expr:
                 exprs = True
                 start, step, n, order = k.const, k.coef, k.size, k.pos - 0.5  # type: ignore
