@@ -221,3 +221,30 @@ def k(a):
     with pytest.raises(KernelError, match=r"nki\.profile writes a Neuron device profile"):
         nki.profile(kern)
     assert "TensorTensorScan" not in opcodes(snki.record(kern, [a]))
+
+
+def test_lazy_results_read_what_is_being_written_after_it(tmp_path) -> None:
+    """The SD-attention tutorial's order: a bias (lazy) materialised while the activation
+    that uses it is being written, and a later lazy reduction of that activation: the
+    reduction is recorded after the activation. Softmax against float64 within fp32
+    rounding of a few operations (8 u relative)."""
+    body = '''
+import numpy as np
+@nki.jit
+def k(a):
+    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    m = nisa.tensor_reduce(np.max, data=x, axis=(1,), negate=True)
+    e = nisa.activation(np.exp, data=x, bias=m, scale=1.0)
+    s = nisa.tensor_reduce(np.add, data=e, axis=(1,))
+    o = nl.ndarray((128, 64), dtype=nl.float32)
+    o[...] = nl.copy(e, dtype=nl.float32)
+    r = (1.0 / s).broadcast_to((128, 64))
+    nl.store(out, o * r)
+    return out
+'''
+    a = np.random.default_rng(2).normal(0, 2, (128, 64)).astype(np.float32)
+    got = np.asarray(_run(tmp_path, body, a), dtype=np.float64)
+    w = np.exp(a.astype(np.float64) - a.max(axis=1, keepdims=True))
+    want = w / w.sum(axis=1, keepdims=True)
+    assert np.all(np.abs(got - want) <= 8 * F32_EPS * np.abs(want) + 64 * F32_EPS * want.max())

@@ -527,10 +527,11 @@ def dma_transpose(*args: Any, **kw: Any) -> Pending | None:
         record_dma_transpose(as_view(vals["dst"]), as_view(vals["src"]), where)
         return None
     src = args[0] if args else kw.pop("src", None)
+    dtype = kw.pop("dtype", None)
     _no_extra(kw, "dma_transpose", where)
     if src is None:
         raise fail("dma_transpose: missing argument src", where)
-    return Pending(LazyKind.DMA_TRANSPOSE, where, src=src)
+    return Pending(LazyKind.DMA_TRANSPOSE, where, src=src, dtype=dtype)
 
 
 def _stats(kind: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Pending | None:

@@ -13,8 +13,8 @@ from .record import current, fail, here
 from .tensor import LazyKind, NlOp, Pending, Tensor, View, as_view, binary
 from .types import BUFFERS, DTYPE_ALIASES, DTYPES, Buffer, ParDim, TileSize, to_dtype
 
-__all__ = ["affine_range", "arange", "copy", "load", "matmul", "mgrid", "ndarray", "par_dim",
-           "sequential_range", "static_range", "store", "tile_size", "zeros"]
+__all__ = ["affine_range", "arange", "copy", "load", "load_transpose2d", "matmul", "mgrid",
+           "ndarray", "par_dim", "sequential_range", "static_range", "store", "tile_size", "zeros"]
 
 globals().update(DTYPES)  # nl.bfloat16, nl.float32, nl.float8_e4m3 ...
 globals().update(DTYPE_ALIASES)  # nl.bool_ (kept as uint8 bytes)
@@ -127,6 +127,20 @@ def load(src: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Pending:
     where = here()
     check_mask(mask, "nl.load", where)
     return Pending(LazyKind.LOAD, where, src=src)
+
+
+def load_transpose2d(src: Any, mask: Any = None, dtype: Any = None, **kw: Any) -> Pending:
+    """``nl.load_transpose2d(src)``: a 2-D device-memory tensor [P, F] loaded transposed
+    into a new SBUF tile [F, P] (F <= 128): one DMA walking src column by column
+    (nki/transpose.py record_dma_transpose), any dtype."""
+    where = here()
+    check_mask(mask, "nl.load_transpose2d", where)
+    kw.pop("name", None)
+    if kw:
+        raise fail(f"nl.load_transpose2d: argument(s) {', '.join(sorted(kw))} not modelled",
+                   where)
+    return Pending(LazyKind.DMA_TRANSPOSE, where, src=src, dtype=dtype,
+                   what="nl.load_transpose2d")
 
 
 def store(dst: Any, value: Any, mask: Any = None, **kw: Any) -> None:

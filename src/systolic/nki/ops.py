@@ -39,10 +39,28 @@ _UFUNCS: dict[object, AluOp] = {np.add: AluOp.ADD, np.subtract: AluOp.SUBTRACT,
                                 np.minimum: AluOp.MINIMUM, np.divide: AluOp.DIVIDE}
 
 
+# numpy's reductions as reduce operators (the kernels' tensor_reduce(np.max, ...))
+_NP_REDUCE: dict[object, AluOp] = {np.max: AluOp.MAXIMUM, np.amax: AluOp.MAXIMUM,
+                                   np.min: AluOp.MINIMUM, np.amin: AluOp.MINIMUM,
+                                   np.sum: AluOp.ADD, np.prod: AluOp.MULTIPLY}
+
+
+# numpy's ufuncs as activation functions (the kernels' activation(op=np.exp, ...))
+_NP_ACT: dict[object, ActivationFunc] = {
+    np.exp: ActivationFunc.EXP, np.log: ActivationFunc.LOG, np.sqrt: ActivationFunc.SQRT,
+    np.square: ActivationFunc.SQUARE, np.abs: ActivationFunc.ABS, np.tanh: ActivationFunc.TANH,
+    np.reciprocal: ActivationFunc.RECIPROCAL, np.negative: ActivationFunc.NEGATIVE}
+
+
 def _alu_of(op: object) -> AluOp | None:
     alu = getattr(op, "alu", None)
     if alu is None and isinstance(op, np.ufunc):
         return _UFUNCS.get(op)
+    if alu is None:
+        try:
+            return _NP_REDUCE.get(op)
+        except TypeError:  # unhashable
+            return None
     return alu  # type: ignore[no-any-return]
 
 
@@ -185,6 +203,8 @@ def record_activation(dst: View, src: View, op: object, scale: Any,
                       where: tuple[str, int], bias: Any = None, reduce_op: Any = None,
                       reduce_res: Any = None) -> None:
     func = getattr(op, "act", None)
+    if func is None and isinstance(op, np.ufunc):  # activation(op=np.exp, ...)
+        func = _NP_ACT.get(op)
     if func is None:
         names = ", ".join(f"nl.{f.value}" for f in ActivationFunc)
         raise fail(f"activation {op!r} is not modelled; this model implements {names}",

@@ -204,8 +204,9 @@ class Recorder:
         waiting, self.pending = self.pending, []
         used = set() if op is None else {id(v) for v in (op.dst, *op.srcs)}
         for j, p in enumerate(waiting):
-            if id(p) in self.writing:
-                self.pending = [q for q in waiting[j + 1:] if q.result is None] + self.pending
+            if id(p) in self.writing:  # kept while written: a later flush waits on it too
+                self.pending = [q for q in waiting[j:] if q.result is None
+                                or id(q) in self.writing] + self.pending
                 return
             if id(p) not in used and p.result is None:
                 p.materialize()

@@ -23,7 +23,7 @@ from ..errors import SystolicError
 from .index import Expr, Grid, MultiExpr, whole
 from .lazy import Arithmetic, LazyKind, NlOp, Pending, as_view, binary
 from .record import Loop, current, fail, here
-from .types import Buffer, DType, ParDim, fill_value
+from .types import BUFFERS, Buffer, DType, ParDim, fill_value
 
 __all__ = ["Axis", "Expr", "Grid", "LazyKind", "NlOp", "Pending", "Tensor", "View", "as_view",
            "binary", "same_shape"]
@@ -368,6 +368,16 @@ class View(Arithmetic):
         where = here()
         v = self
         shape = tuple(int(d) for d in shape)
+        if (len(shape) >= 2 and v.buffer.on_chip and v.partitions == shape[0] > 1
+                and v.size == v.partitions and v.axes and v.axes[0].part):
+            # [P] / [P, 1] along the free axis: a Vector copy reading each partition's one
+            # element with step 0 (numpy's broadcast_to as an access pattern)
+            out = Tensor(shape, v.dtype, BUFFERS["sbuf"], where)
+            rec = current()
+            rec.add_tensor(out)
+            col = View(v.tensor, v.offset, v.p0, (v.axes[0], Axis(0, prod(shape[1:]))), v.dt)
+            rec.recording.copy(out.full, col, None, where)
+            return out
         if v.partitions != 1 or len(shape) < 2 or prod(shape[1:]) != v.size:
             raise fail(f"broadcast_to({list(shape)}) of a {list(v.shape)} tile: this model "
                        f"broadcasts a one-partition tile [1, F] to [P, F]", where)

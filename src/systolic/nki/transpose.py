@@ -41,7 +41,7 @@ from .ops import (
     record_tensor_scalar,
 )
 from .record import Recorder, current, fail
-from .tensor import Axis, Pending, Tensor, View, as_view
+from .tensor import Axis, Pending, Tensor, View, as_view, same_shape
 from .types import BUFFERS, to_dtype
 
 __all__ = ["VECTOR_MAX", "dma_transpose_result", "identity", "record_transpose",
@@ -243,40 +243,50 @@ def write_transpose(pend: Pending, dst: View, accumulate: bool | None) -> None:
 
 
 # -- nisa.dma_transpose: a transpose on the DMA engine -------------------------------------
-def record_dma_transpose(dst: View, src: View, where: tuple[str, int]) -> None:
+def record_dma_transpose(dst: View, src: View, where: tuple[str, int],
+                         what: str = "dma_transpose") -> None:
     """dst[F, P] = src[P, F] for a 2-D device-memory ``src``: one DMA whose source pattern
     walks src column by column (partition f of dst reads element f of every row, step 1;
-    its free axis steps a whole row), as the DMA engine's descriptors can. The NKI docs
-    (nki.isa.dma_transpose) limit it to 2-byte dtypes and src.shape[-1] <= 128; the
-    hardware DGE transpose's own speed is not published (unsure): it is timed as a DMA of
-    one-element runs."""
-    what = "dma_transpose"
+    its free axis steps a whole row), as the DMA engine's descriptors can. src.shape[-1]
+    becomes the partition dimension, at most 128. The nki.isa docs at aws-neuron-sdk
+    7c165a3e name no dtype limit, so any dtype is taken (unsure: later NKI releases may
+    limit the hardware DGE transpose to 2-byte dtypes); a dst of another dtype (``dtype=``)
+    gets the transposed bytes through an SBUF staging tile and a Vector copy, as a casting
+    dma_copy does. The hardware DGE transpose's own speed is not published (unsure): it is
+    timed as a DMA of one-element runs. ``what``: the NKI call, for messages."""
     if src.buffer.on_chip:
         raise fail(f"{what} from {src.buffer.name} is not modelled (only device memory to "
                    f"SBUF); use nisa.nc_transpose for an on-chip tile", where)
     if len(src.axes) != 2:
         raise fail(f"{what} of a {len(src.axes)}-d tensor is not modelled (only 2-d, "
                    f"permutation [1, 0])", where)
-    if src.dtype.itemsize != 2:
-        raise fail(f"{what} takes 2-byte dtypes (NKI docs); src is {src.dtype}", where)
     (rs, p), (cs, f) = ((a.stride, a.num) for a in src.axes)
     if f > _PE_MAX:
         raise fail(f"{what}: src.shape[-1] is {f}; it becomes the partition dimension, at "
                    f"most 128 (NKI docs)", where)
-    if dst.buffer.name != "sbuf" or tuple(dst.shape) != (f, p):
+    if dst.buffer.name != "sbuf" or not same_shape(tuple(dst.shape), (f, p)):
         raise fail(f"{what} of a [{p}, {f}] tensor writes an SBUF [{f}, {p}] tile; dst is "
                    f"{list(dst.shape)} in {dst.buffer.name}", where)
     cols = View(src.tensor, src.offset, 0, (Axis(cs, f), Axis(rs, p)), src.dt)
+    if dst.dtype != src.dtype:
+        tmp = Tensor((f, p), src.dtype, BUFFERS["sbuf"], where, "transpose_cast")
+        current().add_tensor(tmp)
+        record_dma(tmp.full, cols, where)
+        record_copy(dst, tmp.full, None, where)
+        return
     record_dma(dst, cols, where)
 
 
 def dma_transpose_result(pend: Pending) -> Tensor:
     src = as_view(pend.args["src"])
     shape = tuple(src.shape)[::-1] if len(src.shape) == 2 else tuple(src.shape)
-    return Tensor(shape, src.dtype, BUFFERS["sbuf"], pend.where)
+    dtype = pend.args.get("dtype")
+    return Tensor(shape, to_dtype(dtype) if dtype is not None else src.dtype, BUFFERS["sbuf"],
+                  pend.where)
 
 
 def write_dma_transpose(pend: Pending, dst: View, accumulate: bool | None) -> None:
+    what = pend.args.get("what", "dma_transpose")
     if accumulate:
-        raise fail("dma_transpose cannot accumulate (+=); assign its result", pend.where)
-    record_dma_transpose(dst, as_view(pend.args["src"]), pend.where)
+        raise fail(f"{what} cannot accumulate (+=); assign its result", pend.where)
+    record_dma_transpose(dst, as_view(pend.args["src"]), pend.where, what)
