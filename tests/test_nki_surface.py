@@ -248,3 +248,36 @@ def k(a):
     w = np.exp(a.astype(np.float64) - a.max(axis=1, keepdims=True))
     want = w / w.sum(axis=1, keepdims=True)
     assert np.all(np.abs(got - want) <= 8 * F32_EPS * np.abs(want) + 64 * F32_EPS * want.max())
+
+
+def test_zeros_like_empty_like_dge_mode_device_print(tmp_path) -> None:
+    """zeros_like is a memset of zeros (exact); empty_like a tensor of the same shape and
+    dtype; dge_mode changes nothing; device_print records nothing."""
+    body = '''
+@nki.jit
+def k(a):
+    out = nl.empty_like(a, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    nl.device_print("t", t)
+    z = nl.zeros_like(t, buffer=nl.sbuf)
+    nisa.dma_copy(dst=z, src=t, dge_mode=nisa.dge_mode.hwdge)
+    nl.store(out, z + 1.0)
+    return out
+'''
+    a = np.random.default_rng(4).normal(0, 1, (128, 32)).astype(np.float32)
+    got = np.asarray(_run(tmp_path, body, a), dtype=np.float64)
+    assert np.all(np.abs(got - (a.astype(np.float64) + 1)) <= F32_EPS * np.abs(a + 1.0))
+
+
+def test_indexing_with_a_tile_is_one_line_without_a_repr(tmp_path) -> None:
+    body = '''
+@nki.jit
+def k(a, idx):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i = nl.load(idx)
+    nl.store(out, nl.load(a[i, 0:32]))
+    return out
+'''
+    with pytest.raises(KernelError, match=r"k\.py:\d+: indexing with a tile of indices") as e:
+        record_source(tmp_path, body, ["fp32[128,32]", "fp32[128,1]"])
+    assert " at 0x" not in str(e.value) and "\n" not in str(e.value)

@@ -53,6 +53,16 @@ vector_engine, scalar_engine, gpsimd_engine = Engine.VECTOR, Engine.SCALAR, Engi
 tensor_engine = Engine.TENSOR
 
 
+class dge_mode:
+    """``nisa.dge_mode``: which descriptor generator a DMA uses; no difference to the values,
+    and the model times every DMA by the same rule (timing/dma.py)."""
+
+    none = "none"
+    swdge = "swdge"
+    hwdge = "hwdge"
+    unknown = "unknown"
+
+
 class matmul_perf_mode:
     none = "none"
     double_row = "double_row"

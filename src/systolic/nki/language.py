@@ -13,8 +13,10 @@ from .record import current, fail, here
 from .tensor import LazyKind, NlOp, Pending, Tensor, View, as_view, binary
 from .types import BUFFERS, DTYPE_ALIASES, DTYPES, Buffer, ParDim, TileSize, to_dtype
 
-__all__ = ["affine_range", "arange", "copy", "load", "load_transpose2d", "matmul", "mgrid",
-           "ndarray", "par_dim", "sequential_range", "static_range", "store", "tile_size", "zeros"]
+__all__ = ["affine_range", "arange", "copy", "device_print", "empty_like", "load",
+           "load_transpose2d",
+           "matmul", "mgrid", "ndarray", "par_dim", "sequential_range", "static_range",
+           "store", "tile_size", "zeros", "zeros_like"]
 
 globals().update(DTYPES)  # nl.bfloat16, nl.float32, nl.float8_e4m3 ...
 globals().update(DTYPE_ALIASES)  # nl.bool_ (kept as uint8 bytes)
@@ -108,6 +110,38 @@ def zeros(shape: Any, dtype: Any = None, buffer: Any = None, name: str = "",
     t = ndarray(shape, dtype, buffer, name)
     _isa.record_memset(t.full, 0.0, None, t.where)
     return t
+
+
+def _like(what: str, a: Any, dtype: Any, buffer: Any, kw: dict[str, Any]) -> Tensor:
+    where = here()
+    kw.pop("name", None)
+    if kw:
+        raise fail(f"nl.{what}: argument(s) {', '.join(sorted(kw))} not modelled", where)
+    v = as_view(a)
+    t = ndarray(tuple(v.shape), dtype if dtype is not None else v.dtype,
+                buffer if buffer is not None else v.buffer)
+    t.where = where
+    return t
+
+
+def empty_like(a: Any, dtype: Any = None, buffer: Any = None, **kw: Any) -> Tensor:
+    """``nl.empty_like(a, dtype=, buffer=)``: a new tensor of a's shape (and dtype, buffer
+    unless given); nothing is written."""
+    return _like("empty_like", a, dtype, buffer, kw)
+
+
+def zeros_like(a: Any, dtype: Any = None, buffer: Any = None, **kw: Any) -> Tensor:
+    """``nl.zeros_like``: ``empty_like`` filled with zeros (a memset)."""
+    t = _like("zeros_like", a, dtype, buffer, kw)
+    _isa.record_memset(t.full, 0.0, None, t.where)
+    return t
+
+
+def device_print(prefix: str, x: Any = None, **kw: Any) -> None:
+    """``nl.device_print``: prints nothing here. The model computes values after the kernel
+    is recorded, so there is nothing to print while it runs (read the outputs, or
+    ``systolic kernel --values``); it records no instruction (a debugging aid, not part of
+    the kernel's work)."""
 
 
 class _MGrid:

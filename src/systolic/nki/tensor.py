@@ -312,11 +312,15 @@ class View(Arithmetic):
                     if isinstance(k, bool):
                         raise fail(f"index {k!r} is not an int, a slice or an index "
                                    f"expression")
+                    if isinstance(k, Tensor | View | Pending):  # a tile of indices
+                        raise fail("indexing with a tile of indices (indirect DMA, "
+                                   "x[idx_tile, ...]) is not modelled; the model takes ints, "
+                                   "slices and index expressions")
                     try:
                         k = int(k)  # type: ignore[call-overload,arg-type]  # numpy integers
                     except (TypeError, ValueError):
-                        raise fail(f"index {k!r} is not an int, a slice or an index "
-                                   f"expression") from None
+                        raise fail(f"index of type {type(k).__name__} is not an int, a slice "
+                                   f"or an index expression") from None
                 if k < 0:  # type: ignore[operator]
                     k += count  # type: ignore[operator]
                 if not 0 <= k < count:  # type: ignore[operator]
