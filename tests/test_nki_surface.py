@@ -281,3 +281,29 @@ def k(a, idx):
     with pytest.raises(KernelError, match=r"k\.py:\d+: indexing with a tile of indices") as e:
         record_source(tmp_path, body, ["fp32[128,32]", "fp32[128,1]"])
     assert " at 0x" not in str(e.value) and "\n" not in str(e.value)
+
+
+def test_static_cast_rounds_host_arrays_and_benchmark_takes_a_grid(tmp_path) -> None:
+    """nl.static_cast(array, nl.bfloat16) is ml_dtypes' round-to-nearest-even from fp32;
+    benchmark(kernel)[grid] times the SPMD launch (its latency is positive)."""
+    import ml_dtypes
+    import nki
+    import nki.language as nl
+
+    x = np.random.default_rng(9).normal(0, 1, (4, 8))
+    got = nl.static_cast(x, nl.bfloat16)
+    assert got.dtype == ml_dtypes.bfloat16
+    assert np.array_equal(got.astype(np.float32),
+                          x.astype(np.float32).astype(ml_dtypes.bfloat16).astype(np.float32))
+    body = '''
+@nki.jit
+def k(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i = nl.program_id(0)
+    nl.store(out[i * 128:(i + 1) * 128, :], nl.load(a[i * 128:(i + 1) * 128, :]) * 2.0)
+    return out
+'''
+    kern = snki.load_kernel(str(write_kernel(tmp_path, body)), "k")
+    bench = nki.benchmark(warmup=1, iters=1)(kern)[2]
+    bench(np.zeros((256, 64), dtype=np.float32))
+    assert bench.benchmark_result.nc_latency.get_latency_percentile(50) > 0

@@ -124,6 +124,10 @@ class _Benchmarked:
         self.kernel, self.warmup, self.iters, self.arch = kernel, warmup, iters, arch
         self.benchmark_result: BenchmarkResult | None = None
 
+    def __getitem__(self, grid: Any) -> _Benchmarked:
+        """``benchmark(...)(kernel)[grid](...)``: the SPMD launch, benchmarked."""
+        return _Benchmarked(self.kernel[grid], self.warmup, self.iters, self.arch)
+
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         rec = record(self.kernel, args, kwargs, arch=self.arch)
         self.benchmark_result = BenchmarkResult(rec, time_program(rec.program, rec.arch),

@@ -13,10 +13,26 @@ from .record import current, fail, here
 from .tensor import LazyKind, NlOp, Pending, Tensor, View, as_view, binary
 from .types import BUFFERS, DTYPE_ALIASES, DTYPES, Buffer, ParDim, TileSize, to_dtype
 
-__all__ = ["affine_range", "arange", "copy", "device_print", "empty_like", "load",
-           "load_transpose2d",
-           "matmul", "mgrid", "ndarray", "par_dim", "sequential_range", "static_range",
-           "store", "tile_size", "zeros", "zeros_like"]
+__all__ = [
+    "affine_range",
+    "arange",
+    "copy",
+    "device_print",
+    "empty_like",
+    "load",
+    "load_transpose2d",
+    "matmul",
+    "mgrid",
+    "ndarray",
+    "par_dim",
+    "sequential_range",
+    "static_cast",
+    "static_range",
+    "store",
+    "tile_size",
+    "zeros",
+    "zeros_like",
+]
 
 globals().update(DTYPES)  # nl.bfloat16, nl.float32, nl.float8_e4m3 ...
 globals().update(DTYPE_ALIASES)  # nl.bool_ (kept as uint8 bytes)
@@ -142,6 +158,24 @@ def device_print(prefix: str, x: Any = None, **kw: Any) -> None:
     is recorded, so there is nothing to print while it runs (read the outputs, or
     ``systolic kernel --values``); it records no instruction (a debugging aid, not part of
     the kernel's work)."""
+
+
+def static_cast(x: Any, dtype: Any) -> Any:
+    """``nl.static_cast(array, dtype)`` of the kernels' host code: the numpy array cast to
+    the dtype's numpy storage type (ml_dtypes for bf16 / fp8), rounded to nearest even,
+    from float32 (FACTS: float64 would round twice). A tile: one line (use nl.copy(x,
+    dtype=) in a kernel)."""
+    import numpy as np
+
+    if isinstance(x, Tensor | View | Pending):
+        raise fail("nl.static_cast of a tile is not modelled; use nl.copy(x, dtype=...)")
+    d = to_dtype(dtype)
+    if d.np_dtype is None:
+        raise fail(f"nl.static_cast to {d} is not modelled (no numpy storage type)")
+    arr = np.asarray(x)
+    if arr.dtype.kind == "f" and arr.dtype != np.float32:
+        arr = arr.astype(np.float32)
+    return arr.astype(d.np_dtype)
 
 
 class _MGrid:
