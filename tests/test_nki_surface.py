@@ -307,3 +307,24 @@ def k(a):
     bench = nki.benchmark(warmup=1, iters=1)(kern)[2]
     bench(np.zeros((256, 64), dtype=np.float32))
     assert bench.benchmark_result.nc_latency.get_latency_percentile(50) > 0
+
+
+def test_full_fp32_min_and_a_baremetal_grid(tmp_path) -> None:
+    """nl.full fills with its value exactly (nl.fp32.min is 0xff7fffff); baremetal(k)[2]
+    runs both instances, each doubling its half (exact)."""
+    import nki
+
+    body = '''
+@nki.jit
+def k(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    i = nl.program_id(0)
+    f = nl.full((128, 64), fill_value=nl.fp32.min, dtype=nl.float32)
+    t = nl.load(a[i * 128:(i + 1) * 128, :])
+    nl.store(out[i * 128:(i + 1) * 128, :], nl.maximum(t * 2.0, f))
+    return out
+'''
+    kern = snki.load_kernel(str(write_kernel(tmp_path, body)), "k")
+    a = np.random.default_rng(1).normal(0, 1, (256, 64)).astype(np.float32)
+    assert np.array_equal(nki.baremetal(kern)[2](a), a * 2)
+    assert np.float32(snki.language.fp32.min).view(np.uint32) == 0xFF7FFFFF

@@ -56,13 +56,28 @@ __all__ = [
 ]
 
 
+class _Simulated:
+    """``nki.simulate(kernel)`` / ``nki.baremetal(kernel)``: called with arrays, the
+    kernel's outputs; ``[grid]`` the SPMD launch of it (``baremetal(k)[2, 4](...)``), also
+    usable as the kernel of ``nki.simulate_kernel``."""
+
+    def __init__(self, kernel: Any, arch: Any) -> None:
+        self.kernel, self.arch = kernel, arch
+
+    def __getitem__(self, grid: Any) -> _Simulated:
+        return _Simulated(self.kernel[grid], self.arch)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from .record import _STACK
+
+        if _STACK:  # called as a kernel inside a recording (simulate_kernel(sim, ...))
+            return self.kernel(*args, **kwargs)
+        return values(self.kernel, args, kwargs, arch=self.arch)
+
+
 def simulate(kernel: Any, **options: Any) -> Callable[..., Any]:
     """``nki.simulate(kernel)(*arrays)``: the kernel's outputs as numpy arrays."""
-
-    def run(*args: Any, **kwargs: Any) -> Any:
-        return values(kernel, args, kwargs, arch=options.get("arch"))
-
-    return run
+    return _Simulated(kernel, options.get("arch"))
 
 
 def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:

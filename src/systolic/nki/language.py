@@ -19,6 +19,8 @@ __all__ = [
     "copy",
     "device_print",
     "empty_like",
+    "fp32",
+    "full",
     "load",
     "load_transpose2d",
     "matmul",
@@ -137,6 +139,32 @@ def _like(what: str, a: Any, dtype: Any, buffer: Any, kw: dict[str, Any]) -> Ten
     t = ndarray(tuple(v.shape), dtype if dtype is not None else v.dtype,
                 buffer if buffer is not None else v.buffer)
     t.where = where
+    return t
+
+
+class fp32:
+    """``nl.fp32``: FP32 constants; ``min`` is the bit pattern 0xff7fffff, the most negative
+    finite fp32 value (NKI docs, nki.language.fp32)."""
+
+    min = -3.4028234663852886e38
+
+
+def full(shape: Any, fill_value: Any, dtype: Any = None, buffer: Any = None, name: str = "",
+         **kw: Any) -> Tensor:
+    """``nl.full(shape, fill_value, dtype, buffer=)``: a new on-chip tensor filled with
+    ``fill_value`` (one memset; the value must be representable, as any memset's)."""
+    from ..errors import SystolicError
+    from .types import fill_value as _fill
+
+    t = ndarray(shape, dtype, buffer, name)
+    if not t.buffer.on_chip:
+        raise fail("nl.full in device memory is not modelled; fill an nl.sbuf tile and store "
+                   "it", t.where)
+    try:
+        v = _fill(fill_value, t.dtype)
+    except SystolicError as exc:
+        raise fail(f"nl.full fill_value: {exc}", t.where) from None
+    _isa.record_memset(t.full, v, None, t.where)
     return t
 
 
