@@ -12,11 +12,19 @@
    beside the recording alone (the baseline the timing adds to), in the same run.
 3. The values path of a 2048 x 2048 x 2048 bf16 tiled kernel (record + functional
    simulation) beside numpy's float32 ``a @ b`` of the same operands, in the same run.
+
+``--against OTHER/src`` runs only the recording (record + lower, no verify) of step 1 for
+this tree and for another checkout's ``src`` (e.g. ``git archive`` of the commit before a
+change), each in its own process, taking turns ``--repeat`` times, and prints both side by
+side: the best CPU seconds of each (what a quiet machine shows) and their ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,11 +39,52 @@ sys.path.insert(0, str(ROOT / "src"))
 import systolic.nki as snki  # noqa: E402
 from systolic.timing.core import time_program  # noqa: E402
 
+# One recording in a fresh process of the tree at argv[1]: its best CPU and wall seconds.
+_CHILD = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import systolic.nki as snki
+snki.install("trn2")
+kernel = snki.load_kernel(sys.argv[2], "tiled_matmul")
+specs = [snki.parse_arg("bf16[4096,8192]"), snki.parse_arg("bf16[4096,8192]")]
+snki.record(kernel, specs, check=False)  # warm: imports, caches
+c0, w0 = time.process_time(), time.perf_counter()
+rec = snki.record(kernel, specs, check=False)
+print(json.dumps({"ops": rec.ops, "instructions": len(rec.program),
+                  "cpu": time.process_time() - c0, "wall": time.perf_counter() - w0}))
+"""
+
+
+def against(other: str, repeat: int) -> None:
+    """This tree's recording beside ``other``'s (a ``src`` folder), interleaved."""
+    path = str(ROOT / "examples" / "kernels" / "tiled_matmul.py")
+    trees = {"this tree": str(ROOT / "src"), "other": os.path.abspath(other)}
+    best: dict[str, dict[str, float]] = {}
+    for _ in range(max(1, repeat)):
+        for name, src in trees.items():
+            res = subprocess.run([sys.executable, "-c", _CHILD, src, path], check=True,
+                                 capture_output=True, text=True, env=dict(os.environ,
+                                                                          PYTHONPATH=src))
+            r = json.loads(res.stdout.strip().splitlines()[-1])
+            b = best.setdefault(name, r)
+            b["cpu"], b["wall"] = min(b["cpu"], r["cpu"]), min(b["wall"], r["wall"])
+    for name, src in trees.items():
+        r = best[name]
+        print(f"{name:10} {src}: {r['ops']:,} NKI ops -> {r['instructions']:,} instructions; "
+              f"record + lower best CPU {r['cpu']:.2f} s = {r['ops'] / r['cpu']:,.0f} ops/s "
+              f"(wall {r['wall']:.2f} s)")
+    print(f"CPU ratio this tree / other: {best['this tree']['cpu'] / best['other']['cpu']:.3f}")
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--against", metavar="SRC", help="another checkout's src folder: compare "
+                    "the recording speed side by side, in the same run")
     args = ap.parse_args()
+    if args.against:
+        against(args.against, args.repeat)
+        return
     snki.install("trn2")
     path = str(ROOT / "examples" / "kernels" / "tiled_matmul.py")
     kernel = snki.load_kernel(path, "tiled_matmul")

@@ -47,10 +47,12 @@ __all__ = [
     "Memset",
     "QuantizeMx",
     "ReadOut",
+    "Reciprocal",
     "TensorCopy",
     "TensorReduce",
     "TensorScalar",
     "TensorTensor",
+    "TensorTensorScan",
     "Transpose",
     "reads",
     "writes",
@@ -359,6 +361,36 @@ class Iota:
     engine: Engine = Engine.GPSIMD
 
 
+@dataclass(frozen=True, slots=True)
+class Reciprocal:
+    """``nisa.reciprocal`` (Vector engine): dst = 1 / src elementwise in fp32, rounded to
+    dst's format (NKI docs, nki.isa.reciprocal)."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class TensorTensorScan:
+    """``nisa.tensor_tensor_scan`` (Vector engine): per partition, along the free elements
+    j, dst[j] = (data0[j] op0 dst[j-1]) op1 data1[j] with dst[-1] = ``initial`` (a constant,
+    or ``initial_ap``: one value per partition, [P, 1]), in fp32, each result rounded to
+    dst's format; ``reverse0``/``reverse1`` swap an operator's operands (NKI docs,
+    nki.isa.tensor_tensor_scan)."""
+
+    data0: AccessPattern
+    data1: AccessPattern
+    dst: AccessPattern
+    op0: AluOp = AluOp.MULTIPLY
+    op1: AluOp = AluOp.ADD
+    initial: float = 0.0
+    initial_ap: AccessPattern | None = None
+    reverse0: bool = False
+    reverse1: bool = False
+    engine: Engine = Engine.VECTOR
+
+
 # The engine of the PE's own instructions (class attributes: not fields, not in the text).
 LoadStationary.engine = Engine.TENSOR  # type: ignore[attr-defined]
 MatMul.engine = Engine.TENSOR  # type: ignore[attr-defined]
@@ -371,7 +403,8 @@ ReadOut.engine = Engine.VECTOR  # type: ignore[attr-defined]
 
 Instruction = (LoadStationary | MatMul | LdWeightMx | MatmultMx | DmaLoad | ReadOut | DmaCopy
                | TensorCopy | TensorTensor | Memset | Activation | QuantizeMx | TensorScalar
-               | TensorReduce | Transpose | BnStats | BnAggr | Iota)
+               | TensorReduce | Transpose | BnStats | BnAggr | Iota | Reciprocal
+               | TensorTensorScan)
 # Every instruction class, in the union's order (opcode order of counts() and the text form).
 OPCODES: tuple[type, ...] = typing.get_args(Instruction)
 
@@ -389,7 +422,7 @@ class Group:
     DMA: tuple[type, ...] = (DmaLoad, DmaCopy)  # transfers on the DMA queues
     ELEMENTWISE: tuple[type, ...] = (TensorCopy, TensorTensor, Memset, Activation, QuantizeMx,
                                      TensorScalar, TensorReduce, Transpose, BnStats, BnAggr,
-                                     Iota)
+                                     Iota, Reciprocal, TensorTensorScan)
     READOUT: tuple[type, ...] = (ReadOut,)
 
 
@@ -417,6 +450,8 @@ ACCESS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
     BnStats: (("src",), ("dst",)),
     BnAggr: (("src",), ("dst",)),
     Iota: ((), ("dst",)),
+    Reciprocal: (("src",), ("dst",)),
+    TensorTensorScan: (("data0", "data1", "initial_ap"), ("dst",)),
 }
 assert set(ACCESS) == set(OPCODES), "every instruction kind declares its accesses"
 

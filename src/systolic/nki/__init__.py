@@ -29,23 +29,79 @@ from .spmd import jit  # NKI's jit: a Kernel launchable on a grid, kernel[4, 2](
 # nki.simulate_kernel / baremetal run it): here, as every decorator, a recorded kernel
 trace = jit
 
-__all__ = ["BenchmarkResult", "Kernel", "LatencyResult", "Recorded", "benchmark", "compiler",
-           "execute", "install", "isa", "jit", "language", "load_kernel", "parse_arg", "record",
-           "record_kernel", "simulate", "simulate_kernel", "trace", "typing", "uninstall", "values"]
+__all__ = [
+    "BenchmarkResult",
+    "Kernel",
+    "LatencyResult",
+    "Recorded",
+    "baremetal",
+    "benchmark",
+    "compiler",
+    "execute",
+    "install",
+    "isa",
+    "jit",
+    "language",
+    "load_kernel",
+    "parse_arg",
+    "profile",
+    "record",
+    "record_kernel",
+    "simulate",
+    "simulate_kernel",
+    "trace",
+    "typing",
+    "uninstall",
+    "values",
+]
+
+
+class _Simulated:
+    """``nki.simulate(kernel)`` / ``nki.baremetal(kernel)``: called with arrays, the
+    kernel's outputs; ``[grid]`` the SPMD launch of it (``baremetal(k)[2, 4](...)``), also
+    usable as the kernel of ``nki.simulate_kernel``."""
+
+    def __init__(self, kernel: Any, arch: Any) -> None:
+        self.kernel, self.arch = kernel, arch
+
+    def __getitem__(self, grid: Any) -> _Simulated:
+        return _Simulated(self.kernel[grid], self.arch)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from .record import _STACK
+
+        if _STACK:  # called as a kernel inside a recording (simulate_kernel(sim, ...))
+            return self.kernel(*args, **kwargs)
+        return values(self.kernel, args, kwargs, arch=self.arch)
 
 
 def simulate(kernel: Any, **options: Any) -> Callable[..., Any]:
     """``nki.simulate(kernel)(*arrays)``: the kernel's outputs as numpy arrays."""
-
-    def run(*args: Any, **kwargs: Any) -> Any:
-        return values(kernel, args, kwargs, arch=options.get("arch"))
-
-    return run
+    return _Simulated(kernel, options.get("arch"))
 
 
 def simulate_kernel(kernel: Any, *args: Any, **kwargs: Any) -> Any:
     """``nki.simulate_kernel(kernel, *arrays, **kwargs)`` of the older API."""
     return values(kernel, args, kwargs)
+
+
+def baremetal(kernel: Any = None, **options: Any) -> Any:
+    """``nki.baremetal(kernel)(*arrays)`` / ``@nki.baremetal(...)``: on hardware, run the
+    kernel on a NeuronCore and return its outputs; here the model's values, as
+    :func:`simulate` (its options: save_neff_name, artifacts_dir ... change nothing)."""
+    if kernel is None:
+        return lambda k: simulate(k, **options)
+    return simulate(kernel, **options)
+
+
+def profile(kernel: Any = None, **options: Any) -> Any:
+    """``nki.profile`` writes a device profile (NEFF / NTFF files), which the model cannot:
+    one line, at the kernel's line, pointing to what the model has instead."""
+    from .record import fail
+
+    raise fail("nki.profile writes a Neuron device profile (NEFF/NTFF), which the model does "
+               "not; time the kernel with nki.benchmark, or `systolic kernel --trace F.json` "
+               "for a Perfetto trace of every engine")
 
 
 class LatencyResult:
@@ -82,6 +138,10 @@ class _Benchmarked:
     def __init__(self, kernel: Any, warmup: int, iters: int, arch: Any) -> None:
         self.kernel, self.warmup, self.iters, self.arch = kernel, warmup, iters, arch
         self.benchmark_result: BenchmarkResult | None = None
+
+    def __getitem__(self, grid: Any) -> _Benchmarked:
+        """``benchmark(...)(kernel)[grid](...)``: the SPMD launch, benchmarked."""
+        return _Benchmarked(self.kernel[grid], self.warmup, self.iters, self.arch)
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         rec = record(self.kernel, args, kwargs, arch=self.arch)

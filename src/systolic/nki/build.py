@@ -1,17 +1,19 @@
-"""From a recording to ONE Program: accumulation groups, memory placement, instructions.
+"""From a recording to ONE Program: named passes over the recorded operations, each a
+function of its inputs returning data (:func:`build` reads as the pipeline):
 
-Three passes over the recorded operations:
-
-1. **Groups** (NKI's ``accumulate``): a matmul with ``accumulate=None`` overwrites the first
-   time it writes a PSUM region and adds after; ``False`` always overwrites; ``True`` adds
-   (onto a region that ``nl.zeros``/``memset(0)`` cleared, the first add is an overwrite of
-   zeros, i.e. START). A group closes at the next operation of another engine that touches
-   its region, or at the end: its first matmul gets START, its last STOP.
-2. **Lifetimes**: each on-chip tensor lives from its first to its last use.
-3. **Emission**: tensors are placed at first use and released after last use
-   (:mod:`systolic.nki.alloc`); each operation becomes instructions, nc_matmul through the
-   codegen adapter (:mod:`systolic.nki.lower`), the rest as DmaCopy / TensorCopy /
-   TensorTensor / Memset / Activation. The Program is verified before it is returned.
+1. :func:`groups` (NKI's ``accumulate``): a matmul with ``accumulate=None`` overwrites the
+   first time it writes a PSUM region and adds after; ``False`` always overwrites; ``True``
+   adds (onto a region that ``nl.zeros``/``memset(0)`` cleared, the first add is an
+   overwrite of zeros, i.e. START). A group closes at the next operation of another engine
+   that touches its region, or at the end: its first matmul gets START, its last STOP.
+2. :func:`check_reads`: nothing reads memory nothing wrote.
+3. :func:`lifetimes`: each on-chip tensor lives from its first to its last use; the
+   device-memory tensors in order of first use.
+4. :func:`place`: device memory in that order; on-chip tensors placed at first use and
+   released after last use (:mod:`systolic.nki.alloc`, with the compiler's rotation).
+5. :func:`lower`: each operation becomes instructions by its kind's ONE rule
+   (:data:`systolic.nki.lower.LOWER`), each naming its engine.
+6. :func:`checked`: the Program verified, a failure named at its kernel line.
 """
 
 from __future__ import annotations
@@ -22,28 +24,16 @@ from typing import Any
 
 from ..arch import Arch
 from ..errors import FormatError, KernelError, SystolicError, VerifyError
-from ..isa import (
-    AccessPattern,
-    Activation,
-    DmaCopy,
-    Instruction,
-    Memset,
-    Program,
-    QuantizeMx,
-    Space,
-    TensorCopy,
-    TensorReduce,
-    TensorScalar,
-    TensorTensor,
-)
-from ..timing.dma import queue_for
+from ..isa import AccessPattern, Instruction, Program, Space, writes
 from ..verify import verify
 from .alloc import DEFAULT_BUFFERS, OnChip, Rotation
-from .lower import LOWER, emit_nc_matmul, emit_nc_matmul_mx, new_state
+from .lower import LOWER, UNMERGED_SOURCES, Placed, new_state
+from .opkind import MemsetArgs, OpKind
 from .record import Op, Recorder
 from .tensor import Tensor, View
 
-__all__ = ["Recorded", "build"]
+__all__ = ["Groups", "Lifetimes", "Lowered", "Placement", "Recorded", "build", "check_reads",
+           "checked", "groups", "lifetimes", "lower", "place"]
 
 _HBM_ALIGN = 64
 _SPACE = {"sbuf": Space.SBUF, "psum": Space.PSUM}
@@ -135,13 +125,20 @@ class _Group:
         self.rect, self.read, self.where = rect, False, where
 
 
-# the NKI call behind each recorded kind, for messages
-_NAMES = {"memset": "memset", "copy": "tensor_copy", "tt": "tensor_tensor",
-          "ts": "tensor_scalar", "act": "activation", "reduce": "tensor_reduce",
-          "dma": "dma_copy", "mm": "nc_matmul"}
+@dataclass(frozen=True)
+class Groups:
+    """Pass 1's result: the indices of matmuls that START and STOP their group, and of the
+    PSUM memsets a group's START makes dead."""
+
+    starts: set[int]
+    stops: set[int]
+    dead: set[int]
 
 
-def _groups(ops: list[Op]) -> tuple[set[int], set[int], set[int]]:
+_MATMULS = (OpKind.MATMUL, OpKind.MATMUL_MX)
+
+
+def groups(ops: list[Op]) -> Groups:
     """Pass 1: the indices of matmuls that START and STOP their group, and of the PSUM
     memsets a group's START makes dead (``nl.zeros(psum)`` then ``+=``: the compiler
     lowers the zeroing to the START flag, which overwrites; FACTS "PSUM accumulation")."""
@@ -163,7 +160,7 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int], set[int]]:
         closed_by.setdefault(t, []).append(g)
 
     for i, op in enumerate(ops):
-        if op.kind in ("mm", "mmx"):
+        if op.kind in _MATMULS:
             t, r = op.dst.tensor.id, _rect(op.dst)
             groups = open_.setdefault(t, [])
             same = next((g for g in groups if g.rect == r), None)
@@ -173,7 +170,7 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int], set[int]]:
                     f"nc_matmul writes part of a PSUM accumulation still open since line "
                     f"{clash.where[1]}; accumulate into the same dst slice, or copy the "
                     f"first result out before"))
-            acc = op.attrs["accumulate"]
+            acc = op.args.accumulate  # type: ignore[union-attr]
             if same is not None and acc is not False:
                 same.last = i
                 continue
@@ -187,7 +184,7 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int], set[int]]:
                 why = ("that nothing wrote (its values are undefined)" if not before else
                        "whose accumulation already finished (it was read), which this "
                        "model's PSUM cannot extend" if before[-1] is None else
-                       f"that {_NAMES.get(before[-1].kind, before[-1].kind)} at line "
+                       f"that {before[-1].kind.value} at line "
                        f"{before[-1].where[1]} wrote: a matmul accumulating onto values a "
                        f"non-matmul instruction wrote is undefined on NeuronCore-v2 and v3 "
                        f"hardware (NKI docs, nc_matmul accumulate) and not modelled")
@@ -217,7 +214,7 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int], set[int]]:
                 del zero_by[key]  # the zeros were read or overwritten: the memset stays
             if is_dst:
                 zs = [z for z in zeroed.get(t, []) if not _overlap(z, r)]
-                if op.kind == "memset" and op.attrs["value"] == 0.0:
+                if isinstance(op.args, MemsetArgs) and op.args.value == 0.0:
                     zs.append(r)
                     zero_by[(t, r)] = i
                 zeroed[t] = zs
@@ -230,13 +227,14 @@ def _groups(ops: list[Op]) -> tuple[set[int], set[int], set[int]]:
             raise KernelError(*ops[g.last].where, (
                 "the result of this nc_matmul is never read out of PSUM; copy it out "
                 "(nisa.tensor_copy) or drop the matmul"))
-    return starts, stops, dead
+    return Groups(starts, stops, dead)
 
 
 # The kinds whose dst and outs are written and whose srcs are read, whole (the MX kinds
 # write or read scale rows in quadrants, and kinds added later are not checked until they
 # are listed here).
-_PLAIN = frozenset({"dma", "copy", "tt", "ts", "reduce", "act", "mm", "memset"})
+_PLAIN = frozenset({OpKind.DMA, OpKind.COPY, OpKind.TENSOR_TENSOR, OpKind.TENSOR_SCALAR,
+                    OpKind.TENSOR_REDUCE, OpKind.ACTIVATION, OpKind.MATMUL, OpKind.MEMSET})
 
 Rect = tuple[int, int, int, int]
 
@@ -256,8 +254,8 @@ def _footprint(v: View) -> Rect:
     return (v.p0, v.p0 + np_, lo, hi + 1)
 
 
-def _check_reads(ops: list[Op], inputs: list[Tensor]) -> None:
-    """Refuse an operation that reads a region of a tensor where nothing at all was written
+def check_reads(ops: list[Op], inputs: list[Tensor]) -> None:
+    """Pass 2: refuse an operation that reads a region of a tensor where nothing at all was written
     before it (a tile whose load was dropped, an older-API result never assigned): its
     values would be whatever the memory held, NaN in this model's fresh memory and garbage
     on hardware. A read that overlaps something written passes: a kernel may compute on a
@@ -272,7 +270,7 @@ def _check_reads(ops: list[Op], inputs: list[Tensor]) -> None:
                 if not any(_overlap(w, r) for w in written.get(t.id, ())):
                     made = "an argument" if t.is_input else f"the tensor made at line {t.where[1]}"
                     raise KernelError(*op.where, (
-                        f"{_NAMES.get(op.kind, op.kind)} reads {made} where nothing was "
+                        f"{op.kind.value} reads {made} where nothing was "
                         f"written before: its values would be whatever the memory held; write "
                         f"it first (dma_copy, memset, a computation assigned to it)"))
         for v in (op.dst, *op.outs) if plain else op.views():
@@ -348,34 +346,25 @@ def _make_ap(v: View, base: int, where: tuple[str, int], reorder: bool,
                          partition_step=head.stride * isz)
 
 
-def _mx_scale(scale: AccessPattern, data: AccessPattern) -> AccessPattern:
-    """The E8M0 scale pattern of an MX operand: block g of the data's partitions keeps its
-    scale at row 32*(g//4) + g%4 of the scale tile (NKI docs; FACTS "Hardware")."""
-    from ..verify.mx import scale_span
+@dataclass(frozen=True)
+class Lifetimes:
+    """Pass 3's result: per on-chip tensor id the index of its first and last operation
+    (dead operations left out), the device-memory tensors in order of first use, and per
+    operation index the tensors whose last use it is."""
 
-    return AccessPattern(Space.SBUF, scale.partition, scale_span(data.partitions),
-                         scale.offset, scale.dims, "e8m0")
+    first: dict[int, int]
+    last: dict[int, int]
+    hbm: list[Tensor]
+    ends: dict[int, list[Tensor]]
 
 
-def build(rec: Recorder, result: Any, outputs: list[Tensor], check: bool = True,
-          buffers: int = DEFAULT_BUFFERS) -> Recorded:
-    """Passes 1-3; ``check`` verifies the Program (leave it on unless it is verified
-    later, e.g. by an executor that runs :func:`systolic.verify.verify` itself);
-    ``buffers`` physical tiles per tile made in an affine_range body (nki/alloc.py)."""
-    if not isinstance(buffers, int) or isinstance(buffers, bool) or buffers < 1:
-        raise SystolicError(f"buffers must be a whole number of at least 1, not {buffers!r}")
-    arch, ops = rec.arch, rec.ops
-    starts, stops, dead = _groups(ops)
-    _check_reads(ops, [*rec.inputs, *(t for t, _ in rec.constants)])
-    # pass 2: lifetimes of on-chip tensors
+def lifetimes(rec: Recorder, outputs: list[Tensor], dead: set[int]) -> Lifetimes:
+    """Pass 3: the lifetimes of on-chip tensors and the device-memory tensors to place."""
     first: dict[int, int] = {}
     last: dict[int, int] = {}
-    hbm: list[Tensor] = []
-    seen_hbm: set[int] = set()
-    for t in rec.inputs:
-        hbm.append(t)
-        seen_hbm.add(t.id)
-    for i, op in enumerate(ops):
+    hbm: list[Tensor] = list(rec.inputs)
+    seen_hbm: set[int] = {t.id for t in hbm}
+    for i, op in enumerate(rec.ops):
         if i in dead:
             continue
         for v in op.views():
@@ -390,25 +379,37 @@ def build(rec: Recorder, result: Any, outputs: list[Tensor], check: bool = True,
         if t.id not in seen_hbm:
             seen_hbm.add(t.id)
             hbm.append(t)
-    addr: dict[int, int] = {}
-    top = 0
-    for t in hbm:
-        addr[t.id] = top
-        top += -(-t.free_elems * t.dtype.itemsize // _HBM_ALIGN) * _HBM_ALIGN
-    dram_bytes = max(top, _HBM_ALIGN)
     ends: dict[int, list[Tensor]] = {}
     for t in rec.tensors:
         if t.id in last:
             ends.setdefault(last[t.id], []).append(t)
-    # pass 3: placement and emission
-    chip = OnChip(arch, buffers)
+    return Lifetimes(first, last, hbm, ends)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Pass 4's result: tensor id -> byte offset (device memory, or in each partition on
+    chip), the device-memory size, and what the compiler stage's rotation did."""
+
+    addresses: dict[int, int]
+    dram_bytes: int
+    allocation: Allocation
+
+
+def place(rec: Recorder, life: Lifetimes, dead: set[int], buffers: int) -> Placement:
+    """Pass 4: device-memory tensors one after another (64-byte aligned); on-chip tensors at
+    their first use, released after their last (nki/alloc.py), loops ending where they end."""
+    addr: dict[int, int] = {}
+    top = 0
+    for t in life.hbm:
+        addr[t.id] = top
+        top += -(-t.free_elems * t.dtype.itemsize // _HBM_ALIGN) * _HBM_ALIGN
+    chip = OnChip(rec.arch, buffers)
     loop_ends: dict[int, list[int]] = {}
     for lid, at in rec.loop_ends.items():
         loop_ends.setdefault(at, []).append(lid)
-    out: list[Instruction] = []
-    lines: list[tuple[str, int]] = []
-    st = new_state(arch, out)
-    for i, op in enumerate(ops):
+    first = life.first
+    for i, op in enumerate(rec.ops):
         for lid in loop_ends.get(i, ()):
             chip.end_loop(lid)
         if i in dead:  # a PSUM memset the group's START replaces
@@ -417,89 +418,78 @@ def build(rec: Recorder, result: Any, outputs: list[Tensor], check: bool = True,
             t = v.tensor
             if t.buffer.on_chip and first[t.id] == i and t.id not in addr:
                 addr[t.id] = chip.place(t)
-        n0 = len(out)
-        _emit(op, i, st, addr, starts, stops)
-        lines.extend([op.where] * (len(out) - n0))
-        for t in ends.get(i, ()):
+        for t in life.ends.get(i, ()):
             chip.release(t)
-    program = Program(out)
+    return Placement(addr, max(top, _HBM_ALIGN),
+                     Allocation(buffers, list(chip.report.values()), len(dead)))
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """Pass 5's result: the instructions, per instruction the kernel line it came from, and
+    the weight-tile cache hits."""
+
+    instructions: list[Instruction]
+    lines: list[tuple[str, int]]
+    cache_hits: int
+
+
+def lower(rec: Recorder, grp: Groups, addr: dict[int, int]) -> Lowered:
+    """Pass 5: each live operation through its kind's rule (nki/lower.py LOWER). After each,
+    the SBUF its instructions write is an intervening writer for the weight-tile cache."""
+    out: list[Instruction] = []
+    lines: list[tuple[str, int]] = []
+    st = new_state(rec.arch)
+    starts, stops, dead = grp.starts, grp.stops, grp.dead
+    for i, op in enumerate(rec.ops):
+        if i in dead:
+            continue
+        w = op.where
+        merge = op.kind not in UNMERGED_SOURCES
+        placed = Placed(
+            _ap(op.dst, addr[op.dst.tensor.id], w, reorder=not op.srcs),
+            [_ap(s, addr[s.tensor.id], w, merge=merge) for s in op.srcs],
+            [_ap(o, addr[o.tensor.id], w) for o in op.outs],
+            i in starts, i in stops)
+        insts = LOWER[op.kind](op, placed, st)
+        for ins in insts:
+            for ap in writes(ins):
+                if ap.space is Space.SBUF:
+                    st.invalidate(ap)
+        out.extend(insts)
+        lines.extend([w] * len(insts))
+    return Lowered(out, lines, st.hits)
+
+
+def checked(program: Program, arch: Arch, dram_bytes: int,
+            lines: list[tuple[str, int]]) -> None:
+    """Pass 6: verify the Program; a rule the recording checks missed is named at the kernel
+    line of the instruction that breaks it."""
     try:
-        if check:
-            verify(program, arch, dram_bytes)
-    except VerifyError as exc:  # a rule the recording checks missed: name the kernel line
+        verify(program, arch, dram_bytes)
+    except VerifyError as exc:
         path, line = lines[exc.index]
         raise KernelError(path, line, exc.message) from None
-    return Recorded(program, arch, list(rec.inputs), outputs, result, addr, dram_bytes,
-                    len(ops), lines, st.hits, check,
-                    Allocation(buffers, list(chip.report.values()), len(dead)),
-                    [(t, v) for t, v in rec.constants if t.id in addr],
-                    frozenset(v.tensor.id for op in ops for v in (op.dst, *op.outs)
+
+
+def build(rec: Recorder, result: Any, outputs: list[Tensor], check: bool = True,
+          buffers: int = DEFAULT_BUFFERS) -> Recorded:
+    """The passes, in order; ``check`` verifies the Program (leave it on unless it is
+    verified later, e.g. by an executor that runs :func:`systolic.verify.verify` itself);
+    ``buffers`` physical tiles per tile made in an affine_range body (nki/alloc.py)."""
+    if not isinstance(buffers, int) or isinstance(buffers, bool) or buffers < 1:
+        raise SystolicError(f"buffers must be a whole number of at least 1, not {buffers!r}")
+    grp = groups(rec.ops)
+    check_reads(rec.ops, [*rec.inputs, *(t for t, _ in rec.constants)])
+    life = lifetimes(rec, outputs, grp.dead)
+    placement = place(rec, life, grp.dead, buffers)
+    low = lower(rec, grp, placement.addresses)
+    program = Program(low.instructions)
+    if check:
+        checked(program, rec.arch, placement.dram_bytes, low.lines)
+    addr = placement.addresses
+    return Recorded(program, rec.arch, list(rec.inputs), outputs, result, addr,
+                    placement.dram_bytes, len(rec.ops), low.lines, low.cache_hits, check,
+                    placement.allocation, [(t, v) for t, v in rec.constants if t.id in addr],
+                    frozenset(v.tensor.id for op in rec.ops for v in (op.dst, *op.outs)
                               if v.tensor.is_input))
-
-
-# The recorded kinds _emit lowers itself; every other kind must be in lower.LOWER.
-EMITTED = frozenset({"mm", "mmx", "dma", "copy", "tt", "memset", "act", "ts", "reduce",
-                     "qmx"})
-
-
-def lowered_kinds() -> frozenset[str]:
-    """Every recorded operation kind the emission pass turns into instructions."""
-    return EMITTED | frozenset(LOWER)
-
-
-def _emit(op: Op, i: int, st: Any, addr: dict[int, int], starts: set[int],
-          stops: set[int]) -> None:
-    w = op.where
-    dst = _ap(op.dst, addr[op.dst.tensor.id], w, reorder=not op.srcs)
-    srcs = [_ap(s, addr[s.tensor.id], w, merge=op.kind != "mm") for s in op.srcs]
-    out = st.out
-    k, a = op.kind, op.attrs
-    if k == "mm":
-        emit_nc_matmul(st, srcs[0], srcs[1], dst, first=i in starts, last=i in stops,
-                       perf=a["perf"], column=a["col"], transpose=a.get("transpose", False))
-        return
-    if k == "mmx":
-        emit_nc_matmul_mx(st, srcs[0], srcs[1], _mx_scale(srcs[2], srcs[0]),
-                          _mx_scale(srcs[3], srcs[1]), dst, first=i in starts,
-                          last=i in stops, bank=dst.offset // st.arch.psum_bank_bytes)
-        return
-    if k == "dma":  # the compiler's queue assignment (timing/dma.py queue_for)
-        out.append(DmaCopy(srcs[0], dst, queue_for(srcs[0], dst)))
-    elif k == "copy":
-        out.append(TensorCopy(srcs[0], dst, a["engine"]))
-    elif k == "tt":
-        out.append(TensorTensor(srcs[0], srcs[1], dst, a["op"], a["engine"]))
-    elif k == "memset":
-        out.append(Memset(dst, a["value"], a["engine"]))
-    elif k == "act":
-        rest = iter(srcs[1:])  # bias, then scales, as recorded (nki/ops.py)
-        bias = next(rest) if a["bias"] else None
-        scales = next(rest) if a["scales"] else None
-        acc = _ap(op.outs[0], addr[op.outs[0].tensor.id], w) if op.outs else None
-        out.append(Activation(srcs[0], dst, a["func"], a["scale"], a["engine"], bias=bias,
-                              scales=scales, acc=acc, acc_op=a["acc_op"]))
-        if acc is not None and acc.space is Space.SBUF:
-            st.invalidate(acc)
-    elif k == "ts":
-        rest = iter(srcs[1:])  # the operand tiles, in order (nki/ops.py)
-        c0 = next(rest) if a["c0"] is None else None
-        c1 = next(rest) if a["op1"] is not None and a["c1"] is None else None
-        k0, k1 = a["c0"], a.get("c1")  # constants; None where a tile gives the operand
-        out.append(TensorScalar(srcs[0], dst, a["op0"], 1.0 if k0 is None else k0,
-                                a["engine"], operand0_ap=c0, reverse0=a["reverse0"],
-                                op1=a["op1"], operand1=0.0 if k1 is None else k1,
-                                operand1_ap=c1, reverse1=a["reverse1"]))
-    elif k == "reduce":
-        out.append(TensorReduce(srcs[0], dst, a["op"], a["engine"], a["negate"]))
-    elif k == "qmx":
-        scale = _mx_scale(srcs[1], dst)
-        out.append(QuantizeMx(srcs[0], dst, scale))
-        st.invalidate(scale)
-    elif k in LOWER:  # kinds that carry their own lowering (nki/lower.py LOWER)
-        out.extend(LOWER[k](op, dst, srcs))
-    else:  # a kind the recorder makes and nothing lowers would vanish from the Program
-        raise SystolicError(f"internal error: nki/build.py cannot lower the recorded "
-                            f"operation kind {k!r} ({_NAMES.get(k, k)} at "
-                            f"{os.path.basename(w[0])}:{w[1]}); please report it")
-    if dst.space is Space.SBUF:
-        st.invalidate(dst)

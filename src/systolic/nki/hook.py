@@ -37,6 +37,11 @@ ALIASES: dict[str, str] = {
 }
 
 
+# the names kernels import these modules as, for messages
+_SHORT = {f"{top}{sub}": short for top in ("nki", "neuronxcc.nki") for sub, short in (
+    (".isa", "nisa"), (".language", "nl"), (".typing", "nt"), (".compiler", "ncc"), ("", "nki"))}
+
+
 class _Loader(importlib.abc.Loader):
     def __init__(self, target: str) -> None:
         self.target = target
@@ -49,6 +54,12 @@ class _Loader(importlib.abc.Loader):
         module.__dict__.update({k: v for k, v in vars(src).items()
                                 if not k.startswith("__") or k == "__all__"})
         module.__dict__["__systolic_target__"] = self.target
+        # a name the model lacks: one line naming it (nisa.X is not modelled), not an
+        # AttributeError traceback
+        from .record import missing_names
+
+        module.__dict__["__getattr__"] = missing_names(_SHORT.get(module.__name__,
+                                                                  module.__name__))
 
 
 class NkiFinder(importlib.abc.MetaPathFinder):

@@ -9,7 +9,7 @@ import numpy as np
 
 from .record import fail
 
-__all__ = ["Expr", "Grid", "Mask", "check_mask", "reduce_axis", "whole"]
+__all__ = ["Expr", "Grid", "Mask", "MultiExpr", "check_mask", "reduce_axis", "whole"]
 
 
 def whole(x: object) -> bool:
@@ -36,20 +36,31 @@ class Expr:
     def __init__(self, pos: int, size: int, const: int = 0, coef: int = 1) -> None:
         self.pos, self.size, self.const, self.coef = pos, size, const, coef
 
-    def __add__(self, other: object) -> Expr:
-        if isinstance(other, int):
-            return Expr(self.pos, self.size, self.const + other, self.coef)
-        raise fail("an index expression adds only integers (k * TILE + i.p); two iteration "
-                   "axes in one index are not supported")
+    def __add__(self, other: object) -> Any:
+        if whole(other):
+            return Expr(self.pos, self.size, self.const + int(other), self.coef)  # type: ignore
+        if isinstance(other, Expr | MultiExpr):
+            return MultiExpr.of(self) + other
+        raise fail(f"an index expression adds integers and other index expressions "
+                   f"(k * TILE + i.p, i_f1 * F2 + i_f2), not {type(other).__name__}")
 
     __radd__ = __add__
 
-    def __sub__(self, other: int) -> Expr:
-        return self + (-other)
+    def __sub__(self, other: object) -> Any:
+        if isinstance(other, Expr | MultiExpr):
+            return self + other * -1
+        return self + (-other)  # type: ignore[operator]
+
+    def __rsub__(self, other: object) -> Any:
+        return self * -1 + other
+
+    def __neg__(self) -> Expr:
+        return self * -1
 
     def __mul__(self, other: object) -> Expr:
-        if isinstance(other, int):
-            return Expr(self.pos, self.size, self.const * other, self.coef * other)
+        if whole(other):
+            k = int(other)  # type: ignore[call-overload]
+            return Expr(self.pos, self.size, self.const * k, self.coef * k)
         raise fail("an index expression multiplies only by integers")
 
     __rmul__ = __mul__
@@ -78,14 +89,82 @@ class Expr:
             if self.coef else range(self.const, self.const + 1)
 
     def __getitem__(self, key: object) -> Expr:
-        """``nl.arange(n)[:, None]`` is the partition axis, ``[None, :]`` the free one."""
-        if isinstance(key, tuple) and len(key) == 2:
-            return Expr(0 if key[1] is None else 1, self.size, self.const, self.coef)
+        """``nl.arange(n)[:, None]`` is the partition axis, ``[None, :]`` the free one;
+        ``[None, :, None]`` the second free axis: the axis is where the slice stands."""
+        if isinstance(key, tuple) and len(key) >= 2:
+            pos = next((i for i, k in enumerate(key) if k is not None), 0)
+            return Expr(pos, self.size, self.const, self.coef)
         return self
 
     @property
     def p(self) -> Expr:  # pragma: no cover - grids give p/x, kept for symmetry
         return self
+
+
+class MultiExpr:
+    """An affine index over several iteration axes: ``const + sum(coef_k * i_k)``
+    (``i_f1 * F2 + i_f2``; ``expr_a + expr_b`` of two nl.arange axes). ``terms`` are
+    one-axis expressions with const 0, one per axis position, in order of position."""
+
+    __slots__ = ("const", "terms")
+
+    def __init__(self, terms: tuple[Expr, ...], const: int) -> None:
+        self.terms, self.const = terms, const
+
+    @staticmethod
+    def of(e: Expr) -> MultiExpr:
+        return MultiExpr((Expr(e.pos, e.size, 0, e.coef),), e.const)
+
+    def __add__(self, other: object) -> MultiExpr:
+        if whole(other):
+            return MultiExpr(self.terms, self.const + int(other))  # type: ignore[call-overload]
+        if isinstance(other, Expr):
+            other = MultiExpr.of(other)
+        if not isinstance(other, MultiExpr):
+            raise fail(f"an index expression adds integers and other index expressions, not "
+                       f"{type(other).__name__}")
+        by: dict[int, Expr] = {t.pos: t for t in self.terms}
+        for t in other.terms:
+            old = by.get(t.pos)
+            if old is not None and old.size != t.size:
+                raise fail(f"index expressions over axis {t.pos} of different sizes "
+                           f"({old.size} and {t.size}) cannot be added")
+            by[t.pos] = Expr(t.pos, t.size, 0, t.coef + (old.coef if old else 0))
+        return MultiExpr(tuple(by[p] for p in sorted(by)),
+                         self.const + other.const)
+
+    __radd__ = __add__
+
+    def __mul__(self, other: object) -> MultiExpr:
+        if not whole(other):
+            raise fail("an index expression multiplies only by integers")
+        k = int(other)  # type: ignore[call-overload]
+        return MultiExpr(tuple(Expr(t.pos, t.size, 0, t.coef * k) for t in self.terms),
+                         self.const * k)
+
+    __rmul__ = __mul__
+
+    def __sub__(self, other: object) -> MultiExpr:
+        return self + (other * -1 if isinstance(other, Expr | MultiExpr)
+                       else -other)  # type: ignore[operator]
+
+    def __neg__(self) -> MultiExpr:
+        return self * -1
+
+    def bounds(self) -> tuple[int, int]:
+        """The smallest and the largest value the index takes."""
+        lo = self.const + sum(min(0, t.coef * (t.size - 1)) for t in self.terms)
+        hi = self.const + sum(max(0, t.coef * (t.size - 1)) for t in self.terms)
+        return lo, hi
+
+    def _cmp(self, op: str, other: object) -> Mask:
+        raise fail("a mask on an index over several iteration axes is not modelled; compare "
+                   "one axis's index expression (i * 128 + i_p < n)")
+
+    def __lt__(self, other: object) -> Mask:
+        return self._cmp("<", other)
+
+    __le__ = __gt__ = __ge__ = __lt__
 
 
 def _span(s: object) -> str:

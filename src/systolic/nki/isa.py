@@ -17,6 +17,8 @@ import numpy as np
 from ..dtypes import get_format
 from ..isa import Engine
 from .index import check_mask, reduce_axis
+from .lazy import LazyKind
+from .opkind import MatmulMxArgs, QuantizeMxArgs
 from .ops import (
     _add,
     record_activation,
@@ -49,6 +51,16 @@ class engine:
 # the older API's names
 vector_engine, scalar_engine, gpsimd_engine = Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD
 tensor_engine = Engine.TENSOR
+
+
+class dge_mode:
+    """``nisa.dge_mode``: which descriptor generator a DMA uses; no difference to the values,
+    and the model times every DMA by the same rule (timing/dma.py)."""
+
+    none = "none"
+    swdge = "swdge"
+    hwdge = "hwdge"
+    unknown = "unknown"
 
 
 class matmul_perf_mode:
@@ -106,7 +118,7 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
     kw.pop("tile_size", None)
     perf = _perf_mode(kw.pop("perf_mode", None), where)
     _no_extra(kw, "nc_matmul", where)
-    return Pending("mm", where, stationary=vals["stationary"], moving=vals["moving"],
+    return Pending(LazyKind.MATMUL, where, stationary=vals["stationary"], moving=vals["moving"],
                    perf_mode=perf, transpose=bool(transpose))
 
 
@@ -167,7 +179,7 @@ def tensor_copy(*args: Any, **kw: Any) -> Pending | None:
     src = args[0] if args else kw.pop("src")
     dtype = kw.pop("dtype", None)
     _no_extra(kw, "tensor_copy", where)
-    return Pending("copy", where, src=src, dtype=dtype, engine=eng)
+    return Pending(LazyKind.COPY, where, src=src, dtype=dtype, engine=eng)
 
 
 def tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
@@ -193,7 +205,7 @@ def tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
     _no_extra(kw, "tensor_tensor", where)
     _need(vals, names, "tensor_tensor", where)
     _tt_op(vals["op"], where)
-    return Pending("tt", where, a=vals["data1"], b=vals["data2"], op=vals["op"],
+    return Pending(LazyKind.TENSOR_TENSOR, where, a=vals["data1"], b=vals["data2"], op=vals["op"],
                    dtype=dtype, engine=eng)
 
 
@@ -317,7 +329,8 @@ def _activation(args: tuple[Any, ...], kw: dict[str, Any], reduce: bool) -> Pend
     dtype = kw.pop("dtype", None)
     _no_extra(kw, "activation", where)
     _need(vals, names, "activation", where)
-    return Pending("act", where, src=vals["data"], op=vals["op"], dtype=dtype, **extra)
+    return Pending(LazyKind.ACTIVATION, where, src=vals["data"], op=vals["op"], dtype=dtype,
+                   **extra)
 
 
 def _need(vals: dict[str, Any], names: tuple[str, ...], what: str,
@@ -349,8 +362,8 @@ def tensor_scalar(*args: Any, **kw: Any) -> Pending | None:
                              vals["operand0"], rev0, vals.get("op1"), vals.get("operand1"),
                              rev1, eng, where)
         return None
-    return Pending("ts", where, src=vals["data"], dtype=dtype, engine=eng, op0=vals["op0"],
-                   operand0=vals["operand0"], reverse0=rev0, op1=vals.get("op1"),
+    return Pending(LazyKind.TENSOR_SCALAR, where, src=vals["data"], dtype=dtype, engine=eng,
+                   op0=vals["op0"], operand0=vals["operand0"], reverse0=rev0, op1=vals.get("op1"),
                    operand1=vals.get("operand1"), reverse1=rev1)
 
 
@@ -375,9 +388,9 @@ def tensor_reduce(*args: Any, **kw: Any) -> Pending | None:
         record_tensor_reduce(as_view(vals["dst"]), as_view(vals["data"]), vals["op"],
                              vals.get("axis"), bool(vals.get("negate", False)), eng, where)
         return None
-    return Pending("reduce", where, src=vals["data"], op=vals["op"], axis=vals.get("axis"),
-                   negate=bool(vals.get("negate", False)), engine=eng, dtype=dtype,
-                   keepdims=bool(vals.get("keepdims", False)))
+    return Pending(LazyKind.TENSOR_REDUCE, where, src=vals["data"], op=vals["op"],
+                   axis=vals.get("axis"), negate=bool(vals.get("negate", False)), engine=eng,
+                   dtype=dtype, keepdims=bool(vals.get("keepdims", False)))
 
 
 def _mx_gate(what: str) -> None:
@@ -431,7 +444,7 @@ def nc_matmul_mx(dst: Any = None, stationary: Any = None, moving: Any = None,
                    f"from partition 0", where)
     srcs = (s, m, ss, ms)
     if d.dtype.fmt == "fp32":
-        _add("mmx", d, srcs, where, accumulate=accumulate)
+        _add(MatmulMxArgs(accumulate), d, srcs, where)
         return
     if accumulate:
         raise fail("accumulating nc_matmul_mx into a bfloat16 PSUM tile is not modelled; "
@@ -440,7 +453,7 @@ def nc_matmul_mx(dst: Any = None, stationary: Any = None, moving: Any = None,
     # model's PSUM holds fp32 matmul results only)
     tmp = Tensor((mm, n), to_dtype("float32"), BUFFERS["psum"], where, "mx_fp32")
     current().add_tensor(tmp)
-    _add("mmx", tmp.full, srcs, where, accumulate=None)
+    _add(MatmulMxArgs(None), tmp.full, srcs, where)
     record_copy(d, tmp.full, None, where)
 
 
@@ -470,7 +483,7 @@ def quantize_mx(dst: Any = None, src: Any = None, dst_scale: Any = None,
     if d.partitions != p or d.size != p * f // 4:
         raise fail(f"quantize_mx dst has shape {list(d.shape)}; it must be [{p}, {f // 4}]",
                    where)
-    _add("qmx", d, (s_, sc), where)
+    _add(QuantizeMxArgs(), d, (s_,), where, (sc,))
 
 
 # -- the NKI breadth of issue 19: transposes, bn_stats / bn_aggr, iota ----------------------
@@ -524,10 +537,11 @@ def dma_transpose(*args: Any, **kw: Any) -> Pending | None:
         record_dma_transpose(as_view(vals["dst"]), as_view(vals["src"]), where)
         return None
     src = args[0] if args else kw.pop("src", None)
+    dtype = kw.pop("dtype", None)
     _no_extra(kw, "dma_transpose", where)
     if src is None:
         raise fail("dma_transpose: missing argument src", where)
-    return Pending("dma_transpose", where, src=src)
+    return Pending(LazyKind.DMA_TRANSPOSE, where, src=src, dtype=dtype)
 
 
 def _stats(kind: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Pending | None:
@@ -552,7 +566,7 @@ def _stats(kind: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Pending | No
     _no_extra(kw, kind, where)
     if data is None:
         raise fail(f"{kind}: missing argument data", where)
-    return stats_pending(kind, data, dtype, eng, where)
+    return stats_pending(LazyKind(kind), data, dtype, eng, where)
 
 
 def bn_stats(*args: Any, **kw: Any) -> Pending | None:
@@ -591,3 +605,58 @@ def iota(*args: Any, **kw: Any) -> Pending | None:
 
 
 __all__ += ["bn_aggr", "bn_stats", "dma_transpose", "iota", "nc_transpose"]
+
+
+def reciprocal(*args: Any, **kw: Any) -> Pending | None:
+    """``reciprocal(data, dtype=)`` returns 1 / data in a new tile; ``reciprocal(dst, data)``
+    writes it (Vector engine, nki/vector.py)."""
+    from .vector import record_reciprocal
+
+    where = here()
+    kw.pop("name", None)
+    check_mask(kw.pop("mask", None), "reciprocal", where)
+    if _current_api(args, kw, 2):
+        vals = dict(zip(("dst", "data"), args, strict=False))
+        vals.update({k: kw.pop(k) for k in ("dst", "data") if k in kw})
+        kw.pop("dtype", None)
+        _no_extra(kw, "reciprocal", where)
+        _need(vals, ("dst", "data"), "reciprocal", where)
+        record_reciprocal(as_view(vals["dst"]), as_view(vals["data"]), where)
+        return None
+    data = args[0] if args else kw.pop("data", None)
+    dtype = kw.pop("dtype", None)
+    _no_extra(kw, "reciprocal", where)
+    if data is None:
+        raise fail("reciprocal: missing argument data", where)
+    return Pending(LazyKind.RECIPROCAL, where, src=data, dtype=dtype)
+
+
+def tensor_tensor_scan(*args: Any, **kw: Any) -> Pending | None:
+    """``tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=, reverse1=, dtype=)``
+    returns the scan in a new tile; with ``dst`` first (or ``dst=``) it writes it (Vector
+    engine, nki/vector.py)."""
+    from .vector import record_scan
+
+    where = here()
+    kw.pop("name", None)
+    check_mask(kw.pop("mask", None), "tensor_tensor_scan", where)
+    if kw.pop("engine", None) not in (None, Engine.VECTOR):
+        raise fail("tensor_tensor_scan runs on the Vector engine (NKI docs)", where)
+    current_api = "dst" in kw or (len(args) >= 3 and isinstance(args[2], Tensor | View))
+    names: tuple[str, ...] = (("dst",) if current_api else ()) + (
+        "data0", "data1", "initial", "op0", "op1", "reverse0", "reverse1")
+    vals = dict(zip(names, args, strict=False))
+    vals.update({k: kw.pop(k) for k in names if k in kw})
+    dtype = kw.pop("dtype", None)
+    _no_extra(kw, "tensor_tensor_scan", where)
+    _need(vals, names[:6] if current_api else names[:5], "tensor_tensor_scan", where)
+    if current_api:
+        record_scan(as_view(vals["dst"]), as_view(vals["data0"]), as_view(vals["data1"]),
+                    vals["initial"], vals["op0"], vals["op1"], vals.get("reverse0", False),
+                    vals.get("reverse1", False), where)
+        return None
+    return Pending(LazyKind.TENSOR_TENSOR_SCAN, where, dtype=dtype,
+                   **{k: vals.get(k) for k in names})
+
+
+__all__ += ["reciprocal", "tensor_tensor_scan"]

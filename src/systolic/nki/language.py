@@ -10,11 +10,31 @@ from ..isa import ActivationFunc, AluOp
 from . import ops as _isa
 from .index import Expr, Grid, check_mask, reduce_axis, whole
 from .record import current, fail, here
-from .tensor import NlOp, Pending, Tensor, View, as_view, binary
+from .tensor import LazyKind, NlOp, Pending, Tensor, View, as_view, binary
 from .types import BUFFERS, DTYPE_ALIASES, DTYPES, Buffer, ParDim, TileSize, to_dtype
 
-__all__ = ["affine_range", "arange", "copy", "load", "matmul", "mgrid", "ndarray", "par_dim",
-           "sequential_range", "static_range", "store", "tile_size", "zeros"]
+__all__ = [
+    "affine_range",
+    "arange",
+    "copy",
+    "device_print",
+    "empty_like",
+    "fp32",
+    "full",
+    "load",
+    "load_transpose2d",
+    "matmul",
+    "mgrid",
+    "ndarray",
+    "par_dim",
+    "sequential_range",
+    "static_cast",
+    "static_range",
+    "store",
+    "tile_size",
+    "zeros",
+    "zeros_like",
+]
 
 globals().update(DTYPES)  # nl.bfloat16, nl.float32, nl.float8_e4m3 ...
 globals().update(DTYPE_ALIASES)  # nl.bool_ (kept as uint8 bytes)
@@ -110,6 +130,82 @@ def zeros(shape: Any, dtype: Any = None, buffer: Any = None, name: str = "",
     return t
 
 
+def _like(what: str, a: Any, dtype: Any, buffer: Any, kw: dict[str, Any]) -> Tensor:
+    where = here()
+    kw.pop("name", None)
+    if kw:
+        raise fail(f"nl.{what}: argument(s) {', '.join(sorted(kw))} not modelled", where)
+    v = as_view(a)
+    t = ndarray(tuple(v.shape), dtype if dtype is not None else v.dtype,
+                buffer if buffer is not None else v.buffer)
+    t.where = where
+    return t
+
+
+class fp32:
+    """``nl.fp32``: FP32 constants; ``min`` is the bit pattern 0xff7fffff, the most negative
+    finite fp32 value (NKI docs, nki.language.fp32)."""
+
+    min = -3.4028234663852886e38
+
+
+def full(shape: Any, fill_value: Any, dtype: Any = None, buffer: Any = None, name: str = "",
+         **kw: Any) -> Tensor:
+    """``nl.full(shape, fill_value, dtype, buffer=)``: a new on-chip tensor filled with
+    ``fill_value`` (one memset; the value must be representable, as any memset's)."""
+    from ..errors import SystolicError
+    from .types import fill_value as _fill
+
+    t = ndarray(shape, dtype, buffer, name)
+    if not t.buffer.on_chip:
+        raise fail("nl.full in device memory is not modelled; fill an nl.sbuf tile and store "
+                   "it", t.where)
+    try:
+        v = _fill(fill_value, t.dtype)
+    except SystolicError as exc:
+        raise fail(f"nl.full fill_value: {exc}", t.where) from None
+    _isa.record_memset(t.full, v, None, t.where)
+    return t
+
+
+def empty_like(a: Any, dtype: Any = None, buffer: Any = None, **kw: Any) -> Tensor:
+    """``nl.empty_like(a, dtype=, buffer=)``: a new tensor of a's shape (and dtype, buffer
+    unless given); nothing is written."""
+    return _like("empty_like", a, dtype, buffer, kw)
+
+
+def zeros_like(a: Any, dtype: Any = None, buffer: Any = None, **kw: Any) -> Tensor:
+    """``nl.zeros_like``: ``empty_like`` filled with zeros (a memset)."""
+    t = _like("zeros_like", a, dtype, buffer, kw)
+    _isa.record_memset(t.full, 0.0, None, t.where)
+    return t
+
+
+def device_print(prefix: str, x: Any = None, **kw: Any) -> None:
+    """``nl.device_print``: prints nothing here. The model computes values after the kernel
+    is recorded, so there is nothing to print while it runs (read the outputs, or
+    ``systolic kernel --values``); it records no instruction (a debugging aid, not part of
+    the kernel's work)."""
+
+
+def static_cast(x: Any, dtype: Any) -> Any:
+    """``nl.static_cast(array, dtype)`` of the kernels' host code: the numpy array cast to
+    the dtype's numpy storage type (ml_dtypes for bf16 / fp8), rounded to nearest even,
+    from float32 (FACTS: float64 would round twice). A tile: one line (use nl.copy(x,
+    dtype=) in a kernel)."""
+    import numpy as np
+
+    if isinstance(x, Tensor | View | Pending):
+        raise fail("nl.static_cast of a tile is not modelled; use nl.copy(x, dtype=...)")
+    d = to_dtype(dtype)
+    if d.np_dtype is None:
+        raise fail(f"nl.static_cast to {d} is not modelled (no numpy storage type)")
+    arr = np.asarray(x)
+    if arr.dtype.kind == "f" and arr.dtype != np.float32:
+        arr = arr.astype(np.float32)
+    return arr.astype(d.np_dtype)
+
+
 class _MGrid:
     def __getitem__(self, key: Any) -> Grid:
         return Grid(key if isinstance(key, tuple) else (key,))
@@ -126,7 +222,21 @@ def arange(*args: int) -> Expr:
 def load(src: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Pending:
     where = here()
     check_mask(mask, "nl.load", where)
-    return Pending("load", where, src=src)
+    return Pending(LazyKind.LOAD, where, src=src)
+
+
+def load_transpose2d(src: Any, mask: Any = None, dtype: Any = None, **kw: Any) -> Pending:
+    """``nl.load_transpose2d(src)``: a 2-D device-memory tensor [P, F] loaded transposed
+    into a new SBUF tile [F, P] (F <= 128): one DMA walking src column by column
+    (nki/transpose.py record_dma_transpose), any dtype."""
+    where = here()
+    check_mask(mask, "nl.load_transpose2d", where)
+    kw.pop("name", None)
+    if kw:
+        raise fail(f"nl.load_transpose2d: argument(s) {', '.join(sorted(kw))} not modelled",
+                   where)
+    return Pending(LazyKind.DMA_TRANSPOSE, where, src=src, dtype=dtype,
+                   what="nl.load_transpose2d")
 
 
 def store(dst: Any, value: Any, mask: Any = None, **kw: Any) -> None:
@@ -141,7 +251,7 @@ def matmul(x: Any, y: Any, transpose_x: bool = False, **kw: Any) -> Pending:
     if not transpose_x:
         raise fail("nl.matmul(x, y) with x = [M, K] needs a transpose this model does not "
                    "lower; pass x as [K, M] with transpose_x=True", where)
-    return Pending("mm", where, stationary=x, moving=y)
+    return Pending(LazyKind.MATMUL, where, stationary=x, moving=y)
 
 
 class _Callable(NlOp):
@@ -153,11 +263,11 @@ class _Callable(NlOp):
         dtype = kw.pop("dtype", None)
         check_mask(kw.pop("mask", None), f"nl.{self.name}", where)
         if self.name in ("copy",):
-            return Pending("copy", where, src=args[0], dtype=dtype)
+            return Pending(LazyKind.COPY, where, src=args[0], dtype=dtype)
         if self.alu is not None and len(args) == 2 and not kw:
             return binary(self, args[0], args[1], where, dtype)
         if self.act is not None and len(args) == 1 and not kw:
-            return Pending("act", where, src=args[0], op=self, scale=1.0, dtype=dtype)
+            return Pending(LazyKind.ACTIVATION, where, src=args[0], op=self, scale=1.0, dtype=dtype)
         raise fail(f"nl.{self.name}({', '.join(['...'] * len(args))}"
                    f"{', ' if args and kw else ''}{', '.join(f'{k}=' for k in kw)}) is not "
                    f"modelled here", where)
@@ -173,8 +283,8 @@ def _reduce(name: str, alu: AluOp) -> Any:
         if kw:
             raise fail(f"nl.{name}: argument(s) {', '.join(sorted(kw))} not modelled", where)
         reduce_axis(axis, f"nl.{name}", where)
-        return Pending("reduce", where, src=x, op=op, axis=axis, negate=False, dtype=dtype,
-                       keepdims=bool(keepdims), engine=None)
+        return Pending(LazyKind.TENSOR_REDUCE, where, src=x, op=op, axis=axis, negate=False,
+                       dtype=dtype, keepdims=bool(keepdims), engine=None)
 
     reduce.alu, reduce.act = alu, None  # type: ignore[attr-defined]  # usable as op=
     reduce.__name__ = name
@@ -212,14 +322,14 @@ def mean(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False,
          **kw: Any) -> Pending:
     """``nl.mean``: the sum of each partition's free elements (tensor_reduce), times 1/n
     (tensor_scalar)."""
-    from .ops import materialize
+    from .results import materialize
 
     where = here()
     total = materialize(sum(x, axis=axis, dtype="float32", keepdims=keepdims, **kw))
     v = as_view(x)
     n = v.size // v.partitions
-    return Pending("ts", where, src=total, op0=multiply, operand0=1.0 / n, reverse0=False,
-                   op1=None, operand1=None, reverse1=False, dtype=dtype)
+    return Pending(LazyKind.TENSOR_SCALAR, where, src=total, op0=multiply, operand0=1.0 / n,
+                   reverse0=False, op1=None, operand1=None, reverse1=False, dtype=dtype)
 
 
 __all__ += [*DTYPES, "abs", "add", "divide", "exp", "gelu_apprx_tanh", "hbm", "identity",

@@ -8,16 +8,37 @@ Below :mod:`systolic.nki.tensor`: tiles are reached through their ``view()`` met
 
 from __future__ import annotations
 
+import enum
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ..isa import ActivationFunc, AluOp
-from .record import HOOKS, current, fail, here
+from .record import current, fail, here
 from .types import DType
 
 if TYPE_CHECKING:
     from .tensor import Tensor, View
 
-__all__ = ["Arithmetic", "NlOp", "Pending", "as_view", "binary"]
+__all__ = ["Arithmetic", "LazyKind", "NlOp", "Pending", "as_view", "binary"]
+
+
+class LazyKind(enum.Enum):
+    """What a lazy result of the older API computes; nki/results.py ``LAZY`` has, per kind,
+    the tile it lands in when used and how it is written when assigned."""
+
+    LOAD = "nl.load"
+    MATMUL = "nc_matmul"
+    COPY = "tensor_copy"
+    TENSOR_TENSOR = "tensor_tensor"
+    TENSOR_SCALAR = "tensor_scalar"
+    TENSOR_REDUCE = "tensor_reduce"
+    ACTIVATION = "activation"
+    TRANSPOSE = "nc_transpose"
+    DMA_TRANSPOSE = "dma_transpose"
+    BN_STATS = "bn_stats"
+    BN_AGGR = "bn_aggr"
+    IOTA = "iota"
+    RECIPROCAL = "reciprocal"
+    TENSOR_TENSOR_SCAN = "tensor_tensor_scan"
 
 
 class NlOp:
@@ -47,6 +68,20 @@ def _column(col: View, full: View) -> bool:
             and full.size > full.partitions)
 
 
+_TS = LazyKind.TENSOR_SCALAR
+
+
+def _partitions(a: View, b: View) -> tuple[View, View]:
+    """numpy broadcasting along the partition axis: a one-partition ``a`` ([1, F], [1, 1])
+    against a ``b`` of P partitions is read on every partition (``a.broadcast_to``: one DMA
+    from the device memory it was loaded from, partition step 0; a tile computed on chip is
+    refused there in one line)."""
+    if (a.partitions == 1 and b.partitions > 1 and len(a.shape) == len(b.shape)
+            and a.shape[0] == 1):
+        return a.broadcast_to((b.partitions, *a.shape[1:])).full, b
+    return a, b
+
+
 def binary(op: NlOp, x: object, y: object, where: tuple[str, int], dtype: object = None
            ) -> Pending:
     """``op(x, y)`` of tiles and numbers: a tensor_scalar when one side is a number or a
@@ -54,15 +89,16 @@ def binary(op: NlOp, x: object, y: object, where: tuple[str, int], dtype: object
     left), else a tensor_tensor."""
     ts = {"op1": None, "operand1": None, "reverse1": False, "dtype": dtype}
     if _is_number(y) and not _is_number(x):
-        return Pending("ts", where, src=x, op0=op, operand0=float(y), reverse0=False, **ts)
+        return Pending(_TS, where, src=x, op0=op, operand0=float(y), reverse0=False, **ts)
     if _is_number(x) and not _is_number(y):
-        return Pending("ts", where, src=y, op0=op, operand0=float(x), reverse0=True, **ts)
-    vx, vy = as_view(x), as_view(y)
+        return Pending(_TS, where, src=y, op0=op, operand0=float(x), reverse0=True, **ts)
+    vx, vy = _partitions(as_view(x), as_view(y))
+    vy, vx = _partitions(vy, vx)
     if _column(vy, vx):
-        return Pending("ts", where, src=vx, op0=op, operand0=vy, reverse0=False, **ts)
+        return Pending(_TS, where, src=vx, op0=op, operand0=vy, reverse0=False, **ts)
     if _column(vx, vy):
-        return Pending("ts", where, src=vy, op0=op, operand0=vx, reverse0=True, **ts)
-    return Pending("tt", where, a=vx, b=vy, op=op, dtype=dtype)
+        return Pending(_TS, where, src=vy, op0=op, operand0=vx, reverse0=True, **ts)
+    return Pending(LazyKind.TENSOR_TENSOR, where, a=vx, b=vy, op=op, dtype=dtype)
 
 
 class Arithmetic:
@@ -100,7 +136,8 @@ class Arithmetic:
         return self._op("divide", other, True)
 
     def __neg__(self) -> Any:
-        return Pending("act", here(), src=self, op=_NEGATIVE, scale=1.0, dtype=None)
+        return Pending(LazyKind.ACTIVATION, here(), src=self, op=_NEGATIVE, scale=1.0,
+                       dtype=None)
 
 
 class Pending(Arithmetic):
@@ -109,7 +146,7 @@ class Pending(Arithmetic):
 
     __slots__ = ("args", "kind", "result", "where")
 
-    def __init__(self, kind: str, where: tuple[str, int], **args: Any) -> None:
+    def __init__(self, kind: LazyKind, where: tuple[str, int], **args: Any) -> None:
         self.kind, self.where, self.args = kind, where, args
         self.result: Tensor | None = None
         current().pending.append(self)
@@ -146,7 +183,7 @@ class Pending(Arithmetic):
         rec = current()
         rec.writing.add(id(self))
         try:
-            self.result = HOOKS["materialize"](self)
+            self.result = rec.recording.materialize(self)
         finally:
             rec.writing.discard(id(self))
         return self.result
@@ -156,7 +193,7 @@ class Pending(Arithmetic):
         rec = current()
         rec.writing.add(id(self))
         try:
-            HOOKS["write_pending"](self, dst, accumulate)
+            rec.recording.write(self, dst, accumulate)
         finally:
             rec.writing.discard(id(self))
 

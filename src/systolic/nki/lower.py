@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import NamedTuple
 
 from ..arch import Arch
 from ..compiler.codegen import WeightTileState, calc_flags
@@ -23,28 +23,53 @@ from ..compiler.codegen import emit_nc_matmul as codegen_nc_matmul
 from ..compiler.codegen_mx import acc_byte
 from ..isa import (
     AccessPattern,
+    Activation,
+    DmaCopy,
     Fp32Pass,
     Instruction,
     LdWeightMx,
     LoadStationary,
     MatMul,
     MatmultMx,
+    Memset,
     PerfMode,
+    QuantizeMx,
+    Space,
+    TensorCopy,
+    TensorReduce,
+    TensorScalar,
+    TensorTensor,
     row_group,
 )
-from ..isa.instructions import BnAggr, BnStats, Iota, Transpose
+from ..isa.instructions import BnAggr, BnStats, Iota, Reciprocal, TensorTensorScan, Transpose
+from ..timing.dma import queue_for
+from .opkind import (
+    ActivationArgs,
+    CopyArgs,
+    IotaArgs,
+    MatmulArgs,
+    MatmulMxArgs,
+    MemsetArgs,
+    OpKind,
+    ScanArgs,
+    TensorReduceArgs,
+    TensorScalarArgs,
+    TensorTensorArgs,
+    VectorTransposeArgs,
+)
+from .record import Op
 
-__all__ = ["LOWER", "MatmulState", "emit_nc_matmul", "emit_nc_matmul_mx", "new_state"]
+__all__ = ["LOWER", "UNMERGED_SOURCES", "MatmulState", "Placed", "Rule", "emit_nc_matmul",
+           "emit_nc_matmul_mx", "new_state"]
 
 
 @dataclass
 class MatmulState:
-    """What lowering one kernel carries between its matmuls: the arch, the instructions so
-    far, the weight-tile cache (the compiler's immutable :class:`WeightTileState`) and the
-    number of cache hits."""
+    """What lowering one kernel carries between its matmuls: the arch, the weight-tile
+    cache (the compiler's immutable :class:`WeightTileState`) and the number of cache
+    hits."""
 
     arch: Arch
-    out: list[Instruction]
     cache: WeightTileState = field(default_factory=WeightTileState)
     hits: int = 0
 
@@ -53,14 +78,14 @@ class MatmulState:
         self.cache = self.cache.written(written)
 
 
-def new_state(arch: Arch, out: list[Instruction]) -> MatmulState:
-    return MatmulState(arch, out)
+def new_state(arch: Arch) -> MatmulState:
+    return MatmulState(arch)
 
 
 def emit_nc_matmul(st: MatmulState, stationary: AccessPattern, moving: AccessPattern,
                    dst: AccessPattern, *, first: bool, last: bool, perf: PerfMode,
-                   column: int, transpose: bool = False) -> None:
-    """Append the instructions of one nc_matmul: dst[M, N] (+)= stationary[K, M].T @
+                   column: int, transpose: bool = False) -> list[Instruction]:
+    """The instructions of one nc_matmul: dst[M, N] (+)= stationary[K, M].T @
     moving[K, N], START on the group's first matmul and STOP on its last; the tile sits at
     array row ``stationary.partition`` and column ``column``.
 
@@ -84,49 +109,171 @@ def emit_nc_matmul(st: MatmulState, stationary: AccessPattern, moving: AccessPat
                  replace(mm, flags=flags, fp32_pass=Fp32Pass.FULL)]
     if stationary.dtype != "fp32" and not any(isinstance(i, LoadStationary) for i in insts):
         st.hits += 1  # WeightTileState hit: the weights were warm, the MatMul went alone
-    st.out.extend(insts)
+    return list(insts)
 
 
 def emit_nc_matmul_mx(st: MatmulState, stationary: AccessPattern, moving: AccessPattern,
                       stationary_scale: AccessPattern, moving_scale: AccessPattern,
-                      dst: AccessPattern, *, first: bool, last: bool, bank: int) -> None:
+                      dst: AccessPattern, *, first: bool, last: bool, bank: int
+                      ) -> list[Instruction]:
     """One nc_matmul_mx: always the pair LdWeightMx + MatmultMx (seed 000: the MX path has
     no weight cache), with the compiler's MX accumulate byte (START first, ACCUMULATE after,
     STOP last)."""
     rg = row_group(stationary.partition, stationary.partitions)
-    st.out.append(LdWeightMx(stationary, stationary_scale, 0, rg, stationary.dtype))
-    st.out.append(MatmultMx(moving, moving_scale, dst, acc_byte(first, last),
-                            moving.dtype, stationary.dtype, rg, bank))
     st.cache = WeightTileState()  # the MX load replaced whatever dense tile the PEs held
+    return [LdWeightMx(stationary, stationary_scale, 0, rg, stationary.dtype),
+            MatmultMx(moving, moving_scale, dst, acc_byte(first, last), moving.dtype,
+                      stationary.dtype, rg, bank)]
 
 
-# -- recorded kinds that carry their own lowering (the NKI breadth of issue 19) --------------
-# build.py's emission pass asks this table for every kind it does not lower itself: kind ->
-# function of (the recorded Op, its placed dst pattern, its placed source patterns) giving
-# the instructions, each naming its engine.
-def _lower_vtranspose(op: Any, dst: AccessPattern, srcs: list[AccessPattern]
-                      ) -> list[Instruction]:
-    return [Transpose(srcs[0], dst, op.attrs["engine"])]
+# -- ONE lowering rule per recorded kind ------------------------------------------------------
+class Placed(NamedTuple):
+    """A recorded operation's views as access patterns at their placed addresses (dst, then
+    srcs and outs in the op's order), and its place in its accumulation group (matmuls)."""
+
+    dst: AccessPattern
+    srcs: list[AccessPattern]
+    outs: list[AccessPattern]
+    first: bool
+    last: bool
 
 
-def _lower_bn_stats(op: Any, dst: AccessPattern, srcs: list[AccessPattern]
-                    ) -> list[Instruction]:
-    return [BnStats(srcs[0], dst)]
+Rule = Callable[[Op, Placed, MatmulState], list[Instruction]]
+
+# the kinds whose source patterns keep every dimension (a matmul operand's [K, 2, F])
+UNMERGED_SOURCES = frozenset({OpKind.MATMUL})
 
 
-def _lower_bn_aggr(op: Any, dst: AccessPattern, srcs: list[AccessPattern]
-                   ) -> list[Instruction]:
-    return [BnAggr(srcs[0], dst)]
+def _mx_scale(scale: AccessPattern, data: AccessPattern) -> AccessPattern:
+    """The E8M0 scale pattern of an MX operand: block g of the data's partitions keeps its
+    scale at row 32*(g//4) + g%4 of the scale tile (NKI docs; FACTS "Hardware")."""
+    from ..verify.mx import scale_span
+
+    return AccessPattern(Space.SBUF, scale.partition, scale_span(data.partitions),
+                         scale.offset, scale.dims, "e8m0")
 
 
-def _lower_iota(op: Any, dst: AccessPattern, srcs: list[AccessPattern]) -> list[Instruction]:
-    a = op.attrs
-    return [Iota(dst, a["base"], a["partition_step"], a["free_step"])]
+def _matmul(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, MatmulArgs)
+    return emit_nc_matmul(st, p.srcs[0], p.srcs[1], p.dst, first=p.first, last=p.last,
+                          perf=a.perf, column=a.col, transpose=a.transpose)
 
 
-LOWER: dict[str, Callable[[Any, AccessPattern, list[AccessPattern]], list[Instruction]]] = {
-    "vtranspose": _lower_vtranspose,
-    "bn_stats": _lower_bn_stats,
-    "bn_aggr": _lower_bn_aggr,
-    "iota": _lower_iota,
+def _matmul_mx(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    assert isinstance(op.args, MatmulMxArgs)
+    s = p.srcs
+    return emit_nc_matmul_mx(st, s[0], s[1], _mx_scale(s[2], s[0]), _mx_scale(s[3], s[1]),
+                             p.dst, first=p.first, last=p.last,
+                             bank=p.dst.offset // st.arch.psum_bank_bytes)
+
+
+def _dma(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    # the compiler's queue assignment (timing/dma.py queue_for)
+    return [DmaCopy(p.srcs[0], p.dst, queue_for(p.srcs[0], p.dst))]
+
+
+def _copy(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    assert isinstance(op.args, CopyArgs)
+    return [TensorCopy(p.srcs[0], p.dst, op.args.engine)]
+
+
+def _tensor_tensor(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, TensorTensorArgs)
+    return [TensorTensor(p.srcs[0], p.srcs[1], p.dst, a.op, a.engine)]
+
+
+def _memset(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, MemsetArgs)
+    return [Memset(p.dst, a.value, a.engine)]
+
+
+def _activation(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, ActivationArgs)
+    rest = iter(p.srcs[1:])  # bias, then scales, as recorded (nki/ops.py)
+    bias = next(rest) if a.bias else None
+    scales = next(rest) if a.scales else None
+    acc = p.outs[0] if p.outs else None
+    return [Activation(p.srcs[0], p.dst, a.func, a.scale, a.engine, bias=bias, scales=scales,
+                       acc=acc, acc_op=a.acc_op)]
+
+
+def _tensor_scalar(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, TensorScalarArgs)
+    rest = iter(p.srcs[1:])  # the operand tiles, in order (nki/ops.py)
+    c0 = next(rest) if a.c0 is None else None
+    c1 = next(rest) if a.op1 is not None and a.c1 is None else None
+    return [TensorScalar(p.srcs[0], p.dst, a.op0, 1.0 if a.c0 is None else a.c0, a.engine,
+                         operand0_ap=c0, reverse0=a.reverse0, op1=a.op1,
+                         operand1=0.0 if a.c1 is None else a.c1, operand1_ap=c1,
+                         reverse1=a.reverse1)]
+
+
+def _tensor_reduce(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, TensorReduceArgs)
+    return [TensorReduce(p.srcs[0], p.dst, a.op, a.engine, a.negate)]
+
+
+def _quantize_mx(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    return [QuantizeMx(p.srcs[0], p.dst, _mx_scale(p.outs[0], p.dst))]
+
+
+def _vector_transpose(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    assert isinstance(op.args, VectorTransposeArgs)
+    return [Transpose(p.srcs[0], p.dst, op.args.engine)]
+
+
+def _bn_stats(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    return [BnStats(p.srcs[0], p.dst)]
+
+
+def _bn_aggr(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    return [BnAggr(p.srcs[0], p.dst)]
+
+
+def _iota(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, IotaArgs)
+    return [Iota(p.dst, a.base, a.partition_step, a.free_step)]
+
+
+def _reciprocal(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    return [Reciprocal(p.srcs[0], p.dst)]
+
+
+def _scan(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, ScanArgs)
+    init = p.srcs[2] if a.initial is None else None
+    return [TensorTensorScan(p.srcs[0], p.srcs[1], p.dst, a.op0, a.op1,
+                             0.0 if a.initial is None else a.initial, init, a.reverse0,
+                             a.reverse1)]
+
+
+LOWER: dict[OpKind, Rule] = {
+    OpKind.DMA: _dma,
+    OpKind.COPY: _copy,
+    OpKind.TENSOR_TENSOR: _tensor_tensor,
+    OpKind.TENSOR_SCALAR: _tensor_scalar,
+    OpKind.TENSOR_REDUCE: _tensor_reduce,
+    OpKind.MEMSET: _memset,
+    OpKind.ACTIVATION: _activation,
+    OpKind.MATMUL: _matmul,
+    OpKind.MATMUL_MX: _matmul_mx,
+    OpKind.QUANTIZE_MX: _quantize_mx,
+    OpKind.VECTOR_TRANSPOSE: _vector_transpose,
+    OpKind.BN_STATS: _bn_stats,
+    OpKind.BN_AGGR: _bn_aggr,
+    OpKind.IOTA: _iota,
+    OpKind.RECIPROCAL: _reciprocal,
+    OpKind.TENSOR_TENSOR_SCAN: _scan,
 }
+"""The one lowering table: every recorded kind to the instructions it becomes, each naming
+its engine. Matmul rules keep the weight-tile cache themselves; after every other rule the
+emission pass marks the SBUF its instructions write as an intervening writer (seed 000)."""
+assert set(LOWER) == set(OpKind), "every recorded kind has one lowering rule"

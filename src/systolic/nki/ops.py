@@ -1,23 +1,33 @@
 """The recording core shared by ``nki.isa`` and ``nki.language`` (both API generations):
-one ``record_*`` function per operation kind checks the NKI rules and appends the operation;
-the older API's lazy results are written through :func:`write_pending`."""
+one ``record_*`` function per operation kind checks the NKI rules and appends the operation
+with its typed record (nki/opkind.py); the older API's lazy results are written through
+nki/results.py."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..dtypes import get_format
 from ..isa import ActivationFunc, AluOp, Engine, PerfMode
-from .record import HOOKS, Op, current, fail
+from .opkind import (
+    ActivationArgs,
+    CopyArgs,
+    DmaArgs,
+    MatmulArgs,
+    MemsetArgs,
+    OpArgs,
+    TensorReduceArgs,
+    TensorScalarArgs,
+    TensorTensorArgs,
+)
+from .record import Op, current, fail
 from .tensor import NlOp, Pending, Tensor, View, as_view, same_shape
-from .types import BUFFERS, to_dtype
+from .types import BUFFERS
 
-__all__ = ["PENDING", "materialize", "new_result", "record_activation", "record_copy", "record_dma",
-           "record_matmul", "record_memset", "record_tensor_reduce", "record_tensor_scalar",
-           "record_tensor_tensor", "write_pending"]
+__all__ = ["record_activation", "record_copy", "record_dma", "record_matmul", "record_memset",
+           "record_tensor_reduce", "record_tensor_scalar", "record_tensor_tensor"]
 
 
 _ADD = NlOp("add", AluOp.ADD, None)
@@ -29,10 +39,28 @@ _UFUNCS: dict[object, AluOp] = {np.add: AluOp.ADD, np.subtract: AluOp.SUBTRACT,
                                 np.minimum: AluOp.MINIMUM, np.divide: AluOp.DIVIDE}
 
 
+# numpy's reductions as reduce operators (the kernels' tensor_reduce(np.max, ...))
+_NP_REDUCE: dict[object, AluOp] = {np.max: AluOp.MAXIMUM, np.amax: AluOp.MAXIMUM,
+                                   np.min: AluOp.MINIMUM, np.amin: AluOp.MINIMUM,
+                                   np.sum: AluOp.ADD, np.prod: AluOp.MULTIPLY}
+
+
+# numpy's ufuncs as activation functions (the kernels' activation(op=np.exp, ...))
+_NP_ACT: dict[object, ActivationFunc] = {
+    np.exp: ActivationFunc.EXP, np.log: ActivationFunc.LOG, np.sqrt: ActivationFunc.SQRT,
+    np.square: ActivationFunc.SQUARE, np.abs: ActivationFunc.ABS, np.tanh: ActivationFunc.TANH,
+    np.reciprocal: ActivationFunc.RECIPROCAL, np.negative: ActivationFunc.NEGATIVE}
+
+
 def _alu_of(op: object) -> AluOp | None:
     alu = getattr(op, "alu", None)
     if alu is None and isinstance(op, np.ufunc):
         return _UFUNCS.get(op)
+    if alu is None:
+        try:
+            return _NP_REDUCE.get(op)
+        except TypeError:  # unhashable
+            return None
     return alu  # type: ignore[no-any-return]
 
 
@@ -72,9 +100,12 @@ def _match(a: View, b: View, what: str, where: tuple[str, int]) -> None:
                    f"copies keep the partition dimension", where)
 
 
-def _add(kind: str, dst: View, srcs: tuple[View, ...], where: tuple[str, int],
-         **attrs: Any) -> None:
-    current().add(Op(kind, dst, srcs, where, attrs))
+def _add(args: OpArgs, dst: View, srcs: tuple[View, ...], where: tuple[str, int],
+         outs: tuple[View, ...] = ()) -> None:
+    current().add(Op(args, dst, srcs, where, outs))
+
+
+_DMA = DmaArgs()
 
 
 # -- recording, shared by both API generations -------------------------------------------
@@ -94,7 +125,7 @@ def record_dma(dst: View, src: View, where: tuple[str, int]) -> None:
         raise fail("dma_copy to or from PSUM is not modelled; copy PSUM to SBUF with "
                    "nisa.tensor_copy", where)
     _match(dst, src, "dma_copy", where)
-    _add("dma", dst, (src,), where)
+    _add(_DMA, dst, (src,), where)
     if dst.buffer.on_chip and not src.buffer.on_chip and dst.size == dst.tensor.full.size:
         dst.tensor.loaded_from = src
 
@@ -124,7 +155,7 @@ def record_copy(dst: View, src: View, eng: object, where: tuple[str, int]) -> No
     _on_chip(dst, "dst", "tensor_copy", where)
     _gpsimd(e, (dst, src), "tensor_copy", where)
     _match(dst, src, "tensor_copy", where)
-    _add("copy", dst, (src,), where, engine=e)
+    _add(CopyArgs(e), dst, (src,), where)
 
 
 def record_tensor_tensor(dst: View, a: View, b: View, op: object, eng: object,
@@ -136,14 +167,14 @@ def record_tensor_tensor(dst: View, a: View, b: View, op: object, eng: object,
     _gpsimd(e, (dst, a, b), "tensor_tensor", where)
     _match(dst, a, "tensor_tensor", where)
     _match(dst, b, "tensor_tensor", where)
-    _add("tt", dst, (a, b), where, engine=e, op=alu)
+    _add(TensorTensorArgs(e, alu), dst, (a, b), where)
 
 
 def record_memset(dst: View, value: float, eng: object, where: tuple[str, int]) -> None:
     e = _engine(eng, Engine.VECTOR)
     _on_chip(dst, "dst", "memset", where)
     _gpsimd(e, (dst,), "memset", where)
-    _add("memset", dst, (), where, engine=e, value=float(value))
+    _add(MemsetArgs(e, float(value)), dst, (), where)
 
 
 def _vector(v: Any, of: View, role: str, what: str, where: tuple[str, int]) -> View:
@@ -172,6 +203,8 @@ def record_activation(dst: View, src: View, op: object, scale: Any,
                       where: tuple[str, int], bias: Any = None, reduce_op: Any = None,
                       reduce_res: Any = None) -> None:
     func = getattr(op, "act", None)
+    if func is None and isinstance(op, np.ufunc):  # activation(op=np.exp, ...)
+        func = _NP_ACT.get(op)
     if func is None:
         names = ", ".join(f"nl.{f.value}" for f in ActivationFunc)
         raise fail(f"activation {op!r} is not modelled; this model implements {names}",
@@ -180,22 +213,21 @@ def record_activation(dst: View, src: View, op: object, scale: Any,
     _on_chip(dst, "dst", "activation", where)
     _match(dst, src, "activation", where)
     srcs: list[View] = [src]
-    attrs: dict[str, Any] = {"engine": Engine.SCALAR, "func": func, "scale": 1.0,
-                             "bias": False, "scales": False, "acc_op": AluOp.ADD}
+    const, scales = 1.0, False
     if isinstance(scale, int | float) and not isinstance(scale, bool):
-        attrs["scale"] = float(scale)
+        const = float(scale)
     else:
         srcs.append(_vector(scale, src, "scale", "activation", where))
-        attrs["scales"] = True
+        scales = True
     if bias is not None:
         srcs.insert(1, _vector(bias, src, "bias", "activation", where))
-        attrs["bias"] = True
     outs: tuple[View, ...] = ()
+    acc = AluOp.ADD
     if reduce_res is not None:
         outs = (_vector(reduce_res, src, "reduce_res", "activation", where),)
-        attrs["acc_op"] = _reduce_alu(reduce_op if reduce_op is not None else _ADD,
-                                      "activation", where)
-    current().add(Op("act", dst, tuple(srcs), where, attrs, outs))
+        acc = _reduce_alu(reduce_op if reduce_op is not None else _ADD, "activation", where)
+    _add(ActivationArgs(Engine.SCALAR, func, const, bias is not None, scales, acc), dst,
+         tuple(srcs), where, outs)
 
 
 def record_tensor_scalar(dst: View, src: View, op0: object, operand0: Any, reverse0: bool,
@@ -206,22 +238,23 @@ def record_tensor_scalar(dst: View, src: View, op0: object, operand0: Any, rever
     _on_chip(dst, "dst", "tensor_scalar", where)
     _match(dst, src, "tensor_scalar", where)
     srcs: list[View] = [src]
-    attrs: dict[str, Any] = {"engine": e, "op0": _alu(op0), "reverse0": bool(reverse0),
-                             "op1": None, "reverse1": bool(reverse1)}
-    for k, operand in (("0", operand0), ("1", operand1)):
-        if k == "1" and op1 is None:
+    alu0 = _alu(op0)
+    alu1 = None
+    consts: list[float | None] = [None, None]
+    for k, operand in enumerate((operand0, operand1)):
+        if k == 1 and op1 is None:
             if operand1 is not None:
                 raise fail("tensor_scalar: operand1 without op1", where)
             continue
-        if k == "1":
-            attrs["op1"] = _alu(op1)
+        if k == 1:
+            alu1 = _alu(op1)
         if isinstance(operand, int | float) and not isinstance(operand, bool):
-            attrs["c" + k] = float(operand)
+            consts[k] = float(operand)
         else:
             srcs.append(_vector(operand, src, f"operand{k}", "tensor_scalar", where))
-            attrs["c" + k] = None
     _gpsimd(e, (dst, *srcs), "tensor_scalar", where)
-    _add("ts", dst, tuple(srcs), where, **attrs)
+    _add(TensorScalarArgs(e, alu0, consts[0], bool(reverse0), alu1, consts[1],
+                          bool(reverse1)), dst, tuple(srcs), where)
 
 
 def record_tensor_reduce(dst: View, src: View, op: object, axis: Any, negate: bool,
@@ -241,8 +274,8 @@ def record_tensor_reduce(dst: View, src: View, op: object, axis: Any, negate: bo
     if dst.partitions != src.partitions or dst.size != src.partitions:
         raise fail(f"tensor_reduce dst must be one element on each of the {src.partitions} "
                    f"partitions, not {list(dst.shape)}", where)
-    _add("reduce", dst, (src,), where, engine=e, op=_reduce_alu(op, "tensor_reduce", where),
-         negate=bool(negate))
+    _add(TensorReduceArgs(e, _reduce_alu(op, "tensor_reduce", where), bool(negate)), dst,
+         (src,), where)
 
 
 def _tile(values: tuple[int, int] | tuple[()] | list[int], default: tuple[int, int],
@@ -343,80 +376,4 @@ def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
     if transpose and perf is not PerfMode.NONE:
         raise fail(f"nc_matmul is_transpose=True with perf_mode {perf.spelling} is not "
                    f"modelled (a transpose has no perf mode); drop perf_mode", where)
-    _add("mm", dst, (stat, mov), where, accumulate=accumulate, perf=perf, row=pos[0],
-         col=pos[1], transpose=transpose)
-
-
-# -- lazy results of the older API ---------------------------------------------------------
-# Lazy results of the kinds other recording modules make (nki/transpose.py, nki/vector.py):
-# kind -> (the fresh tile it lands in when used, how it is written into a view when assigned)
-PENDING: dict[str, tuple[Callable[[Pending], Tensor],
-                         Callable[[Pending, View, bool | None], None]]] = {}
-
-
-def new_result(p: Pending) -> Tensor:
-    """The fresh tile a lazy result lands in when it is used rather than assigned."""
-    a = p.args
-    rec = current()
-    custom = PENDING.get(p.kind)
-    if custom is not None:
-        made = custom[0](p)
-        rec.add_tensor(made)
-        return made
-    if p.kind == "mm":
-        stat, mov = as_view(a["stationary"]), as_view(a["moving"])
-        shape: tuple[int, ...] = (stat.shape[-1], mov.shape[-1])
-        t = Tensor(shape, to_dtype("float32"), BUFFERS["psum"], p.where)
-    elif p.kind == "reduce":  # one element per partition, [P, 1] (keepdims) or [P]
-        src = as_view(a["src"])
-        dtype = to_dtype(a["dtype"]) if a.get("dtype") is not None else src.dtype
-        rshape = (src.shape[0], 1) if a.get("keepdims", True) else (src.shape[0],)
-        t = Tensor(rshape, dtype, BUFFERS["sbuf"], p.where)
-    else:
-        src = as_view(a["src"] if "src" in a else a["a"])
-        dtype = to_dtype(a["dtype"]) if a.get("dtype") is not None else src.dtype
-        t = Tensor(src.shape, dtype, BUFFERS["sbuf"], p.where)
-    rec.add_tensor(t)
-    return t
-
-
-def materialize(p: Pending) -> Tensor:
-    t = new_result(p)
-    p.result = t
-    write_pending(p, t.full, False)
-    return t
-
-
-def write_pending(p: Pending, dst: View, accumulate: bool | None) -> None:
-    a, w = p.args, p.where
-    custom = PENDING.get(p.kind)
-    if custom is not None:
-        custom[1](p, dst, accumulate)
-        return
-    if p.kind == "load":
-        record_dma(dst, as_view(a["src"]), w)
-    elif p.kind == "mm":
-        record_matmul(dst, as_view(a["stationary"]), as_view(a["moving"]), accumulate,
-                      (), (), a.get("perf_mode"), w, a.get("transpose", False))
-    elif p.kind == "copy":
-        record_copy(dst, as_view(a["src"]), a.get("engine"), w)
-    elif p.kind == "tt":
-        record_tensor_tensor(dst, as_view(a["a"]), as_view(a["b"]), a["op"], a.get("engine"),
-                             w)
-    elif p.kind == "act":
-        record_activation(dst, as_view(a["src"]), a["op"], a.get("scale", 1.0), w,
-                          a.get("bias"), a.get("reduce_op"), a.get("reduce_res"))
-    elif p.kind == "ts":
-        record_tensor_scalar(dst, as_view(a["src"]), a["op0"], a["operand0"],
-                             a.get("reverse0", False), a.get("op1"), a.get("operand1"),
-                             a.get("reverse1", False), a.get("engine"), w)
-    elif p.kind == "reduce":
-        record_tensor_reduce(dst, as_view(a["src"]), a["op"], a.get("axis"),
-                             a.get("negate", False), a.get("engine"), w)
-    else:  # pragma: no cover - the kinds above are the only ones made
-        raise fail(f"internal: unknown lazy result {p.kind}", w)
-
-
-HOOKS.update(tensor_tensor=record_tensor_tensor, materialize=materialize,
-             write_pending=write_pending, memset=record_memset, dma=record_dma,
-             copy=record_copy)
+    _add(MatmulArgs(accumulate, perf, pos[0], pos[1], transpose), dst, (stat, mov), where)

@@ -15,17 +15,22 @@ import os
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..arch import Arch
 from ..errors import KernelError
+from .opkind import OpArgs, OpKind
 
 if TYPE_CHECKING:
+    from .lazy import Pending
     from .tensor import Tensor, View
 
-__all__ = ["DEFAULT_MAX_OPS", "DEFAULT_TIME_LIMIT_S", "Loop", "Op", "Recorder",
-           "RecordingTimeout", "current", "fail", "here", "time_guard"]
+__all__ = ["DEFAULT_MAX_OPS", "DEFAULT_TIME_LIMIT_S", "Loop", "NotModelled", "Op", "Recorder",
+           "Recording", "RecordingTimeout", "Where", "current", "fail", "here",
+           "missing_names", "time_guard"]
+
+Where = tuple[str, int]
 
 # The recording budget (issue 22 H4: kernel code is unbounded). The largest public kernel we
 # run, the tiled matmul tutorial at 4096 x 8192 x 8192, records about 100,000 NKI operations
@@ -57,23 +62,70 @@ def fail(message: str, where: tuple[str, int] | None = None) -> KernelError:
     return KernelError(path, line, message)
 
 
+class NotModelled(KernelError, AttributeError):
+    """A name of ``nki``, ``nki.isa``, ``nki.language`` ... that the model does not have:
+    one line at the kernel's line naming it (a KernelError), and still an AttributeError,
+    so ``hasattr`` and ``getattr(m, name, default)`` behave as on a module."""
+
+
+def missing_names(module: str) -> Any:
+    """A module ``__getattr__`` refusing every public name the module lacks, as
+    ``module.name is not modelled`` (``nisa.tensor_tensor_scan is not modelled ...``)."""
+
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        path, line = here()
+        raise NotModelled(path, line, f"{module}.{name} is not modelled by systolic's NKI "
+                                      f"front end (docs/nki.md lists what is)")
+
+    return __getattr__
+
+
 @dataclass(slots=True)
 class Op:
-    """One recorded NKI operation. ``kind`` is dma, copy, tt, ts (tensor_scalar), reduce,
-    memset, act, qmx, mm or mmx; ``dst``/``srcs`` are views (``srcs`` every view it reads,
+    """One recorded NKI operation: ``args`` its typed record (nki/opkind.py), whose class
+    names its :class:`OpKind`; ``dst``/``srcs`` are views (``srcs`` every view it reads,
     per-partition operands included); ``outs`` the views it writes besides ``dst`` (an
-    activation's ``reduce_res``); ``attrs`` the operation's own fields."""
+    activation's ``reduce_res``, quantize_mx's scales)."""
 
-    kind: str
+    args: OpArgs
     dst: View
     srcs: tuple[View, ...]
-    where: tuple[str, int]
-    attrs: dict[str, Any] = field(default_factory=dict)
+    where: Where
     outs: tuple[View, ...] = ()
+
+    @property
+    def kind(self) -> OpKind:
+        return self.args.KIND
 
     def views(self) -> tuple[View, ...]:
         """Every view it touches: written first, then read."""
         return (self.dst, *self.outs, *self.srcs)
+
+
+class Recording(Protocol):
+    """The recording functions tensor handles and lazy results call (``x[...] = y``,
+    ``+=``, a lazy result used or assigned). The tensors sit below the recording functions
+    (nki/ops.py imports them), so the :class:`Recorder` carries these, passed in by whoever
+    makes it (nki/run.py passes :data:`systolic.nki.results.RECORDING`)."""
+
+    def dma(self, dst: View, src: View, where: Where) -> None: ...
+
+    def copy(self, dst: View, src: View, eng: object, where: Where) -> None: ...
+
+    def tensor_tensor(self, dst: View, a: View, b: View, op: object, eng: object,
+                      where: Where) -> None: ...
+
+    def memset(self, dst: View, value: float, eng: object, where: Where) -> None: ...
+
+    def materialize(self, p: Pending) -> Tensor:
+        """The fresh tile a lazy result lands in when it is used, written."""
+        ...
+
+    def write(self, p: Pending, dst: View, accumulate: bool | None) -> None:
+        """A lazy result written into ``dst`` (assigned, or ``+=`` with accumulate)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +142,14 @@ class Loop:
 
 class Recorder:
     """The operations of one kernel run, and the tensors they touch, in program order.
+    ``recording``: the recording functions tensor handles call (:class:`Recording`).
     ``max_ops``: the most operations, and the most tensors, a kernel may record
     (:data:`DEFAULT_MAX_OPS`); one more is a :class:`KernelError` at its line."""
 
-    def __init__(self, arch: Arch, max_ops: int = DEFAULT_MAX_OPS) -> None:
+    def __init__(self, arch: Arch, recording: Recording,
+                 max_ops: int = DEFAULT_MAX_OPS) -> None:
         self.arch = arch
+        self.recording = recording
         self.max_ops = max_ops
         self.ops: list[Op] = []
         self.tensors: list[Tensor] = []
@@ -149,17 +204,15 @@ class Recorder:
         waiting, self.pending = self.pending, []
         used = set() if op is None else {id(v) for v in (op.dst, *op.srcs)}
         for j, p in enumerate(waiting):
-            if id(p) in self.writing:
-                self.pending = [q for q in waiting[j + 1:] if q.result is None] + self.pending
+            if id(p) in self.writing:  # kept while written: a later flush waits on it too
+                self.pending = [q for q in waiting[j:] if q.result is None
+                                or id(q) in self.writing] + self.pending
                 return
             if id(p) not in used and p.result is None:
                 p.materialize()
 
 
 _STACK: list[Recorder] = []
-# The recording functions of systolic.nki.isa, registered there at import, so that tensor
-# handles (systolic.nki.tensor) can record ``+=`` and assignments without importing it.
-HOOKS: dict[str, Any] = {}
 DEFAULT_ARCH: dict[str, Any] = {"arch": "trn2"}
 
 

@@ -43,6 +43,7 @@ from .record import (
     RecordingTimeout,
     time_guard,
 )
+from .results import RECORDING
 from .tensor import Tensor
 from .types import BUFFERS, TensorSpec, to_dtype
 
@@ -150,7 +151,7 @@ def record(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = Non
     either, a :class:`KernelError` names the kernel line reached (nki/record.py)."""
     _budget(max_ops, time_limit_s)
     func, karch = _unwrap(kernel)
-    rec = Recorder(_arch(karch, arch), max_ops)
+    rec = Recorder(_arch(karch, arch), RECORDING, max_ops)
     targs: list[Any] = []
     for i, a in enumerate(args):
         if isinstance(a, np.ndarray | TensorSpec):

@@ -20,13 +20,13 @@ from math import prod
 from typing import Any, NamedTuple
 
 from ..errors import SystolicError
-from .index import Expr, Grid, whole
-from .lazy import Arithmetic, NlOp, Pending, as_view, binary
-from .record import HOOKS, Loop, current, fail, here
-from .types import Buffer, DType, ParDim, fill_value
+from .index import Expr, Grid, MultiExpr, whole
+from .lazy import Arithmetic, LazyKind, NlOp, Pending, as_view, binary
+from .record import Loop, current, fail, here
+from .types import BUFFERS, Buffer, DType, ParDim, fill_value
 
-__all__ = ["Axis", "Expr", "Grid", "NlOp", "Pending", "Tensor", "View", "as_view", "binary",
-           "same_shape"]
+__all__ = ["Axis", "Expr", "Grid", "LazyKind", "NlOp", "Pending", "Tensor", "View", "as_view",
+           "binary", "same_shape"]
 
 _IDS = itertools.count()
 
@@ -253,6 +253,8 @@ class View(Arithmetic):
 
     def __getitem__(self, key: object) -> View:
         axes = self.axes
+        if type(key) is Grid:  # t[nl.mgrid[0:128, 0:512]]: each axis indexes its dimension
+            key = tuple(key.axes)  # type: ignore[attr-defined]
         keys = list(key) if type(key) is tuple else [key]
         if Ellipsis in keys:
             i = keys.index(Ellipsis)
@@ -277,6 +279,27 @@ class View(Arithmetic):
                     raise fail(f"slice {k.start}:{k.stop} is out of range for dimension "  # type: ignore
                                f"{d} of size {count}")
                 n, order = len(range(start, stop, step)), float(d)
+            elif tk is MultiExpr:  # several iteration axes: one view axis per axis
+                exprs = True
+                lo, hi = k.bounds()  # type: ignore[union-attr]
+                if lo < 0 or hi >= count:
+                    raise fail(f"index expression covers {lo}..{hi}, outside dimension {d} of "
+                               f"size {count}")
+                terms = k.terms  # type: ignore[union-attr]
+                if any(t.coef < 1 for t in terms):
+                    raise fail(f"index expression over several axes with a step below 1 "
+                               f"(dimension {d}) is not modelled")
+                if part:
+                    if len(terms) != 1 or terms[0].coef != 1:
+                        raise fail("the partition dimension is indexed by one iteration axis "
+                                   "with step 1 (i_p + k), not a sum of several")
+                    p0 += k.const  # type: ignore[union-attr]
+                    out.append((terms[0].pos - 0.5, Axis(1, terms[0].size, True)))
+                    continue
+                offset += k.const * stride  # type: ignore[union-attr]
+                for t in terms:
+                    out.append((t.pos - 0.5, Axis(stride * t.coef, t.size)))
+                continue
             elif tk is Expr:
                 exprs = True
                 start, step, n, order = k.const, k.coef, k.size, k.pos - 0.5  # type: ignore
@@ -289,11 +312,15 @@ class View(Arithmetic):
                     if isinstance(k, bool):
                         raise fail(f"index {k!r} is not an int, a slice or an index "
                                    f"expression")
+                    if isinstance(k, Tensor | View | Pending):  # a tile of indices
+                        raise fail("indexing with a tile of indices (indirect DMA, "
+                                   "x[idx_tile, ...]) is not modelled; the model takes ints, "
+                                   "slices and index expressions")
                     try:
                         k = int(k)  # type: ignore[call-overload,arg-type]  # numpy integers
                     except (TypeError, ValueError):
-                        raise fail(f"index {k!r} is not an int, a slice or an index "
-                                   f"expression") from None
+                        raise fail(f"index of type {type(k).__name__} is not an int, a slice "
+                                   f"or an index expression") from None
                 if k < 0:  # type: ignore[operator]
                     k += count  # type: ignore[operator]
                 if not 0 <= k < count:  # type: ignore[operator]
@@ -326,11 +353,12 @@ class View(Arithmetic):
         assign(target, value)
 
     def __iadd__(self, other: object) -> View:
-        if isinstance(other, Pending) and other.kind == "mm" and other.result is None:
+        if (isinstance(other, Pending) and other.kind is LazyKind.MATMUL
+                and other.result is None):
             other.write_into(self, accumulate=True)
             return self
         b = as_view(other)
-        HOOKS["tensor_tensor"](self, self, b, "add", None, here())
+        current().recording.tensor_tensor(self, self, b, "add", None, here())
         return self
 
     def view(self, dtype: Any = None) -> View:
@@ -344,6 +372,16 @@ class View(Arithmetic):
         where = here()
         v = self
         shape = tuple(int(d) for d in shape)
+        if (len(shape) >= 2 and v.buffer.on_chip and v.partitions == shape[0] > 1
+                and v.size == v.partitions and v.axes and v.axes[0].part):
+            # [P] / [P, 1] along the free axis: a Vector copy reading each partition's one
+            # element with step 0 (numpy's broadcast_to as an access pattern)
+            out = Tensor(shape, v.dtype, BUFFERS["sbuf"], where)
+            rec = current()
+            rec.add_tensor(out)
+            col = View(v.tensor, v.offset, v.p0, (v.axes[0], Axis(0, prod(shape[1:]))), v.dt)
+            rec.recording.copy(out.full, col, None, where)
+            return out
         if v.partitions != 1 or len(shape) < 2 or prod(shape[1:]) != v.size:
             raise fail(f"broadcast_to({list(shape)}) of a {list(v.shape)} tile: this model "
                        f"broadcasts a one-partition tile [1, F] to [P, F]", where)
@@ -353,8 +391,9 @@ class View(Arithmetic):
                        "broadcast it from the device-memory tensor it was loaded from", where)
         rows = View(src.tensor, src.offset, 0, (Axis(0, shape[0]), *src.axes[1:]), src.dt)
         out = Tensor(shape, v.dtype, v.tensor.buffer, where)
-        current().add_tensor(out)
-        HOOKS["dma"](out.full, rows, where)
+        rec = current()
+        rec.add_tensor(out)
+        rec.recording.dma(out.full, rows, where)
         return out
 
 
@@ -380,10 +419,10 @@ def assign(target: View, value: object) -> None:
             v = fill_value(value, target.dtype)
         except SystolicError as exc:
             raise fail(f"assigning a number (a memset): {exc}", where) from None
-        HOOKS["memset"](target, v, None, where)
+        current().recording.memset(target, v, None, where)
         return
     src = as_view(value)
     if not target.buffer.on_chip or not src.buffer.on_chip:
-        HOOKS["dma"](target, src, here())
+        current().recording.dma(target, src, here())
     else:
-        HOOKS["copy"](target, src, None, here())
+        current().recording.copy(target, src, None, here())

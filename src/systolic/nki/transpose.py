@@ -30,9 +30,9 @@ from typing import Any
 
 from ..dtypes import get_format
 from ..isa import ActivationFunc, AluOp, Engine
-from .lazy import NlOp
+from .lazy import LazyKind, NlOp
+from .opkind import IotaArgs, VectorTransposeArgs
 from .ops import (
-    PENDING,
     _add,
     record_activation,
     record_copy,
@@ -41,10 +41,11 @@ from .ops import (
     record_tensor_scalar,
 )
 from .record import Recorder, current, fail
-from .tensor import Axis, Pending, Tensor, View, as_view
+from .tensor import Axis, Pending, Tensor, View, as_view, same_shape
 from .types import BUFFERS, to_dtype
 
-__all__ = ["VECTOR_MAX", "identity", "record_transpose", "transpose_pending"]
+__all__ = ["VECTOR_MAX", "dma_transpose_result", "identity", "record_transpose",
+           "transpose_pending", "transpose_result", "write_dma_transpose", "write_transpose"]
 
 # nki.isa.nc_transpose: "Vector Engine can handle shape (32, 32) or smaller"; the Tensor
 # Engine "(128, 128) or smaller"
@@ -72,8 +73,7 @@ def identity(fmt: str, where: tuple[str, int]) -> Tensor:
         return made[fmt]
     n = _PE_MAX
     idx = _constant((n, n), "float32", where)
-    _add("iota", idx.full, (), where, engine=Engine.GPSIMD, base=0, partition_step=-1,
-         free_step=1)  # f - p
+    _add(IotaArgs(0, -1, 1), idx.full, (), where)  # f - p, on GpSimd
     sq = _constant((n, n), "float32", where)
     record_activation(sq.full, idx.full, _SQUARE, 1.0, where)
     eye = _constant((n, n), fmt, where)
@@ -110,6 +110,9 @@ def _engine(eng: object, p: int, f: int, where: tuple[str, int]) -> Engine:
                where)
 
 
+_VT = VectorTransposeArgs(Engine.VECTOR)
+
+
 def _pe_tile(p0: int, extent: int, sizes: tuple[int, ...]) -> int | None:
     """The smallest PE tile size holding ``extent`` rows from ``p0`` at a multiple of it."""
     for s in sorted(sizes):
@@ -143,10 +146,10 @@ def record_transpose(dst: View, data: View, eng: object, where: tuple[str, int],
         if out.dtype != src.dtype:
             tmp = Tensor((f, p), src.dtype, BUFFERS["sbuf"], where, "transpose")
             current().add_tensor(tmp)
-            _add("vtranspose", tmp.full, (src,), where, engine=Engine.VECTOR)
+            _add(_VT, tmp.full, (src,), where)
             record_copy(out, tmp.full, None, where)
             return
-        _add("vtranspose", out, (src,), where, engine=Engine.VECTOR)
+        _add(_VT, out, (src,), where)
         return
     if not cast and out.buffer.name != "psum":
         raise fail(f"nc_transpose on the Tensor Engine writes PSUM (NKI docs); dst is in "
@@ -220,10 +223,10 @@ def transpose_pending(data: Any, eng: object, dtype: Any, buffer: str | None,
                       where: tuple[str, int]) -> Pending:
     """A lazy transpose; ``buffer`` "sbuf" makes a used result land in SBUF (nl.transpose),
     None in the engine's own output (PSUM for the Tensor Engine, SBUF for Vector)."""
-    return Pending("transpose", where, src=data, engine=eng, dtype=dtype, buffer=buffer)
+    return Pending(LazyKind.TRANSPOSE, where, src=data, engine=eng, dtype=dtype, buffer=buffer)
 
 
-def _result(pend: Pending) -> Tensor:
+def transpose_result(pend: Pending) -> Tensor:
     a = pend.args
     src = as_view(a["src"])
     p = src.partitions
@@ -234,52 +237,56 @@ def _result(pend: Pending) -> Tensor:
     return Tensor((f, p), dtype, BUFFERS[buf], pend.where)
 
 
-def _write(pend: Pending, dst: View, accumulate: bool | None) -> None:
+def write_transpose(pend: Pending, dst: View, accumulate: bool | None) -> None:
     a = pend.args
     record_transpose(dst, as_view(a["src"]), a.get("engine"), pend.where, cast=True)
 
 
-PENDING["transpose"] = (_result, _write)
-
-
 # -- nisa.dma_transpose: a transpose on the DMA engine -------------------------------------
-def record_dma_transpose(dst: View, src: View, where: tuple[str, int]) -> None:
+def record_dma_transpose(dst: View, src: View, where: tuple[str, int],
+                         what: str = "dma_transpose") -> None:
     """dst[F, P] = src[P, F] for a 2-D device-memory ``src``: one DMA whose source pattern
     walks src column by column (partition f of dst reads element f of every row, step 1;
-    its free axis steps a whole row), as the DMA engine's descriptors can. The NKI docs
-    (nki.isa.dma_transpose) limit it to 2-byte dtypes and src.shape[-1] <= 128; the
-    hardware DGE transpose's own speed is not published (unsure): it is timed as a DMA of
-    one-element runs."""
-    what = "dma_transpose"
+    its free axis steps a whole row), as the DMA engine's descriptors can. src.shape[-1]
+    becomes the partition dimension, at most 128. The nki.isa docs at aws-neuron-sdk
+    7c165a3e name no dtype limit, so any dtype is taken (unsure: later NKI releases may
+    limit the hardware DGE transpose to 2-byte dtypes); a dst of another dtype (``dtype=``)
+    gets the transposed bytes through an SBUF staging tile and a Vector copy, as a casting
+    dma_copy does. The hardware DGE transpose's own speed is not published (unsure): it is
+    timed as a DMA of one-element runs. ``what``: the NKI call, for messages."""
     if src.buffer.on_chip:
         raise fail(f"{what} from {src.buffer.name} is not modelled (only device memory to "
                    f"SBUF); use nisa.nc_transpose for an on-chip tile", where)
     if len(src.axes) != 2:
         raise fail(f"{what} of a {len(src.axes)}-d tensor is not modelled (only 2-d, "
                    f"permutation [1, 0])", where)
-    if src.dtype.itemsize != 2:
-        raise fail(f"{what} takes 2-byte dtypes (NKI docs); src is {src.dtype}", where)
     (rs, p), (cs, f) = ((a.stride, a.num) for a in src.axes)
     if f > _PE_MAX:
         raise fail(f"{what}: src.shape[-1] is {f}; it becomes the partition dimension, at "
                    f"most 128 (NKI docs)", where)
-    if dst.buffer.name != "sbuf" or tuple(dst.shape) != (f, p):
+    if dst.buffer.name != "sbuf" or not same_shape(tuple(dst.shape), (f, p)):
         raise fail(f"{what} of a [{p}, {f}] tensor writes an SBUF [{f}, {p}] tile; dst is "
                    f"{list(dst.shape)} in {dst.buffer.name}", where)
     cols = View(src.tensor, src.offset, 0, (Axis(cs, f), Axis(rs, p)), src.dt)
+    if dst.dtype != src.dtype:
+        tmp = Tensor((f, p), src.dtype, BUFFERS["sbuf"], where, "transpose_cast")
+        current().add_tensor(tmp)
+        record_dma(tmp.full, cols, where)
+        record_copy(dst, tmp.full, None, where)
+        return
     record_dma(dst, cols, where)
 
 
-def _dma_t_result(pend: Pending) -> Tensor:
+def dma_transpose_result(pend: Pending) -> Tensor:
     src = as_view(pend.args["src"])
     shape = tuple(src.shape)[::-1] if len(src.shape) == 2 else tuple(src.shape)
-    return Tensor(shape, src.dtype, BUFFERS["sbuf"], pend.where)
+    dtype = pend.args.get("dtype")
+    return Tensor(shape, to_dtype(dtype) if dtype is not None else src.dtype, BUFFERS["sbuf"],
+                  pend.where)
 
 
-def _dma_t_write(pend: Pending, dst: View, accumulate: bool | None) -> None:
+def write_dma_transpose(pend: Pending, dst: View, accumulate: bool | None) -> None:
+    what = pend.args.get("what", "dma_transpose")
     if accumulate:
-        raise fail("dma_transpose cannot accumulate (+=); assign its result", pend.where)
-    record_dma_transpose(dst, as_view(pend.args["src"]), pend.where)
-
-
-PENDING["dma_transpose"] = (_dma_t_result, _dma_t_write)
+        raise fail(f"{what} cannot accumulate (+=); assign its result", pend.where)
+    record_dma_transpose(dst, as_view(pend.args["src"]), pend.where, what)

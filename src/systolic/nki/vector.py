@@ -16,13 +16,17 @@ from typing import Any
 
 from ..dtypes import FORMATS
 from ..isa import Engine
-from .index import Expr
-from .ops import PENDING, _add
+from .index import Expr, MultiExpr
+from .lazy import LazyKind
+from .opkind import BnAggrArgs, BnStatsArgs, IotaArgs, ReciprocalArgs, ScanArgs
+from .ops import _add, _alu, _gpsimd, _match, _vector
 from .record import fail
 from .tensor import Pending, Tensor, View, as_view
 from .types import BUFFERS, to_dtype
 
-__all__ = ["BN_STATS_FMAX", "record_bn_aggr", "record_bn_stats", "record_iota"]
+__all__ = ["BN_STATS_FMAX", "bn_aggr_result", "bn_stats_result", "iota_result",
+           "record_bn_aggr", "record_bn_stats", "record_iota", "record_reciprocal",
+           "record_scan", "write_iota", "write_reciprocal", "write_scan", "write_stats"]
 
 # nki.isa.bn_stats: "the number of elements per partition ... must not exceed 512
 # (nl.tile_size.bn_stats_fmax)"
@@ -55,7 +59,7 @@ def record_bn_stats(dst: View, data: View, where: tuple[str, int]) -> None:
     if dst.partitions != p or dst.size != 6 * p:
         raise fail(f"bn_stats writes six statistics per partition, [{p}, 6]; dst is "
                    f"{list(dst.shape)}", where)
-    _add("bn_stats", dst, (data,), where, engine=Engine.VECTOR)
+    _add(BnStatsArgs(), dst, (data,), where)
 
 
 def record_bn_aggr(dst: View, data: View, where: tuple[str, int]) -> None:
@@ -69,16 +73,16 @@ def record_bn_aggr(dst: View, data: View, where: tuple[str, int]) -> None:
     if dst.partitions != p or dst.size != 2 * p:
         raise fail(f"bn_aggr writes the mean and the variance, [{p}, 2]; dst is "
                    f"{list(dst.shape)}", where)
-    _add("bn_aggr", dst, (data,), where, engine=Engine.VECTOR)
+    _add(BnAggrArgs(), dst, (data,), where)
 
 
-def stats_pending(kind: str, data: Any, dtype: Any, eng: object,
+def stats_pending(kind: LazyKind, data: Any, dtype: Any, eng: object,
                   where: tuple[str, int]) -> Pending:
     """``bn_stats(data)`` / ``bn_aggr(data)`` of the older API: a new tile, in ``dtype`` or
     the data's ("If dtype field is not specified, the instruction will cast the float32
     results back to the same data type as the input data tile")."""
-    _vector_only(eng, kind, where)
-    return Pending(kind, where, src=data, dtype=dtype)
+    _vector_only(eng, kind.value, where)
+    return Pending(kind, where, src=data, dtype=dtype)  # BN_STATS or BN_AGGR
 
 
 def _stats_result(width: int) -> Any:
@@ -91,13 +95,13 @@ def _stats_result(width: int) -> Any:
     return result
 
 
-def _stats_write(pend: Pending, dst: View, accumulate: bool | None) -> None:
-    fn = record_bn_stats if pend.kind == "bn_stats" else record_bn_aggr
+bn_stats_result = _stats_result(6)
+bn_aggr_result = _stats_result(2)
+
+
+def write_stats(pend: Pending, dst: View, accumulate: bool | None) -> None:
+    fn = record_bn_stats if pend.kind is LazyKind.BN_STATS else record_bn_aggr
     fn(dst, as_view(pend.args["src"]), pend.where)
-
-
-PENDING["bn_stats"] = (_stats_result(6), _stats_write)
-PENDING["bn_aggr"] = (_stats_result(2), _stats_write)
 
 
 # -- iota ----------------------------------------------------------------------------------
@@ -105,6 +109,14 @@ def _pattern(expr: object, where: tuple[str, int]) -> tuple[tuple[int, int], int
     """(shape, base, partition step, free step) of a one-axis ``nl.arange`` expression."""
     if isinstance(expr, int) and not isinstance(expr, bool):
         return (1, 1), int(expr), 0, 0
+    if isinstance(expr, MultiExpr):  # expr_a + expr_b: a partition and a free axis
+        by = {t.pos: t for t in expr.terms}
+        if not set(by) <= {0, 1}:
+            raise fail("iota of an expression over more than the partition axis and one free "
+                       "axis is not modelled", where)
+        p, f = by.get(0), by.get(1)
+        return ((p.size if p else 1, f.size if f else 1), expr.const, p.coef if p else 0,
+                f.coef if f else 0)
     if not isinstance(expr, Expr):
         raise fail(f"iota takes an nl.arange expression (c + k * nl.arange(n)[None, :]), not "
                    f"{type(expr).__name__}", where)
@@ -123,22 +135,69 @@ def record_iota(dst: View, expr: object, where: tuple[str, int]) -> None:
     if dst.partitions != shape[0] or dst.size != shape[0] * shape[1]:
         raise fail(f"iota of this expression makes {list(shape)}; dst is {list(dst.shape)}",
                    where)
-    _add("iota", dst, (), where, engine=Engine.GPSIMD, base=base, partition_step=pstep,
-         free_step=fstep)
+    _add(IotaArgs(base, pstep, fstep), dst, (), where)
 
 
 def iota_pending(expr: object, dtype: Any, where: tuple[str, int]) -> Pending:
     _pattern(expr, where)  # refuse a bad expression at the call's line
-    return Pending("iota", where, expr=expr, dtype=dtype)
+    return Pending(LazyKind.IOTA, where, expr=expr, dtype=dtype)
 
 
-def _iota_result(pend: Pending) -> Tensor:
+def iota_result(pend: Pending) -> Tensor:
     shape = _pattern(pend.args["expr"], pend.where)[0]
     return Tensor(shape, to_dtype(pend.args["dtype"]), BUFFERS["sbuf"], pend.where)
 
 
-def _iota_write(pend: Pending, dst: View, accumulate: bool | None) -> None:
+def write_iota(pend: Pending, dst: View, accumulate: bool | None) -> None:
     record_iota(dst, pend.args["expr"], pend.where)
 
 
-PENDING["iota"] = (_iota_result, _iota_write)
+# -- reciprocal, tensor_tensor_scan (Vector engine) ----------------------------------------
+def record_reciprocal(dst: View, data: View, where: tuple[str, int]) -> None:
+    """dst = 1 / data on the Vector engine (nki.isa.reciprocal)."""
+    _on_chip(data, "data", "reciprocal", where)
+    _on_chip(dst, "dst", "reciprocal", where)
+    _match(dst, data, "reciprocal", where)
+    _add(ReciprocalArgs(), dst, (data,), where)
+
+
+def write_reciprocal(pend: Pending, dst: View, accumulate: bool | None) -> None:
+    record_reciprocal(dst, as_view(pend.args["src"]), pend.where)
+
+
+def record_scan(dst: View, data0: View, data1: View, initial: Any, op0: Any, op1: Any,
+                reverse0: bool, reverse1: bool, where: tuple[str, int]) -> None:
+    """The scan of nki.isa.tensor_tensor_scan: per partition, dst[j] = (data0[j] op0
+    dst[j-1]) op1 data1[j], dst[-1] = initial (a number, or a [P, 1] tile)."""
+    what = "tensor_tensor_scan"
+    for v, role in ((data0, "data0"), (data1, "data1"), (dst, "dst")):
+        _on_chip(v, role, what, where)
+    if data0.buffer.name == "psum" and data1.buffer.name == "psum":
+        raise fail(f"{what}: data0 and data1 cannot both be in PSUM (NKI docs)", where)
+    _match(dst, data0, what, where)
+    _match(dst, data1, what, where)
+    srcs = [data0, data1]
+    const: float | None = None
+    if isinstance(initial, int | float) and not isinstance(initial, bool):
+        const = float(initial)
+    else:
+        srcs.append(_vector(initial, data0, "initial", what, where))
+    _gpsimd(Engine.VECTOR, (dst, *srcs), what, where)
+    _add(ScanArgs(_alu(op0), _alu(op1), const, bool(reverse0), bool(reverse1)), dst,
+         tuple(srcs), where)
+
+
+def write_scan(pend: Pending, dst: View, accumulate: bool | None) -> None:
+    a = pend.args
+    record_scan(dst, as_view(a["data0"]), as_view(a["data1"]), a["initial"], a["op0"],
+                a["op1"], a.get("reverse0", False), a.get("reverse1", False), pend.where)
+
+
+def scan_result(pend: Pending) -> Tensor:
+    """The older API's result tile: data0's shape, in ``dtype`` or the higher-precision
+    of the two inputs' dtypes (NKI docs)."""
+    d0, d1 = as_view(pend.args["data0"]), as_view(pend.args["data1"])
+    dtype = pend.args.get("dtype")
+    dt = to_dtype(dtype) if dtype is not None else max(
+        (d0.dtype, d1.dtype), key=lambda d: d.itemsize)
+    return Tensor(d0.shape, dt, BUFFERS["sbuf"], pend.where)

@@ -289,11 +289,49 @@ def iota(mem: Memory, ins: Any) -> None:
         mem.write(ins.dst, v32.reshape(ins.dst.shape), overflow=_CAST)
 
 
+# * ``Reciprocal`` (Vector): 1 / x in fp32 (IEEE division, correctly rounded; the docs do not
+#   say the Vector engine approximates it, unsure), rounded to dst's format.
+# * ``TensorTensorScan`` (Vector): the recurrence y[j] = (d0[j] op0 y[j-1]) op1 d1[j] in fp32,
+#   each step rounded to fp32 (the engine "performs the computation in float32 math"), then
+#   cast to dst's format. The recurrence is sequential by definition: one numpy step per
+#   free element, vectorised over the partitions.
+
+
+def reciprocal(mem: Memory, ins: Any) -> None:
+    x = _read(mem, ins.src, ins.dst.shape).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        mem.write(ins.dst, np.float32(1.0) / x, overflow=_CAST)
+
+
+def tensor_tensor_scan(mem: Memory, ins: Any) -> None:
+    p = ins.dst.partitions
+    d0 = mem.read(ins.data0).astype(np.float32).reshape(p, -1)
+    d1 = mem.read(ins.data1).astype(np.float32).reshape(p, -1)
+    prev = (mem.read(ins.initial_ap).astype(np.float32).reshape(p) if ins.initial_ap is not None
+            else np.full(p, ins.initial, dtype=np.float32))
+    op0, op1 = _ALU[ins.op0], _ALU[ins.op1]
+    out = np.empty_like(d0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        for j in range(d0.shape[1]):  # the scan axis (sequential); partitions vectorised
+            a = op0(prev, d0[:, j]) if ins.reverse0 else op0(d0[:, j], prev)
+            prev = op1(d1[:, j], a) if ins.reverse1 else op1(a, d1[:, j])
+            out[:, j] = prev
+    mem.write(ins.dst, out.reshape(ins.dst.shape), overflow=_CAST)
+
+
 def _register_breadth() -> None:
-    from ..isa.instructions import BnAggr, BnStats, Iota, Transpose
+    from ..isa.instructions import (
+        BnAggr,
+        BnStats,
+        Iota,
+        Reciprocal,
+        TensorTensorScan,
+        Transpose,
+    )
 
     for kind, fn in ((Transpose, transpose), (BnStats, bn_stats), (BnAggr, bn_aggr),
-                     (Iota, iota)):
+                     (Iota, iota), (Reciprocal, reciprocal),
+                     (TensorTensorScan, tensor_tensor_scan)):
         HANDLERS[kind] = _on_state(fn)
 
 

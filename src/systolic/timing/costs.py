@@ -51,7 +51,7 @@ from ..isa import (
     TensorScalar,
     TensorTensor,
 )
-from ..isa.instructions import BnAggr, BnStats, Iota, Transpose
+from ..isa.instructions import BnAggr, BnStats, Iota, Reciprocal, TensorTensorScan, Transpose
 
 __all__ = ["ROWS", "Row", "engine_cycles", "engine_hz", "rows_for"]
 
@@ -228,6 +228,18 @@ def iota(ins: Iota, arch: Arch, engine: Engine) -> int:
     return _IOTA_FIXED_CYCLES + _n(ins.dst)
 
 
+def reciprocal(ins: Reciprocal, arch: Arch, engine: Engine) -> int:
+    """nki.isa.reciprocal: "max(MIN_II, 8*N) Vector Engine cycles, where N is the number of
+    elements per partition in data"."""
+    return _floor(arch, 8 * _n(ins.src))
+
+
+def tensor_tensor_scan(ins: TensorTensorScan, arch: Arch, engine: Engine) -> int:
+    """nki.isa.tensor_tensor_scan: "max(MIN_II, 2N) Vector Engine cycles, where N is the
+    number of elements per partition in data0/data1"."""
+    return _floor(arch, 2 * _n(ins.data0))
+
+
 @dataclass(frozen=True, slots=True)
 class Row:
     """One row of the table: an instruction kind, the engines it runs on, its cost in
@@ -269,6 +281,9 @@ ROWS: tuple[Row, ...] = (
     Row(BnStats, (_V,), bn_stats, "max(MIN_II, N)", f"{_ISA} bn_stats"),
     Row(BnAggr, (_V,), bn_aggr, "max(MIN_II, 13 * (N / 3))", f"{_ISA} bn_aggr"),
     Row(Iota, (_G,), iota, "150 + N", f"{_ISA} iota"),
+    Row(Reciprocal, (_V,), reciprocal, "max(MIN_II, 8N)", f"{_ISA} reciprocal"),
+    Row(TensorTensorScan, (_V,), tensor_tensor_scan, "max(MIN_II, 2N)",
+        f"{_ISA} tensor_tensor_scan"),
 )
 _BY_KEY: dict[tuple[type, Engine], Row] = {(r.kind, e): r for r in ROWS for e in r.engines}
 

@@ -211,7 +211,7 @@ def _quantize_mx(c: Checker, i: int, ins: QuantizeMx) -> None:
 
 
 # -- the NKI breadth of issue 19 (NKI docs, nki.isa.nc_transpose / bn_stats / bn_aggr / iota)
-_BREADTH = ("Transpose", "BnStats", "BnAggr", "Iota")
+_BREADTH = ("Transpose", "BnStats", "BnAggr", "Iota", "Reciprocal", "TensorTensorScan")
 # nki.isa.nc_transpose: "Vector Engine can handle shape (32, 32) or smaller"
 _VECTOR_TRANSPOSE_MAX = 32
 # nki.isa.bn_stats: the free size "must not exceed 512 (nl.tile_size.bn_stats_fmax)"
@@ -231,11 +231,16 @@ def _breadth(c: Checker, i: int, ins: Any) -> None:
     if name == "Iota":
         _bounds(c, i, dst, "Iota dst", (Space.SBUF,))
         return
+    if name == "TensorTensorScan":
+        _scan(c, i, ins)
+        return
     src: AccessPattern = ins.src
     _bounds(c, i, src, f"{name} src", _ON_CHIP)
     _bounds(c, i, dst, f"{name} dst", _ON_CHIP)
     p, f = src.partitions, src.free_elems
-    if name == "Transpose":
+    if name == "Reciprocal":
+        _same(c, i, src, dst, name)
+    elif name == "Transpose":
         if p > _VECTOR_TRANSPOSE_MAX or f > _VECTOR_TRANSPOSE_MAX:
             c._fail(i, f"Transpose on the Vector engine takes at most 32 x 32, not [{p}, {f}]")
         if (dst.partitions, dst.free_elems) != (f, p):
@@ -255,4 +260,26 @@ def _breadth(c: Checker, i: int, ins: Any) -> None:
             c._fail(i, f"{name} writes [{p}, {width}], not [{dst.partitions}, "
                        f"{dst.free_elems}]")
     _touch_psum(c, i, src, write=False)
+    _touch_psum(c, i, dst, write=True)
+
+
+def _scan(c: Checker, i: int, ins: Any) -> None:
+    """TensorTensorScan (nki.isa.tensor_tensor_scan): data0, data1 and dst on chip with the
+    same partitions and elements, data0 and data1 not both in PSUM, ``initial_ap`` [P, 1]."""
+    d0, d1, dst = ins.data0, ins.data1, ins.dst
+    for role, ap in (("data0", d0), ("data1", d1), ("dst", dst)):
+        _bounds(c, i, ap, f"TensorTensorScan {role}", _ON_CHIP)
+    if d0.space is Space.PSUM and d1.space is Space.PSUM:
+        c._fail(i, "TensorTensorScan: data0 and data1 cannot both be in PSUM (NKI docs)")
+    _same(c, i, d0, dst, "TensorTensorScan")
+    _same(c, i, d1, dst, "TensorTensorScan")
+    if ins.initial_ap is not None:
+        v = ins.initial_ap
+        _bounds(c, i, v, "TensorTensorScan initial", _ON_CHIP)
+        if v.partitions != d0.partitions or v.free_elems != 1:
+            c._fail(i, f"TensorTensorScan initial must be [{d0.partitions}, 1], not "
+                       f"[{v.partitions}, {v.free_elems}]")
+        _touch_psum(c, i, v, write=False)
+    _touch_psum(c, i, d0, write=False)
+    _touch_psum(c, i, d1, write=False)
     _touch_psum(c, i, dst, write=True)

@@ -1,0 +1,193 @@
+"""The recorded operations, typed: :class:`OpKind` and one frozen record of arguments per kind.
+
+A recorded :class:`~systolic.nki.record.Op` carries its views (what it writes and reads) and
+one of the records below, whose class names its kind (``Op.kind`` is ``type(args).KIND``).
+Each kind is lowered by exactly one rule of :data:`systolic.nki.lower.LOWER` (tested: every
+kind has one). The records hold what the recording checked and resolved (the ALU operator,
+the engine, the constants), never the kernel's raw call arguments.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..isa import ActivationFunc, AluOp, Engine, PerfMode
+
+__all__ = ["ActivationArgs", "BnAggrArgs", "BnStatsArgs", "CopyArgs", "DmaArgs", "IotaArgs",
+           "MatmulArgs", "MatmulMxArgs", "MemsetArgs", "OpArgs", "OpKind", "QuantizeMxArgs",
+           "ReciprocalArgs", "ScanArgs",
+           "TensorReduceArgs", "TensorScalarArgs", "TensorTensorArgs", "VectorTransposeArgs"]
+
+
+class OpKind(enum.Enum):
+    """What a recorded operation is; the value is the NKI call's name, for messages."""
+
+    DMA = "dma_copy"
+    COPY = "tensor_copy"
+    TENSOR_TENSOR = "tensor_tensor"
+    TENSOR_SCALAR = "tensor_scalar"
+    TENSOR_REDUCE = "tensor_reduce"
+    MEMSET = "memset"
+    ACTIVATION = "activation"
+    MATMUL = "nc_matmul"
+    MATMUL_MX = "nc_matmul_mx"
+    QUANTIZE_MX = "quantize_mx"
+    VECTOR_TRANSPOSE = "nc_transpose"
+    BN_STATS = "bn_stats"
+    BN_AGGR = "bn_aggr"
+    IOTA = "iota"
+    RECIPROCAL = "reciprocal"
+    TENSOR_TENSOR_SCAN = "tensor_tensor_scan"
+
+
+@dataclass(frozen=True, slots=True)
+class DmaArgs:
+    """``dma_copy``: dst = srcs[0], bytes as they are (a cast is recorded as a copy)."""
+
+    KIND: ClassVar[OpKind] = OpKind.DMA
+
+
+@dataclass(frozen=True, slots=True)
+class CopyArgs:
+    """``tensor_copy`` on an engine: dst = srcs[0], rounded to dst's dtype."""
+
+    KIND: ClassVar[OpKind] = OpKind.COPY
+    engine: Engine
+
+
+@dataclass(frozen=True, slots=True)
+class TensorTensorArgs:
+    """``tensor_tensor``: dst = srcs[0] op srcs[1]."""
+
+    KIND: ClassVar[OpKind] = OpKind.TENSOR_TENSOR
+    engine: Engine
+    op: AluOp
+
+
+@dataclass(frozen=True, slots=True)
+class TensorScalarArgs:
+    """``tensor_scalar``: (data op0 operand0) op1 operand1. ``c0`` / ``c1`` are the constant
+    operands, None where a [P, 1] tile gives it (then that tile is the next of srcs[1:])."""
+
+    KIND: ClassVar[OpKind] = OpKind.TENSOR_SCALAR
+    engine: Engine
+    op0: AluOp
+    c0: float | None
+    reverse0: bool
+    op1: AluOp | None
+    c1: float | None
+    reverse1: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TensorReduceArgs:
+    """``tensor_reduce`` over every free element of each partition, negated if asked."""
+
+    KIND: ClassVar[OpKind] = OpKind.TENSOR_REDUCE
+    engine: Engine
+    op: AluOp
+    negate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class MemsetArgs:
+    KIND: ClassVar[OpKind] = OpKind.MEMSET
+    engine: Engine
+    value: float
+
+
+@dataclass(frozen=True, slots=True)
+class ActivationArgs:
+    """``activation``: func(data * scale + bias). srcs are data, then the bias tile if
+    ``bias``, then the per-partition scale tile if ``scales`` (else the constant ``scale``);
+    outs holds ``reduce_res`` when the results are also reduced (``acc_op``)."""
+
+    KIND: ClassVar[OpKind] = OpKind.ACTIVATION
+    engine: Engine
+    func: ActivationFunc
+    scale: float
+    bias: bool
+    scales: bool
+    acc_op: AluOp
+
+
+@dataclass(frozen=True, slots=True)
+class MatmulArgs:
+    """``nc_matmul``: dst (+)= srcs[0].T @ srcs[1] at array row ``row``, column ``col``;
+    ``transpose``: the PE's transpose mode (nki/lower.py)."""
+
+    KIND: ClassVar[OpKind] = OpKind.MATMUL
+    accumulate: bool | None
+    perf: PerfMode
+    row: int
+    col: int
+    transpose: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MatmulMxArgs:
+    """``nc_matmul_mx``: srcs are stationary, moving, their scales."""
+
+    KIND: ClassVar[OpKind] = OpKind.MATMUL_MX
+    accumulate: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class QuantizeMxArgs:
+    """``quantize_mx``: srcs[0] into dst and the scales outs[0]."""
+
+    KIND: ClassVar[OpKind] = OpKind.QUANTIZE_MX
+
+
+@dataclass(frozen=True, slots=True)
+class VectorTransposeArgs:
+    """``nc_transpose`` on the Vector engine (the PE transpose is recorded as a matmul)."""
+
+    KIND: ClassVar[OpKind] = OpKind.VECTOR_TRANSPOSE
+    engine: Engine
+
+
+@dataclass(frozen=True, slots=True)
+class BnStatsArgs:
+    KIND: ClassVar[OpKind] = OpKind.BN_STATS
+
+
+@dataclass(frozen=True, slots=True)
+class BnAggrArgs:
+    KIND: ClassVar[OpKind] = OpKind.BN_AGGR
+
+
+@dataclass(frozen=True, slots=True)
+class IotaArgs:
+    """``iota``: base + partition_step * p + free_step * j."""
+
+    KIND: ClassVar[OpKind] = OpKind.IOTA
+    base: int
+    partition_step: int
+    free_step: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReciprocalArgs:
+    KIND: ClassVar[OpKind] = OpKind.RECIPROCAL
+
+
+@dataclass(frozen=True, slots=True)
+class ScanArgs:
+    """``tensor_tensor_scan``: srcs are data0, data1, then the initial tile if ``initial``
+    is None (else the constant)."""
+
+    KIND: ClassVar[OpKind] = OpKind.TENSOR_TENSOR_SCAN
+    op0: AluOp
+    op1: AluOp
+    initial: float | None
+    reverse0: bool
+    reverse1: bool
+
+
+OpArgs = (DmaArgs | CopyArgs | TensorTensorArgs | TensorScalarArgs | TensorReduceArgs
+          | MemsetArgs | ActivationArgs | MatmulArgs | MatmulMxArgs | QuantizeMxArgs
+          | VectorTransposeArgs | BnStatsArgs | BnAggrArgs | IotaArgs | ReciprocalArgs
+          | ScanArgs)
