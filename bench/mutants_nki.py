@@ -22,8 +22,8 @@ MUTANTS: tuple[Mutant, ...] = (
       ERR, "SBUF sizes rounded down to 64-byte granules: a [128, 50] bf16 tile overlaps its "
       "neighbour"),
     M("nki_any_memset_zeroes_psum", "nki/build.py",
-      'if op.kind == "memset" and op.attrs["value"] == 0.0:',
-      'if op.kind == "memset":',
+      'if isinstance(op.args, MemsetArgs) and op.args.value == 0.0:',
+      'if isinstance(op.args, MemsetArgs):',
       ERR, "any memset counted as zeroing PSUM: memset(1.0) + accumulate gives a.T @ b"),
     M("nki_rect_one_short", "nki/build.py",
       "    return (p0, p0 + np_, lo, hi + 1)",
