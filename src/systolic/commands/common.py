@@ -21,6 +21,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def positive_seconds(text: str) -> float:
+    """A finite number of seconds above 0 (time limits and timeouts)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a number of seconds above 0")
+    return value
+
+
 def bounded_int(limit: int, what: str) -> Callable[[str], int]:
     """A positive int of at most ``limit`` (``what`` names the bound in the error)."""
     def parse(text: str) -> int:

@@ -28,6 +28,7 @@ from .common import (
     output_path,
     plot_path,
     positive_int,
+    positive_seconds,
     seed,
     stage,
     wrote,
@@ -82,7 +83,7 @@ def add_parser(sub: Any) -> None:
                    help=f"the recording budget: the most NKI operations (and tensors) the "
                         f"kernel may make ({DEFAULT_MAX_OPS:,}: the largest public kernels "
                         f"fit three times over)")
-    p.add_argument("--time-limit", type=_seconds, default=DEFAULT_TIME_LIMIT_S, metavar="S",
+    p.add_argument("--time-limit", type=positive_seconds, default=DEFAULT_TIME_LIMIT_S, metavar="S",
                    help=f"the most seconds the kernel's Python may run while it is recorded "
                         f"({DEFAULT_TIME_LIMIT_S:g})")
     p.add_argument("--schedule", choices=SCHEDULES, default="list",
@@ -100,16 +101,6 @@ def add_parser(sub: Any) -> None:
     add_progress(p)
     add_json(p)
     p.set_defaults(run=run)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be a number of seconds above 0")
-    return value
 
 
 # nki/record.py and nki/run.py name the budget by its Python keywords; on the command line

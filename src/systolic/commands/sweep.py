@@ -14,7 +14,7 @@ from typing import Any
 
 from ..artifacts import open_artifact
 from ..errors import SweepError
-from .common import bounded_int, positive_int, wrote
+from .common import bounded_int, positive_int, positive_seconds, wrote
 
 # A local pool of more processes than this only thrashes a machine of this class (each
 # worker imports the model and holds its own Program); also below the OS's semaphore limits
@@ -60,7 +60,7 @@ def add_parser(sub: Any) -> None:
                         "LocalCluster of N workers here (needs the dask extra)")
     r.add_argument("--retry-failed", action="store_true",
                    help="run the stored failed points again")
-    r.add_argument("--point-timeout", type=_seconds, metavar="S",
+    r.add_argument("--point-timeout", type=positive_seconds, metavar="S",
                    help=f"stop a point after S seconds and store it as failed "
                         f"({DEFAULT_POINT_TIMEOUT:g})")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -87,16 +87,6 @@ def add_parser(sub: Any) -> None:
 
 _RUN_ONLY = ("out", "workers", "dask", "retry_failed", "no_progress", "point_timeout")
 _SHOW_ONLY = ("csv", "parquet", "pareto", "plot", "x", "y", "best_per", "all")
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be a number of seconds above 0")
-    return value
 
 
 def run(args: argparse.Namespace) -> int:
