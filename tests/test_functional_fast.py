@@ -110,6 +110,67 @@ def test_stationary_loads_evicted_from_a_small_sbuf_match_the_reference() -> Non
     _same_state(sims[1], sims[0])
 
 
+def test_a_weight_tile_latched_again_sees_every_change_of_its_bytes() -> None:
+    # the threaded path keeps latched tiles by their SBUF bytes: the same bytes latched
+    # again reuse the tile, and any write over them (a whole DmaLoad, a DmaLoad of some
+    # partitions, an engine copy) must make the next latch read the new bytes. Each latch is
+    # followed by a product read out to its own device-memory block; the reference loop
+    # (workers=0) and float64 of the rounded operands are the references.
+    from systolic.isa import TensorCopy
+
+    rng = np.random.default_rng(7)
+    ws = [rng.standard_normal((128, 128)).astype(np.float32) for _ in range(3)]
+    x = rng.standard_normal((128, 64)).astype(np.float32)
+    rg, cg = row_group(0, 128), col_group(0, 128)
+    w_dram = [AccessPattern(Space.DRAM, 0, 128, i * 0x8000, ((1, 128),), "bf16", 256)
+              for i in range(3)]
+    half = AccessPattern(Space.DRAM, 0, 64, 2 * 0x8000, ((1, 128),), "bf16", 256)
+    x_dram = AccessPattern(Space.DRAM, 0, 128, 0x20000, ((1, 64),), "bf16", 128)
+    sw = AccessPattern(Space.SBUF, 0, 128, 0, ((1, 128),), "bf16")
+    sw_top = AccessPattern(Space.SBUF, 0, 64, 0, ((1, 128),), "bf16")
+    other = AccessPattern(Space.SBUF, 0, 128, 0x2000, ((1, 128),), "bf16")
+    sx = AccessPattern(Space.SBUF, 0, 128, 0x1000, ((1, 64),), "bf16")
+    ps = AccessPattern(Space.PSUM, 0, 128, 0, ((1, 64),), "fp32")
+    instrs: list = [DmaLoad(x_dram, sx), DmaLoad(w_dram[1], other)]
+    outs = []
+
+    def product() -> None:
+        out = AccessPattern(Space.DRAM, 0, 128, 0x30000 + len(outs) * 0x8000, ((1, 64),),
+                            "fp32", 256)
+        outs.append(out)
+        instrs.extend([LoadStationary(sw, 0, rg, cg), MatMul(sx, ps, SS, "bf16", 0, rg, cg),
+                       ReadOut(ps, out)])
+
+    instrs.append(DmaLoad(w_dram[0], sw))
+    product()  # w0
+    product()  # w0 again: the kept tile
+    instrs.append(DmaLoad(w_dram[1], sw))
+    product()  # w1: a whole load over the bytes
+    instrs.append(DmaLoad(half, sw_top))
+    product()  # w2's top half over w1
+    instrs.append(TensorCopy(other, sw))
+    product()  # an engine copy of w1 back
+    prog = Program(instrs)
+    arch = get_arch("trn2")
+    bf = [w.astype(ml_dtypes.bfloat16).astype(np.float64) for w in ws]
+    mixed = bf[1].copy()
+    mixed[:64] = bf[2][:64]
+    want = [bf[0], bf[0], bf[1], mixed, bf[1]]
+    sims = []
+    for workers in (0, 3):
+        sim = FunctionalSimulator(arch, dram_bytes=0x60000, workers=workers)
+        for i, w in enumerate(ws):
+            sim.write_dram(w_dram[i].offset, w, "bf16")
+        sim.write_dram(x_dram.offset, x, "bf16")
+        sim.run(prog)
+        sims.append(sim)
+    _same_state(sims[1], sims[0])
+    xb = x.astype(ml_dtypes.bfloat16).astype(np.float64)
+    for out, w in zip(outs, want, strict=True):
+        got = sims[1].read_dram(out.offset, (128, 64), "fp32")
+        np.testing.assert_allclose(got, w.T @ xb, rtol=1e-5, atol=1e-4)
+
+
 def _tile_program(dst_dims: tuple[tuple[int, int], ...], n: int) -> tuple[Program, AccessPattern]:
     """One weight tile, two MatMuls into one PSUM region (START, then STOP + ACCUMULATE) and
     its ReadOut; the region's free dims are ``dst_dims`` (n fp32 values a partition)."""
@@ -260,3 +321,61 @@ def test_a_kept_simulator_starts_the_next_call_as_a_fresh_one(
     monkeypatch.setattr(api, "SIMULATOR_CACHE_BYTES", 1 << 20)  # smaller than one SBUF
     matmul(a1, b1)
     assert api._sims == {}
+
+
+def _bytes_touched(ap: AccessPattern) -> set[int]:
+    """Every device-memory byte ``ap`` touches, element by element (the slow reference)."""
+    isz = ap.itemsize
+    idx = np.zeros(1, np.int64)
+    for step, num in ap.dims:
+        idx = (idx[:, None] + step * np.arange(num)[None, :]).ravel()
+    out: set[int] = set()
+    for p in range(ap.partitions):
+        base = ap.offset + p * ap.partition_step + idx * isz
+        out.update((base[:, None] + np.arange(isz)[None, :]).ravel().tolist())
+    return out
+
+
+def _dram(draw, dtype: str) -> AccessPattern:
+    from hypothesis import strategies as st
+
+    parts = draw(st.integers(1, 6))
+    dims = tuple((draw(st.integers(-3, 4)), draw(st.integers(1, 4)))
+                 for _ in range(draw(st.integers(1, 2))))
+    lo = sum(min(0, s * (n - 1)) for s, n in dims)
+    step = draw(st.integers(-40, 40))
+    off = draw(st.integers(0, 64)) - lo * 4 + max(0, -step * (parts - 1))
+    return AccessPattern(Space.DRAM, 0, parts, off, dims, dtype, step)
+
+
+def test_device_memory_rows_overlap_whenever_a_byte_is_shared() -> None:
+    # issue 20: ReadOuts of the tiles of one row band of C waited for each other because
+    # their spans overlap; the row check must still see every shared byte (brute force)
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from systolic.sim._base import dram_rows_overlap
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.data())
+    def check(data) -> None:
+        a = _dram(data.draw, data.draw(st.sampled_from(["bf16", "fp32"])))
+        b = _dram(data.draw, data.draw(st.sampled_from(["bf16", "fp32", "fp8_e4m3"])))
+        shared = bool(_bytes_touched(a) & _bytes_touched(b))
+        assert dram_rows_overlap(a, b) or not shared
+        if all(len(x.dims) == 1 and x.dims[0][0] == 1 for x in (a, b)):  # solid rows
+            assert dram_rows_overlap(a, b) == shared
+
+    check()
+
+
+def test_tiles_of_one_row_band_do_not_overlap_but_their_spans_do() -> None:
+    from systolic.sim._base import dram_rows_overlap, dram_span
+
+    left = AccessPattern(Space.DRAM, 0, 128, 0, ((1, 512),), "fp32", 4 * 2048)
+    right = AccessPattern(Space.DRAM, 0, 128, 4 * 512, ((1, 512),), "fp32", 4 * 2048)
+    (a0, a1), (b0, b1) = dram_span(left), dram_span(right)
+    assert a0 < b1 and b0 < a1
+    assert not dram_rows_overlap(left, right)
+    assert dram_rows_overlap(left, AccessPattern(Space.DRAM, 0, 1, 4 * 2048 * 127 + 4 * 511,
+                                                 ((1, 1),), "fp32", 0))

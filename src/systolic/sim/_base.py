@@ -80,9 +80,13 @@ class MachineState:
     def latch(self, rect: Rect, values: np.ndarray, mx: object | None = None) -> Latched:
         """Latch decoded weights [K, M] over ``rect``, evicting every tile it overlaps (a
         later load over the same PEs replaces what they held)."""
+        return self.latch_tile(rect, Latched(values, np.ascontiguousarray(values.T), mx))
+
+    def latch_tile(self, rect: Rect, tile: Latched) -> Latched:
+        """Latch an already decoded tile over ``rect`` (evicting as :meth:`latch` does)."""
         for key in [k for k in self.tiles if k.overlaps(rect)]:
             del self.tiles[key]
-        tile = self.tiles[rect] = Latched(values, np.ascontiguousarray(values.T), mx)
+        self.tiles[rect] = tile
         return tile
 
     def tile(self, rect: Rect) -> Latched:
@@ -170,3 +174,26 @@ def dram_span(ap: AccessPattern) -> tuple[int, int]:
     lo, hi = ap.free_bytes_span
     ext = ap.partition_step * (ap.partitions - 1)
     return lo + min(0, ext), hi + max(0, ext)
+
+
+def dram_rows_overlap(a: AccessPattern, b: AccessPattern) -> bool:
+    """Whether two device-memory patterns may share a byte, row by row: each partition p of
+    a pattern touches bytes inside ``free_bytes_span + p * partition_step`` only, so two
+    patterns whose rows' spans are disjoint share none (the tiles of one output row band,
+    side by side in C, do not; their :func:`dram_span` hulls do). Never False where they
+    share a byte; True where they share a span but maybe no byte (a strided pattern)."""
+    a0, a1 = dram_span(a)
+    b0, b1 = dram_span(b)
+    if not (a0 < b1 and b0 < a1):
+        return False
+    (alo, ahi), (blo, bhi) = a.free_bytes_span, b.free_bytes_span
+    sa = alo + a.partition_step * np.arange(a.partitions, dtype=np.int64)
+    order = np.argsort(sa, kind="stable")
+    sa = sa[order]
+    top = np.maximum.accumulate(sa + (ahi - alo))  # the furthest end of a's rows so far
+    sb = blo + b.partition_step * np.arange(b.partitions, dtype=np.int64)
+    # for each row of b, the last row of a starting before b's row ends: they overlap iff
+    # some row of a up to there ends after b's row starts
+    idx = np.searchsorted(sa, sb + (bhi - blo), side="left") - 1
+    hit = idx >= 0
+    return bool(np.any(top[idx[hit]] > sb[hit]))

@@ -21,6 +21,11 @@ check it bit for bit) and is faster in three ways:
   looks only at the cached tiles in the 1 KiB blocks the DmaLoad touches. A tile DMA'd
   from device memory is decoded from its source pattern, once for all the loads of the
   same bytes (see :class:`_DecodeCache`).
+* **Latched weight tiles are kept** too, by the SBUF bytes they were latched from and their
+  fp32 pass, and dropped with the decoded tiles: a product whose N does not fit PSUM at
+  once latches each weight tile again for every part of N, and the second latch of the
+  same bytes reuses the decoded, transposed tile (at 4096^3 on trn2, 1,024 of the 2,048
+  LoadStationary instructions: ~0.3 s of decoding and transposing on the calling thread).
 * **Views are kept** (:meth:`MachineState.view`), so no per-instruction bounds check.
 """
 
@@ -50,7 +55,7 @@ from ..isa import (
     ReadOut,
     Space,
 )
-from ._base import MachineState, Order, apply_psum, dram_span
+from ._base import Latched, MachineState, Order, apply_psum, dram_rows_overlap, dram_span
 from .products import moving_values, product, split_fp32, stationary_operand, tile_rect
 
 __all__ = ["default_workers", "run_threaded"]
@@ -196,6 +201,8 @@ class _DecodeCache:
         self.blocks: dict[int, set[int]] = {}
         self.source: dict[int, AccessPattern] = {}  # SBUF key -> DRAM pattern
         self.dram: dict[int, np.ndarray] = {}  # DRAM key -> decoded, in order
+        # SBUF key -> {fp32 pass: the tile a LoadStationary of those bytes latched}
+        self.weights: dict[int, dict[Fp32Pass, Latched]] = {}
         self.dram_bytes = 0
         self.hull = (0, 0)  # device-memory bytes every recorded source lies in
 
@@ -219,6 +226,21 @@ class _DecodeCache:
                 self.blocks.setdefault(b, set()).add(k)
         self.tiles[k] = (values, *hit[1:])
         return values
+
+    def weight(self, ap: AccessPattern, fp32_pass: Fp32Pass) -> Latched | None:
+        """The tile latched earlier from SBUF pattern ``ap`` in this pass, while its bytes
+        are unchanged (None otherwise)."""
+        got = self.weights.get(self.keys.of(ap)[0])
+        return None if got is None else got.get(fp32_pass)
+
+    def keep_weight(self, ap: AccessPattern, fp32_pass: Fp32Pass, tile: Latched) -> None:
+        """Keep ``tile``, latched from SBUF pattern ``ap``, until those bytes change."""
+        k, p0, p1, lo, hi, *_ = self.keys.of(ap)
+        if k not in self.tiles:  # registered by its bytes, so that forget() finds it
+            self.tiles[k] = (None, p0, p1, lo, hi)
+            for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
+                self.blocks.setdefault(b, set()).add(k)
+        self.weights.setdefault(k, {})[fp32_pass] = tile
 
     def _decode_dram(self, src: AccessPattern) -> np.ndarray:
         values = self.dram[self.keys.of(src)[0]] = decode(self.state.view(src), src.dtype)
@@ -267,6 +289,7 @@ class _DecodeCache:
     def _drop(self, k: int) -> None:
         _, _, _, a, z = self.tiles.pop(k)
         self.source.pop(k, None)
+        self.weights.pop(k, None)
         for c in range(a // _BLOCK, (z - 1) // _BLOCK + 1):
             self.blocks[c].discard(k)
 
@@ -274,6 +297,7 @@ class _DecodeCache:
         self.tiles.clear()
         self.blocks.clear()
         self.source.clear()
+        self.weights.clear()
         self.dram.clear()
         self.dram_bytes = 0
 
@@ -362,7 +386,7 @@ class _PendingLoads:
         self.execute(self.state, dma)
 
 
-def _latch_transposed(state: MachineState, ls: LoadStationary, raw: np.ndarray) -> None:
+def _latch_transposed(state: MachineState, ls: LoadStationary, raw: np.ndarray) -> Latched:
     """What the LoadStationary handler does (systolic.sim.functional.load_stationary), from
     the tile's stored values already transposed ([M, K], ``raw``): decode is elementwise and
     so is the fp32 two-pass split, so this latches the same values, and their C-contiguous
@@ -371,8 +395,13 @@ def _latch_transposed(state: MachineState, ls: LoadStationary, raw: np.ndarray) 
     if ls.fp32_pass is not Fp32Pass.FULL:
         hi, lo = split_fp32(wt)
         wt = hi if ls.fp32_pass is Fp32Pass.HI else lo
+    return state.latch(_ls_rect(ls), wt.T)
+
+
+def _ls_rect(ls: LoadStationary) -> Rect:
+    """The PEs a LoadStationary latches (systolic.sim.functional.load_stationary)."""
     src = ls.src
-    state.latch(Rect(src.partition, src.partitions, ls.column, src.dims[-1][1]), wt.T)
+    return Rect(src.partition, src.partitions, ls.column, src.dims[-1][1])
 
 
 def _banks(ap: AccessPattern, bank_bytes: int) -> range:
@@ -402,7 +431,7 @@ def run_threaded(state: MachineState, program: Program, workers: int,
     pool = [_Worker(errors) for _ in range(workers - 1)]
     own_bufs: dict[tuple[int, int], np.ndarray] = {}
     # ReadOuts run on their bank's worker: device-memory bytes they will write, until done
-    writes: list[tuple[int, int, threading.Event]] = []
+    writes: list[tuple[int, int, AccessPattern, threading.Event]] = []
     # per PSUM destination: its view, whether _task may write it directly, its owner, and
     # whether it is an exact int48 region
     dsts: dict[int, tuple[np.ndarray, bool, int, bool]] = {}
@@ -419,10 +448,12 @@ def run_threaded(state: MachineState, program: Program, workers: int,
 
     def await_dram(ap: AccessPattern) -> None:
         """Wait for the pending ReadOuts that write bytes of device memory ``ap`` touches."""
-        writes[:] = [(a, z, f) for a, z, f in writes if not f.is_set()]
+        writes[:] = [w for w in writes if not w[3].is_set()]
         lo, hi = keys.of(ap)[5:7]
-        for a, z, f in writes:
-            if a < hi and lo < z:
+        for a, z, wap, f in writes:
+            # the spans first (cheap), then row by row: the tiles of one row band of C
+            # share a span but no byte, and their ReadOuts run on different workers
+            if a < hi and lo < z and dram_rows_overlap(ap, wap):
                 f.wait()
         raise_failure()
 
@@ -459,12 +490,20 @@ def run_threaded(state: MachineState, program: Program, workers: int,
                         _task(*args, own_bufs)
                 elif kind is LoadStationary:
                     ls = cast(LoadStationary, ins)
-                    raw = pending.land_transposed(ls.src) if plain_stationary else None
-                    if raw is None:
+                    if not plain_stationary:
                         pending.flush(ls.src)
                         execute(state, ins)
+                    elif (kept := cache.weight(ls.src, ls.fp32_pass)) is not None:
+                        state.latch_tile(_ls_rect(ls), kept)
                     else:
-                        _latch_transposed(state, ls, raw)
+                        raw = pending.land_transposed(ls.src)
+                        if raw is None:
+                            pending.flush(ls.src)
+                            execute(state, ins)
+                            latched = state.tile(_ls_rect(ls))
+                        else:
+                            latched = _latch_transposed(state, ls, raw)
+                        cache.keep_weight(ls.src, ls.fp32_pass, latched)
                 elif kind is DmaLoad and Space.PSUM not in (
                         (dma := cast(DmaLoad, ins)).src.space, dma.dst.space):
                     src, dst = dma.src, dma.dst
@@ -501,7 +540,7 @@ def run_threaded(state: MachineState, program: Program, workers: int,
                     if w:
                         written = threading.Event()
                         pool[w - 1].put(execute, (state, ro), written)
-                        writes.append((*span, written))
+                        writes.append((*span, ro.dst, written))
                     else:
                         execute(state, ro)
                 else:  # anything else may read or write any memory: run it alone
