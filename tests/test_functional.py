@@ -480,3 +480,49 @@ def test_read_outs_of_two_banks_into_one_address_land_in_program_order(workers: 
     # columns 0..n/2 from bank 0 (the later ReadOut), the rest from bank 1
     np.testing.assert_array_equal(got[:, : n // 2], sim.memory.read(bank0_half))
     np.testing.assert_array_equal(got[:, n // 2:], sim.memory.read(bank1)[:, n // 2:])
+
+
+@pytest.mark.parametrize("workers", [0, 2, 3])
+def test_a_load_of_bytes_a_pending_read_out_writes_sees_them(workers: int) -> None:
+    # long groups on banks 2 and 3 keep the workers busy; then 70 ReadOuts of banks 0 and 1
+    # into 70 column blocks of one row band (spans overlapping, bytes not: none waits for
+    # another), then a reshaping DmaLoad (run at once, not deferred) of every block back
+    # into SBUF: each must see its ReadOut's values, past the 64 pending ReadOuts after
+    # which the finished ones are dropped from the list
+    k, m, n, blocks = 128, 128, 16, 70
+    rng = np.random.default_rng(11)
+    w = rng.standard_normal((k, m)).astype(np.float32)
+    sim = FunctionalSimulator("trn2", dram_bytes=1 << 20, workers=workers)
+    w_ap = AccessPattern(Space.SBUF, 0, k, 0, ((1, m),), "bf16")
+    sim.memory.write(w_ap, w)
+    big = AccessPattern(Space.SBUF, 0, k, 512, ((1, 512),), "bf16")
+    sim.memory.write(big, rng.standard_normal((k, 512)).astype(np.float32))
+    rg, cg = row_group(0, k), col_group(0, m)
+    instrs: list[object] = [LoadStationary(w_ap, 0, rg, cg)]
+    for bank in (2, 3):
+        ps = AccessPattern(Space.PSUM, 0, m, 2048 * bank, ((1, 512),), "fp32")
+        instrs += [MatMul(big, ps, (CalcFlags.START if i == 0 else CalcFlags.ACCUMULATE)
+                          | (CalcFlags.STOP if i == 39 else CalcFlags.NONE), "bf16", 0, rg, cg)
+                   for i in range(40)]
+    pitch = 4 * n * blocks
+    outs = []
+    for j in range(blocks):
+        x_ap = AccessPattern(Space.SBUF, 0, k, 2048 + 32 * j, ((1, n),), "bf16")
+        sim.memory.write(x_ap, rng.standard_normal((k, n)).astype(np.float32))
+        bank = AccessPattern(Space.PSUM, 0, m, 2048 * (j % 2), ((1, n),), "fp32")
+        out = AccessPattern(Space.DRAM, 0, m, 4 * n * j, ((1, n),), "fp32",
+                            partition_step=pitch)
+        instrs += [MatMul(x_ap, bank, CalcFlags.START | CalcFlags.STOP, "bf16", 0, rg, cg),
+                   ReadOut(bank, out)]
+        outs.append((x_ap, out))
+    back = []
+    for j, (_, out) in enumerate(outs):
+        dst = AccessPattern(Space.SBUF, 0, m, 8192 + 64 * j, ((2, n // 2), (1, 2)), "fp32")
+        instrs.append(DmaLoad(out, dst))
+        back.append(dst)
+    sim.run(Program(instrs))  # type: ignore[arg-type]
+    wb = w.astype(ml_dtypes.bfloat16).astype(np.float64)
+    for (x_ap, _), dst in zip(outs, back, strict=True):
+        x = sim.memory.read(x_ap).astype(np.float64)
+        np.testing.assert_allclose(sim.memory.read(dst).reshape(m, n), wb.T @ x, rtol=1e-5,
+                                   atol=1e-5)

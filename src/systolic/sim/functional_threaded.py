@@ -446,15 +446,22 @@ def run_threaded(state: MachineState, program: Program, workers: int,
                 pool[w - 1].barrier()
         raise_failure()
 
+    hull = [0, 0]  # device-memory bytes every entry of ``writes`` lies in
+
     def await_dram(ap: AccessPattern) -> None:
         """Wait for the pending ReadOuts that write bytes of device memory ``ap`` touches."""
-        writes[:] = [w for w in writes if not w[3].is_set()]
         lo, hi = keys.of(ap)[5:7]
+        if hi <= hull[0] or hull[1] <= lo:  # most loads: a and b lie below C
+            return
         for a, z, wap, f in writes:
             # the spans first (cheap), then row by row: the tiles of one row band of C
             # share a span but no byte, and their ReadOuts run on different workers
-            if a < hi and lo < z and dram_rows_overlap(ap, wap):
+            if a < hi and lo < z and not f.is_set() and dram_rows_overlap(ap, wap):
                 f.wait()
+        if len(writes) > 64:  # drop the finished ones now and then, not at every call
+            writes[:] = [w for w in writes if not w[3].is_set()]
+            hull[:] = [min((w[0] for w in writes), default=0),
+                       max((w[1] for w in writes), default=0)]
         raise_failure()
 
     every = list(range(workers))
@@ -541,6 +548,8 @@ def run_threaded(state: MachineState, program: Program, workers: int,
                         written = threading.Event()
                         pool[w - 1].put(execute, (state, ro), written)
                         writes.append((*span, ro.dst, written))
+                        hull[:] = ([min(hull[0], span[0]), max(hull[1], span[1])]
+                                   if len(writes) > 1 else list(span))
                     else:
                         execute(state, ro)
                 else:  # anything else may read or write any memory: run it alone
