@@ -45,6 +45,7 @@ Results = Generator[list[dict[str, Any]], None, None]
 # Chunks in flight per worker: enough to hide the round trip, few enough to lose little work
 # when the sweep is killed.
 _IN_FLIGHT = 3
+_POLL_S = 0.01  # seconds between looks at the Dask futures in flight (a point takes ms)
 
 
 def chunk_size(estimate: int, workers: int) -> int:
@@ -307,8 +308,6 @@ def dask_workers(client: Any) -> int:
 
 def run_dask(target: Target, chunks: Iterable[Chunk], client: Any,
              timeout: float | None = None) -> Results:
-    from distributed import wait as dwait
-
     # The target is sent once and shared by every task (not pickled per chunk).
     [shared] = client.scatter([target], broadcast=True)
     keys: dict[Any, Chunk] = {}
@@ -319,8 +318,14 @@ def run_dask(target: Target, chunks: Iterable[Chunk], client: Any,
         return fut
 
     def wait_one(pending: set[Any]) -> tuple[set[Any], set[Any]]:
-        done, not_done = dwait(list(pending), return_when="FIRST_COMPLETED")
-        return set(done), set(not_done)
+        # polled in this thread's own code rather than waited in distributed.wait: Ctrl-C or
+        # SIGTERM (a KeyboardInterrupt) landing inside distributed's sync() made its cancel
+        # callback fail with a NameError traceback (distributed 2026.8, utils.sync)
+        while True:
+            done = {f for f in pending if f.done()}
+            if done:
+                return done, pending - done
+            time.sleep(_POLL_S)
 
     def result(fut: Any) -> list[dict[str, Any]]:
         chunk = keys.pop(fut)
