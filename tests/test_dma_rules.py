@@ -32,6 +32,19 @@ from systolic.timing.core import time_program
 from systolic.timing.costs import engine_cycles
 from systolic.timing.dma import dma_cost
 
+
+@pytest.fixture(autouse=True, scope="module", params=["buckets", "flat"])
+def _tracker_mode(request):
+    """Each test twice: the dependency tracker scans its records flat up to
+    ``deps.FLAT_REGIONS`` regions and files them in buckets past that (issue 20); the
+    programs here are small, so without this they would only see the flat scan."""
+    from systolic.timing import deps
+
+    old = deps.FLAT_REGIONS
+    deps.FLAT_REGIONS = 0 if request.param == "buckets" else old
+    yield request.param
+    deps.FLAT_REGIONS = old
+
 TRN2 = get_arch("trn2")
 TICK = 4.8e9
 FIXED = ceil(1300 * 4.8)  # 6240 ticks
@@ -325,3 +338,34 @@ def test_the_dependency_index_finds_what_a_scan_of_every_record_finds(ops):
         queues.append(q)
         for tr, (_, r, w) in zip((fast, slow), got, strict=True):
             tr.commit(op, r, w)
+
+
+def test_a_wide_region_looked_up_again_sees_a_bucket_filed_since():
+    # the tracker keeps each region's bucket lookup with the versions of what it read
+    # (issue 20); a wide region looked up before a narrow one inside it is filed must not
+    # reuse that answer: its write after the narrow write depends on it (WAW)
+    from systolic.timing.deps import Tracker, region
+
+    class Scan(Tracker):  # the slow path: every bucket of the index, every time
+        def _keys(self, rid):
+            return tuple(self.index)
+
+    wide, narrow, other = sb(0, 128, 0, 8192), sb(0, 128, 64, 8), sb(0, 128, 20480, 8)
+    ops = [((wide,), (other,), 0),  # read the wide region: its lookup is kept
+           ((other,), (narrow,), 1),  # write a narrow region inside it: a new fine bucket
+           ((other,), (wide,), 2)]  # write the wide region: after both
+    queues: list[int] = []
+    fast, slow = Tracker(queues), Scan(queues)
+    for op, (rd, wr, q) in enumerate(ops):
+        got = []
+        for tr in (fast, slow):
+            r = tuple(tr.intern(region(ap)) for ap in rd)
+            w = tuple(tr.intern(region(ap)) for ap in wr)
+            got.append((tr.deps(r, w), r, w))
+        assert got[0][0] == got[1][0], op
+        queues.append(q)
+        for tr, (_, r, w) in zip((fast, slow), got, strict=True):
+            tr.commit(op, r, w)
+    # by hand: it reads what op 0 wrote (RAW); it overwrites what op 1 wrote (WAW) and what
+    # op 0 read (WAR)
+    assert got[1][0] == ({0}, {0, 1})

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from reference_core import Reference, dma_ref, engine_cost
@@ -40,6 +41,19 @@ from systolic.isa import (
 from systolic.timing import costs
 from systolic.timing.core import time_program
 from systolic.timing.dma import dma_cost
+
+
+@pytest.fixture(autouse=True, scope="module", params=["buckets", "flat"])
+def _tracker_mode(request):
+    """Each test twice: the dependency tracker scans its records flat up to
+    ``deps.FLAT_REGIONS`` regions and files them in buckets past that (issue 20); the
+    programs here are small, so without this they would only see the flat scan."""
+    from systolic.timing import deps
+
+    old = deps.FLAT_REGIONS
+    deps.FLAT_REGIONS = 0 if request.param == "buckets" else old
+    yield request.param
+    deps.FLAT_REGIONS = old
 
 TRN2 = get_arch("trn2")
 ISZ = {"fp32": 4, "bf16": 2, "fp8_e4m3": 1}
