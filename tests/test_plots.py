@@ -357,3 +357,26 @@ def test_a_committed_picture_is_what_its_command_draws(tmp_path: Path, name: str
     assert float(np.abs(blocks(new) - blocks(old)).mean()) < 0.005, \
         f"docs/img/{name} is stale: re-draw it with the command in PICTURES"
     assert abs(float((new < 0.99).mean()) - float((old < 0.99).mean())) < 0.005  # ink
+
+
+def test_point_labels_do_not_overlap_each_other_or_the_texts() -> None:
+    # the roofline's k64 and m64 labels were drawn over each other and the full_2048 label
+    # over the ceiling text; labels now take the first free place around their point
+    from systolic.views.plot_base import figure
+    from systolic.views.plots import place_labels
+
+    fig = figure(600, 400)
+    ax = fig.subplots()
+    ax.set_xlim(0, 10)
+    ax.set_ylim(0, 10)
+    note = ax.text(5.2, 5.4, "a ceiling's note in the way", fontsize=8)
+    pts = [(5.0, 5.0, "first (dma-bound)"), (5.3, 5.1, "second (dma-bound)"),
+           (5.1, 4.8, "third (pe-bound)")]
+    place_labels(fig, ax, pts, [note])
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.texts if t is not note]
+    assert len(boxes) == 3
+    for i, a in enumerate(boxes):
+        assert not a.overlaps(note.get_window_extent(renderer))
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b)

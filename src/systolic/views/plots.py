@@ -15,6 +15,7 @@ only when a figure is drawn (:mod:`systolic.views.plot_base`).
 from __future__ import annotations
 
 import os
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -156,12 +157,9 @@ def roofline_plot(data: dict[str, Any], path: str | os.PathLike[str], *, width: 
     by_pos: dict[tuple[float, float], list[dict[str, Any]]] = {}
     for p in points:
         by_pos.setdefault((round(p["intensity"], 6), round(p["tflops"], 6)), []).append(p)
-    above, prev, below = False, (0.0, 0.0), False
+    above = False
+    labels: list[tuple[float, float, str]] = []
     for j, ((x, y), group) in enumerate(sorted(by_pos.items())):
-        # a label goes above right of its point, below right if the previous point's label
-        # would be in the way
-        below = not below and x < prev[0] * 1.2 and prev[1] / 1.3 < y < prev[1] * 1.3
-        prev = (x, y)
         ax.scatter([x], [y], s=36, color="black", zorder=5,
                    label="workload ops (whole-core timing, measured intensity)" if j == 0
                    else None)
@@ -171,9 +169,8 @@ def roofline_plot(data: dict[str, Any], path: str | os.PathLike[str], *, width: 
             ax.scatter([x], [cap], s=30, marker="v", facecolors="white", edgecolors="black",
                        zorder=5, label=None if above else "same op, bound by HBM")
             above = True
-        ax.annotate(", ".join(p["name"] + (f" ({p['bound']}-bound)" if p.get("bound") else "")
-                              for p in group), (x, y), fontsize=7.5,
-                    xytext=(6, -12 if below else 6), textcoords="offset points")
+        labels.append((x, y, ", ".join(
+            p["name"] + (f" ({p['bound']}-bound)" if p.get("bound") else "") for p in group)))
     ax.set_xlim(x_lo, x_hi)
     ax.set_ylim(y_lo, top * 1.8)
     for axis, (lo, hi) in ((ax.xaxis, (x_lo, x_hi)), (ax.yaxis, (y_lo, top * 1.8))):
@@ -181,10 +178,47 @@ def roofline_plot(data: dict[str, Any], path: str | os.PathLike[str], *, width: 
         axis.set_ticks(ticks, [f"{t:g}" for t in ticks], fontsize=8)
     ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM traffic)", fontsize=9)
     ax.set_ylabel("TFLOP/s", fontsize=9)
-    ax.set_title(f"roofline of one {data['arch']} NeuronCore: Tensor Engine of "
-                 f"{data['rows']}x{data['cols']} PEs at {data['clock_hz'] / 1e9:g} GHz, HBM "
-                 f"{data['hbm_bytes_per_s'] / 1e9:,.0f} GB/s; points placed by the HBM bytes "
-                 f"their DMAs move", fontsize=10)
+    title = (f"roofline of one {data['arch']} NeuronCore: Tensor Engine of "
+             f"{data['rows']}x{data['cols']} PEs at {data['clock_hz'] / 1e9:g} GHz, HBM "
+             f"{data['hbm_bytes_per_s'] / 1e9:,.0f} GB/s; points placed by the HBM bytes "
+             f"their DMAs move")
+    # wrapped to the figure's width (about 8 px a character at 10 pt): a narrow figure
+    # clipped the one-line title at its right edge
+    ax.set_title(textwrap.fill(title, max(40, width // 8)), fontsize=10)
     ax.grid(which="both", alpha=0.2)
-    ax.legend(loc="lower right", fontsize=8)
+    legend = ax.legend(loc="lower right", fontsize=8)
+    place_labels(fig, ax, labels, [*ax.texts, legend])
     return save(fig, out)
+
+
+def place_labels(fig: Any, ax: Any, labels: list[tuple[float, float, str]],
+                 obstacles: list[Any]) -> None:
+    """Annotate each (x, y, text) point at the first of a few offsets around it whose box
+    stays inside the axes and meets no obstacle (the texts and legend already drawn), no
+    point and no label placed before; the first offset when none is free. Boxes are
+    measured after one layout pass, where the saved figure draws them."""
+    from matplotlib.transforms import Bbox
+
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    taken = [o.get_window_extent(renderer) for o in obstacles]
+    for x, y in ((x, y) for x, y, _ in labels):  # the points themselves, 5 px around
+        px, py = ax.transData.transform((x, y))
+        taken.append(Bbox.from_extents(px - 5, py - 5, px + 5, py + 5))
+    offsets = [(6, 6), (6, -14), (-6, 6), (-6, -14), (6, 18), (6, -26)]  # points
+    for x, y, text in labels:
+        for dx, dy in offsets:
+            ann = ax.annotate(text, (x, y), fontsize=7.5, xytext=(dx, dy),
+                              textcoords="offset points", ha="left" if dx > 0 else "right")
+            box = ann.get_window_extent(renderer)
+            free = (frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0
+                    and box.y1 <= frame.y1 and not any(box.overlaps(t) for t in taken))
+            if free:
+                break
+            ann.remove()
+        else:
+            ann = ax.annotate(text, (x, y), fontsize=7.5, xytext=offsets[0],
+                              textcoords="offset points")
+            box = ann.get_window_extent(renderer)
+        taken.append(box)
