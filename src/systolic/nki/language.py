@@ -465,3 +465,21 @@ __all__ += [
     "spmd_dim",
     "transpose",
 ]
+
+
+# -- issue 19, second part: nl.where, comparisons, mod, random numbers ---------------------
+from .rng import nl_dropout as dropout  # noqa: E402
+from .rng import rand, random_seed  # noqa: E402
+from .select import (  # noqa: E402
+    equal,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    mod,
+    not_equal,
+    where,
+)
+
+__all__ += ["dropout", "equal", "greater", "greater_equal", "less", "less_equal", "mod",
+            "not_equal", "rand", "random_seed", "where"]
