@@ -86,6 +86,9 @@ class Recorded:
     constants: list[tuple[Tensor, Any]] = field(default_factory=list)
     # ids of the argument tensors the kernel writes (the older API's output arguments)
     written_inputs: frozenset[int] = frozenset()
+    # an SPMD launch on several NeuronCores: each core's own Program, for timing
+    # (nki/cores.py); empty on one core
+    cores: tuple[Program, ...] = ()
 
     def counts(self) -> dict[str, int]:
         """Instructions per engine (tensor, vector, scalar, gpsimd, dma)."""

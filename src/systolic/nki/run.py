@@ -36,6 +36,7 @@ from ..timing.core import CoreTiming, time_program
 from . import record as _record
 from .alloc import DEFAULT_BUFFERS
 from .build import Recorded, build
+from .cores import core_programs
 from .record import (
     DEFAULT_MAX_OPS,
     DEFAULT_TIME_LIMIT_S,
@@ -48,7 +49,8 @@ from .tensor import Tensor
 from .types import BUFFERS, TensorSpec, to_dtype
 
 __all__ = ["BOUND_KINDS", "Kernel", "bound_kind", "load_kernel", "parse_arg", "record",
-           "record_kernel", "set_default_arch", "time_recorded", "timing_fields", "values"]
+           "record_kernel", "set_default_arch", "time_cores", "time_recorded", "timing_fields",
+           "values"]
 
 _DEFAULT = _record.DEFAULT_ARCH
 set_default_arch = _record.set_default_arch
@@ -212,7 +214,9 @@ def record(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = Non
     outputs = [o for o in outs if isinstance(o, Tensor)]
     gc.disable()
     try:
-        return build(rec, result, outputs, check, buffers)
+        built = build(rec, result, outputs, check, buffers)
+        built.cores = core_programs(rec, outputs, buffers)  # nl.nc launches (nki/cores.py)
+        return built
     finally:
         if collecting:
             gc.enable()
@@ -389,8 +393,19 @@ def bound_kind(core: CoreTiming) -> str:
 
 def time_recorded(rec: Recorded, schedule: str = "list") -> CoreTiming:
     """The whole-core timing of a recorded kernel (no values are computed); ``schedule``
-    is ``list`` (the compiler's, default) or ``program-order`` (timing/core.py)."""
+    is ``list`` (the compiler's, default) or ``program-order`` (timing/core.py). A launch
+    on several NeuronCores (``rec.cores``) takes as long as its longest core: that core's
+    timing (:func:`time_cores` gives each)."""
+    if rec.cores:
+        return max(time_cores(rec, schedule), key=lambda t: t.latency_us)
     return time_program(rec.program, rec.arch, schedule=schedule)
+
+
+def time_cores(rec: Recorded, schedule: str = "list") -> list[CoreTiming]:
+    """Each NeuronCore's timing of a launch on several (nki/cores.py), in core order; the
+    one core's timing otherwise."""
+    progs = rec.cores or (rec.program,)
+    return [time_program(p, rec.arch, schedule=schedule) for p in progs]
 
 
 def timing_fields(core: CoreTiming) -> dict[str, Any]:
