@@ -252,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
         load_kernel,
         parse_arg,
         set_default_arch,
+        time_cores,
         time_recorded,
         timing_fields,
     )
@@ -273,12 +274,19 @@ def run(args: argparse.Namespace) -> int:
     with stage(f"timing {len(rec.program):,} instructions on the whole core", args):
         core = time_recorded(rec, args.schedule)
         pe = pe_alone(rec)
+        cores = time_cores(rec, args.schedule) if rec.cores else []
+    # a launch on several NeuronCores is timed per core; the report is its longest core's
+    timed = rec.cores[[c.latency_us for c in cores].index(core.latency_us)] if cores \
+        else rec.program
     info: dict[str, Any] = {
         "kernel": args.target, "arch": arch.name, "nki_ops": rec.ops,
         "instructions": len(rec.program), "counts": rec.counts(),
         "opcodes": rec.program.counts(), "weight_cache_hits": rec.cache_hits,
         "allocation": _allocation(rec),
     }
+    if cores:
+        info["cores"] = [{"latency_us": c.latency_us, "instructions": len(p)}
+                         for c, p in zip(cores, rec.cores, strict=True)]
     info.update(timing_fields(core))  # schema 1's flat keys, kept for one release
     info.update(views(pe, core))
     if args.values:
@@ -295,7 +303,7 @@ def run(args: argparse.Namespace) -> int:
         from ..views.trace import write_trace
 
         with stage(f"writing the trace of {len(rec.program):,} instructions", args):
-            write_trace(core, rec.program, args.trace, lines=rec.lines,
+            write_trace(core, timed, args.trace, lines=None if cores else rec.lines,
                         metadata={**views(pe, core), "kernel": args.target,
                                   "bound_kind": info["core"]["bound"]["kind"]})
     if args.timeline is not None:
@@ -338,6 +346,11 @@ def _print_human(target: str, rec: Any, core: Any, info: dict[str, Any]) -> None
     print(f"  weight-tile cache hits: {rec.cache_hits:,}")
     for line in rec.allocation.lines():
         print(line)
+    if info.get("cores"):
+        print(f"SPMD launch on {len(info['cores'])} NeuronCores, timed each on its own "
+              f"(the launch is the longest; each core has its share of HBM): " + ", ".join(
+                  f"core {k} {c['latency_us']:,.2f} us ({c['instructions']:,} instructions)"
+                  for k, c in enumerate(info["cores"])))
     b = info["bound"]
     print(f"whole NeuronCore: {core.latency_us:,.2f} us, {core.tflops:.2f} of "
           f"{core.peak_tflops:.2f} TFLOP/s (hfu {100 * core.hfu:.1f}%), bound by "

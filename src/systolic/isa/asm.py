@@ -41,6 +41,7 @@ from .fields import (
     Engine,
     Fp32Pass,
     PerfMode,
+    ReduceCmd,
     Space,
     TileGroup,
 )
@@ -87,6 +88,13 @@ def _parse_int(text: str) -> int:
     if not _INT_RE.match(text):
         raise ValueError(f"not an integer (ASCII digits, or 0x hex): {text!r}")
     return int(text, 16 if "0x" in text else 10)
+
+
+def _parse_ints(text: str) -> tuple[int, ...]:
+    """A tuple of integers written ``0,1,255`` (``-`` for the empty tuple)."""
+    if text == "-":
+        return ()
+    return tuple(_parse_int(t) for t in text.split(","))
 
 
 def _parse_float(text: str) -> float:
@@ -148,6 +156,8 @@ _CODECS: dict[object, tuple[Callable[[Any], str], Callable[[str], Any]]] = {
     ActivationFunc: _enum_codec(ActivationFunc, lambda m: m.value),
     AccessPattern | None: (format_ap, parse_ap),  # an optional operand: left out when None
     AluOp | None: _enum_codec(AluOp, lambda m: m.value),
+    ReduceCmd: _enum_codec(ReduceCmd, lambda m: m.value),
+    tuple[int, ...]: (lambda v: ",".join(map(str, v)) or "-", lambda text: _parse_ints(text)),
     bool: (str, lambda text: _parse_bool(text)),
     int: (str, _parse_int),
     float: (repr, _parse_float),

@@ -26,6 +26,7 @@ __all__ = [
     "Engine",
     "Fp32Pass",
     "PerfMode",
+    "ReduceCmd",
     "Space",
     "TileGroup",
     "col_group",
@@ -193,6 +194,28 @@ class AluOp(enum.Enum):
     MAXIMUM = "maximum"
     MINIMUM = "minimum"
     DIVIDE = "divide"
+    # comparisons give 1.0 where true, 0.0 where false (nl.equal ...: "element-wise boolean
+    # result"); mod is Python's x % y, the sign of the divisor (nki.language.mod)
+    EQUAL = "equal"
+    NOT_EQUAL = "not_equal"
+    LESS = "less"
+    LESS_EQUAL = "less_equal"
+    GREATER = "greater"
+    GREATER_EQUAL = "greater_equal"
+    MOD = "mod"
+
+
+class ReduceCmd(enum.Enum):
+    """The Vector engine's accumulation registers (one per partition), as ``reduce_cmd``
+    drives them (nki.isa.select_reduce / range_select, aws-neuron-sdk 7c165a3e): ``idle``
+    does not accumulate (the register may still change: the model makes it undefined),
+    ``reset`` sets it to -inf, ``reset_reduce`` sets it to this instruction's reduction,
+    ``reduce`` folds this instruction's reduction into it."""
+
+    IDLE = "idle"
+    RESET = "reset"
+    RESET_REDUCE = "reset_reduce"
+    REDUCE = "reduce"
 
 
 class ActivationFunc(enum.Enum):

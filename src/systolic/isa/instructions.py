@@ -25,6 +25,7 @@ from .fields import (
     Engine,
     Fp32Pass,
     PerfMode,
+    ReduceCmd,
     TileGroup,
     col_group,
 )
@@ -33,21 +34,34 @@ __all__ = [
     "ACCESS",
     "OPCODES",
     "Activation",
+    "AffineSelect",
     "BnAggr",
     "BnStats",
+    "CopyPredicated",
     "DmaCopy",
     "DmaLoad",
+    "Dropout",
+    "FindIndex8",
     "Group",
     "Instruction",
     "Iota",
     "LdWeightMx",
     "LoadStationary",
+    "LocalGather",
     "MatMul",
+    "MatchReplace8",
     "MatmultMx",
+    "Max8",
     "Memset",
+    "PartitionReduce",
     "QuantizeMx",
+    "Rand",
+    "RangeSelect",
     "ReadOut",
     "Reciprocal",
+    "Select",
+    "SequenceBounds",
+    "StreamShuffle",
     "TensorCopy",
     "TensorReduce",
     "TensorScalar",
@@ -391,6 +405,188 @@ class TensorTensorScan:
     engine: Engine = Engine.VECTOR
 
 
+# --- selection, top-8, gather and random instructions (issue 19, second part) ----------
+# Values: systolic.sim.functional_select; checks: systolic.verify.select; costs: the rows
+# of systolic.timing.costs.
+@dataclass(frozen=True, slots=True)
+class AffineSelect:
+    """``nisa.affine_select`` (GpSimd): dst = src where ``base + partition_step * p +
+    free_step * j  cmp  0`` (p the partition, j the free element, flat, of dst; cmp an
+    ``AluOp`` comparison), else ``fill`` (an fp32 constant); the predicate is computed by
+    the engine from the affine expression (NKI docs, nki.isa.affine_select)."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    fill: float
+    cmp: AluOp
+    base: int = 0
+    partition_step: int = 0
+    free_step: int = 0
+    engine: Engine = Engine.GPSIMD
+
+
+@dataclass(frozen=True, slots=True)
+class RangeSelect:
+    """``nisa.range_select`` (Vector, NeuronCore-v3 on): dst = src where ``(range_start + j)
+    cmp0 bound0[p]`` and ``(range_start + j) cmp1 bound1[p]`` (j the free element, compared
+    in fp32; the bounds [P, 1] fp32 tiles), else ``fill``; the row maximum goes through the
+    Vector engine's accumulation register as ``reduce_cmd`` says, into ``acc`` when given
+    (NKI docs, nki.isa.range_select)."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    bound0: AccessPattern
+    bound1: AccessPattern
+    cmp0: AluOp
+    cmp1: AluOp
+    range_start: int = 0
+    fill: float = -3.4028234663852886e38
+    acc: AccessPattern | None = None
+    reduce_cmd: ReduceCmd = ReduceCmd.IDLE
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class Select:
+    """``nisa.select_reduce`` and ``nl.where`` (Vector): dst = on_true where the predicate
+    (``predicate`` nonzero, or zero with ``reverse_pred``) holds, else ``on_false`` (a
+    constant, or ``on_false_ap``: [P, 1] per partition or dst's shape); the row maximum goes
+    through the accumulation register as ``reduce_cmd`` says, into ``acc`` when given."""
+
+    predicate: AccessPattern
+    on_true: AccessPattern
+    dst: AccessPattern
+    on_false: float = 0.0
+    on_false_ap: AccessPattern | None = None
+    reverse_pred: bool = False
+    acc: AccessPattern | None = None
+    reduce_cmd: ReduceCmd = ReduceCmd.IDLE
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class CopyPredicated:
+    """``nisa.tensor_copy_predicated`` (Vector): dst = src (``src_ap``; the constant
+    ``value`` when it is None) where ``predicate`` is nonzero (zero with ``reverse_pred``);
+    dst keeps its values elsewhere, so dst is read as well as written."""
+
+    predicate: AccessPattern
+    dst: AccessPattern
+    src_ap: AccessPattern | None = None
+    value: float = 0.0
+    reverse_pred: bool = False
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReduce:
+    """``nisa.tensor_partition_reduce`` (GpSimd): dst[0, j] = op over the partitions p of
+    src[p, j] (add or maximum), in fp32, rounded to dst's format."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    op: AluOp = AluOp.ADD
+    engine: Engine = Engine.GPSIMD
+
+
+@dataclass(frozen=True, slots=True)
+class Max8:
+    """``nisa.max8`` (Vector): the 8 largest values of each partition of src (read as fp32),
+    in descending order, into dst [P, 8]."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class FindIndex8:
+    """``nisa.nc_find_index8`` (Vector): per partition, the index (from 0, along the flat free
+    elements of ``data``) of the first occurrence of each of the 8 ``vals``, into dst [P, 8]
+    (an unsigned integer format)."""
+
+    data: AccessPattern
+    vals: AccessPattern
+    dst: AccessPattern
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class MatchReplace8:
+    """``nisa.nc_match_replace8`` (Vector): per partition, for each of the 8 ``vals`` in turn,
+    the first element of ``data`` equal to it is replaced by ``imm`` (the result in dst) and
+    its index written to ``dst_idx`` when given."""
+
+    data: AccessPattern
+    vals: AccessPattern
+    dst: AccessPattern
+    imm: float = 0.0
+    dst_idx: AccessPattern | None = None
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class StreamShuffle:
+    """``nisa.nc_stream_shuffle`` (Vector): within each quadrant of 32 partitions, dst
+    partition i takes src partition ``shuffle_mask[i]`` of the same quadrant (255: dst
+    partition i is left as it is); partitions counted from each pattern's first."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    shuffle_mask: tuple[int, ...]
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class LocalGather:
+    """``nisa.local_gather`` (GpSimd): each of the 8 GpSimd cores gathers from its 16
+    partitions of ``src`` [P, E]: its indices (``index``, flattened partition-first, the first
+    ``num_valid_indices``) are element offsets into each partition's row, and
+    ``num_elem_per_idx`` contiguous elements are read from each; dst [P, valid x per_idx]."""
+
+    src: AccessPattern
+    index: AccessPattern
+    dst: AccessPattern
+    num_elem_per_idx: int = 1
+    num_valid_indices: int = 0
+    engine: Engine = Engine.GPSIMD
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceBounds:
+    """``nisa.sequence_bounds`` (GpSimd): for segment ids src [1, n], dst [1, 2, n] holds each
+    element's segment start and end (end exclusive); id 0 is padding: start n, end -1."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    engine: Engine = Engine.GPSIMD
+
+
+@dataclass(frozen=True, slots=True)
+class Rand:
+    """``nl.rand`` (Vector, unsure which engine): dst filled with uniform values in [0, 1)
+    from the model's counter-based generator keyed by ``seed`` (NOT the hardware's
+    generator, which is not published: the values cannot match a device's bits)."""
+
+    dst: AccessPattern
+    seed: int = 0
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class Dropout:
+    """``nisa.dropout`` (Vector): dst = 0 where the model's uniform draw (keyed by ``seed``,
+    as :class:`Rand`) is below the drop probability (``prob``, or ``prob_ap`` [P, 1] per
+    partition), else src; kept values are not rescaled (NKI docs, nki.isa.dropout)."""
+
+    src: AccessPattern
+    dst: AccessPattern
+    prob: float = 0.0
+    prob_ap: AccessPattern | None = None
+    seed: int = 0
+    engine: Engine = Engine.VECTOR
+
+
 # The engine of the PE's own instructions (class attributes: not fields, not in the text).
 LoadStationary.engine = Engine.TENSOR  # type: ignore[attr-defined]
 MatMul.engine = Engine.TENSOR  # type: ignore[attr-defined]
@@ -404,7 +600,9 @@ ReadOut.engine = Engine.VECTOR  # type: ignore[attr-defined]
 Instruction = (LoadStationary | MatMul | LdWeightMx | MatmultMx | DmaLoad | ReadOut | DmaCopy
                | TensorCopy | TensorTensor | Memset | Activation | QuantizeMx | TensorScalar
                | TensorReduce | Transpose | BnStats | BnAggr | Iota | Reciprocal
-               | TensorTensorScan)
+               | TensorTensorScan | AffineSelect | RangeSelect | Select | CopyPredicated
+               | PartitionReduce | Max8 | FindIndex8 | MatchReplace8 | StreamShuffle
+               | LocalGather | SequenceBounds | Rand | Dropout)
 # Every instruction class, in the union's order (opcode order of counts() and the text form).
 OPCODES: tuple[type, ...] = typing.get_args(Instruction)
 
@@ -422,7 +620,10 @@ class Group:
     DMA: tuple[type, ...] = (DmaLoad, DmaCopy)  # transfers on the DMA queues
     ELEMENTWISE: tuple[type, ...] = (TensorCopy, TensorTensor, Memset, Activation, QuantizeMx,
                                      TensorScalar, TensorReduce, Transpose, BnStats, BnAggr,
-                                     Iota, Reciprocal, TensorTensorScan)
+                                     Iota, Reciprocal, TensorTensorScan, AffineSelect,
+                                     RangeSelect, Select, CopyPredicated, PartitionReduce,
+                                     Max8, FindIndex8, MatchReplace8, StreamShuffle,
+                                     LocalGather, SequenceBounds, Rand, Dropout)
     READOUT: tuple[type, ...] = (ReadOut,)
 
 
@@ -452,6 +653,19 @@ ACCESS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
     Iota: ((), ("dst",)),
     Reciprocal: (("src",), ("dst",)),
     TensorTensorScan: (("data0", "data1", "initial_ap"), ("dst",)),
+    AffineSelect: (("src",), ("dst",)),
+    RangeSelect: (("src", "bound0", "bound1"), ("dst", "acc")),
+    Select: (("predicate", "on_true", "on_false_ap"), ("dst", "acc")),
+    CopyPredicated: (("predicate", "src_ap", "dst"), ("dst",)),
+    PartitionReduce: (("src",), ("dst",)),
+    Max8: (("src",), ("dst",)),
+    FindIndex8: (("data", "vals"), ("dst",)),
+    MatchReplace8: (("data", "vals"), ("dst", "dst_idx")),
+    StreamShuffle: (("src",), ("dst",)),
+    LocalGather: (("src", "index"), ("dst",)),
+    SequenceBounds: (("src",), ("dst",)),
+    Rand: ((), ("dst",)),
+    Dropout: (("src", "prob_ap"), ("dst",)),
 }
 assert set(ACCESS) == set(OPCODES), "every instruction kind declares its accesses"
 

@@ -86,6 +86,9 @@ class Recorded:
     constants: list[tuple[Tensor, Any]] = field(default_factory=list)
     # ids of the argument tensors the kernel writes (the older API's output arguments)
     written_inputs: frozenset[int] = frozenset()
+    # an SPMD launch on several NeuronCores: each core's own Program, for timing
+    # (nki/cores.py); empty on one core
+    cores: tuple[Program, ...] = ()
 
     def counts(self) -> dict[str, int]:
         """Instructions per engine (tensor, vector, scalar, gpsimd, dma)."""
@@ -234,7 +237,12 @@ def groups(ops: list[Op]) -> Groups:
 # write or read scale rows in quadrants, and kinds added later are not checked until they
 # are listed here).
 _PLAIN = frozenset({OpKind.DMA, OpKind.COPY, OpKind.TENSOR_TENSOR, OpKind.TENSOR_SCALAR,
-                    OpKind.TENSOR_REDUCE, OpKind.ACTIVATION, OpKind.MATMUL, OpKind.MEMSET})
+                    OpKind.TENSOR_REDUCE, OpKind.ACTIVATION, OpKind.MATMUL, OpKind.MEMSET,
+                    OpKind.AFFINE_SELECT, OpKind.RANGE_SELECT, OpKind.SELECT,
+                    OpKind.COPY_PREDICATED, OpKind.PARTITION_REDUCE, OpKind.MAX8,
+                    OpKind.FIND_INDEX8, OpKind.MATCH_REPLACE8, OpKind.STREAM_SHUFFLE,
+                    OpKind.LOCAL_GATHER, OpKind.SEQUENCE_BOUNDS, OpKind.RAND,
+                    OpKind.DROPOUT})
 
 Rect = tuple[int, int, int, int]
 
@@ -376,6 +384,10 @@ def lifetimes(rec: Recorder, outputs: list[Tensor], dead: set[int]) -> Lifetimes
                 seen_hbm.add(t.id)
                 hbm.append(t)
     for t in outputs:
+        if t.buffer.on_chip:  # a returned tile is read after the end: it lives to the end
+            if t.id in last:
+                last[t.id] = len(rec.ops)
+            continue
         if t.id not in seen_hbm:
             seen_hbm.add(t.id)
             hbm.append(t)

@@ -66,10 +66,12 @@ class Expr:
     __rmul__ = __mul__
 
     def _cmp(self, op: str, other: object) -> Mask:
-        if not isinstance(other, int):
+        if isinstance(other, Expr | MultiExpr):  # i_q >= i_k: (i_q - i_k) >= 0
+            return Mask(((self - other, op, 0),))
+        if not whole(other):
             raise fail("a mask compares an index expression with an integer "
                        "(i * 128 + i_p < num_rows)")
-        return Mask(((self, op, other),))
+        return Mask(((self, op, int(other)),))  # type: ignore[call-overload]
 
     def __lt__(self, other: object) -> Mask:  # type: ignore[override]
         return self._cmp("<", other)
@@ -158,13 +160,24 @@ class MultiExpr:
         return lo, hi
 
     def _cmp(self, op: str, other: object) -> Mask:
-        raise fail("a mask on an index over several iteration axes is not modelled; compare "
-                   "one axis's index expression (i * 128 + i_p < n)")
+        if isinstance(other, Expr | MultiExpr):
+            return Mask(((self - other, op, 0),))
+        if not whole(other):
+            raise fail("a mask compares an index expression with an integer or another "
+                       "index expression (i_q >= i_k)")
+        return Mask(((self, op, int(other)),))  # type: ignore[call-overload]
 
-    def __lt__(self, other: object) -> Mask:
+    def __lt__(self, other: object) -> Mask:  # type: ignore[override]
         return self._cmp("<", other)
 
-    __le__ = __gt__ = __ge__ = __lt__
+    def __le__(self, other: object) -> Mask:  # type: ignore[override]
+        return self._cmp("<=", other)
+
+    def __gt__(self, other: object) -> Mask:  # type: ignore[override]
+        return self._cmp(">", other)
+
+    def __ge__(self, other: object) -> Mask:  # type: ignore[override]
+        return self._cmp(">=", other)
 
 
 def _span(s: object) -> str:
@@ -215,7 +228,7 @@ class Mask:
 
     __slots__ = ("clauses",)
 
-    def __init__(self, clauses: tuple[tuple[Expr, str, int], ...]) -> None:
+    def __init__(self, clauses: tuple[tuple[Expr | MultiExpr, str, int], ...]) -> None:
         self.clauses = clauses
 
     def __and__(self, other: object) -> Mask:
@@ -226,7 +239,15 @@ class Mask:
     def all_true(self) -> bool:
         """Every element the mask covers is selected."""
         return all(_TESTS[op](v, bound) for e, op, bound in self.clauses for v in
-                   (e.values()[0], e.values()[-1]))  # affine: the ends decide
+                   _ends(e))  # affine: the ends decide
+
+
+def _ends(e: Expr | MultiExpr) -> tuple[int, int]:
+    """The smallest and largest value an index expression takes (either order)."""
+    if isinstance(e, MultiExpr):
+        return e.bounds()
+    vals = e.values()
+    return vals[0], vals[-1]
 
 
 def check_mask(mask: object, what: str, where: tuple[str, int] | None = None) -> None:

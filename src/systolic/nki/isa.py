@@ -660,3 +660,24 @@ def tensor_tensor_scan(*args: Any, **kw: Any) -> Pending | None:
 
 
 __all__ += ["reciprocal", "tensor_tensor_scan"]
+
+
+# -- issue 19, second part: selection, top-8, gather, random (each family its own module) --
+from .gather import (  # noqa: E402
+    local_gather,
+    nc_stream_shuffle,
+    sequence_bounds,
+    tensor_partition_reduce,
+)
+from .rng import dropout  # noqa: E402
+from .select import (  # noqa: E402
+    affine_select,
+    range_select,
+    select_reduce,
+    tensor_copy_predicated,
+)
+from .top8 import max8, nc_find_index8, nc_match_replace8  # noqa: E402
+
+__all__ += ["affine_select", "dropout", "local_gather", "max8", "nc_find_index8",
+            "nc_match_replace8", "nc_stream_shuffle", "range_select", "select_reduce",
+            "sequence_bounds", "tensor_copy_predicated", "tensor_partition_reduce"]

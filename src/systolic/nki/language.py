@@ -340,7 +340,7 @@ _ = View  # re-exported type for annotations in kernels
 
 
 # -- the NKI breadth of issue 19: transposes, nl.ds, SPMD program ids -----------------------
-from .spmd import num_programs, program_id, program_ndim  # noqa: E402
+from .spmd import nc, num_programs, program_id, program_ndim, spmd_dim  # noqa: E402
 
 
 def transpose(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Pending:
@@ -365,18 +365,6 @@ def ds(start: int, size: int) -> slice:
     if size < 1:
         raise fail(f"nl.ds size must be positive, not {size}")
     return slice(start, start + size)
-
-
-def spmd_dim(*args: Any, **kw: Any) -> Any:
-    """``nl.spmd_dim``: placing SPMD instances on several NeuronCores is not modelled."""
-    raise fail("nl.spmd_dim places SPMD instances on several NeuronCores, which this model "
-               "does not; launch with a plain grid (kernel[4, 2]), run on one core")
-
-
-def nc(*args: Any, **kw: Any) -> Any:
-    """``nl.nc(n)``: placing SPMD instances on several NeuronCores is not modelled."""
-    raise fail("nl.nc(n) places SPMD instances on several NeuronCores, which this model does "
-               "not; launch with a plain grid (kernel[4, 2]), run on one core")
 
 
 def broadcast_to(x: Any, shape: Any = None, **kw: Any) -> Any:
@@ -465,3 +453,21 @@ __all__ += [
     "spmd_dim",
     "transpose",
 ]
+
+
+# -- issue 19, second part: nl.where, comparisons, mod, random numbers ---------------------
+from .rng import nl_dropout as dropout  # noqa: E402
+from .rng import rand, random_seed  # noqa: E402
+from .select import (  # noqa: E402
+    equal,
+    greater,
+    greater_equal,
+    less,
+    less_equal,
+    mod,
+    not_equal,
+    where,
+)
+
+__all__ += ["dropout", "equal", "greater", "greater_equal", "less", "less_equal", "mod",
+            "not_equal", "rand", "random_seed", "where"]

@@ -39,6 +39,19 @@ class LazyKind(enum.Enum):
     IOTA = "iota"
     RECIPROCAL = "reciprocal"
     TENSOR_TENSOR_SCAN = "tensor_tensor_scan"
+    # issue 19, second part (nki/select.py, top8.py, gather.py, random.py: each kind's
+    # rule is in its family's RULES)
+    AFFINE_SELECT = "affine_select"
+    RANGE_SELECT = "range_select"
+    WHERE = "nl.where"
+    PARTITION_REDUCE = "tensor_partition_reduce"
+    MAX8 = "max8"
+    FIND_INDEX8 = "nc_find_index8"
+    MATCH_REPLACE8 = "nc_match_replace8"
+    LOCAL_GATHER = "local_gather"
+    SEQUENCE_BOUNDS = "sequence_bounds"
+    RAND = "nl.rand"
+    DROPOUT = "dropout"
 
 
 class NlOp:

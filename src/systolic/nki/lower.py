@@ -41,17 +41,28 @@ from ..isa import (
     TensorTensor,
     row_group,
 )
+from ..isa import instructions as isa_
 from ..isa.instructions import BnAggr, BnStats, Iota, Reciprocal, TensorTensorScan, Transpose
 from ..timing.dma import queue_for
 from .opkind import (
     ActivationArgs,
+    AffineSelectArgs,
     CopyArgs,
+    CopyPredicatedArgs,
+    DropoutArgs,
     IotaArgs,
+    LocalGatherArgs,
+    MatchReplace8Args,
     MatmulArgs,
     MatmulMxArgs,
     MemsetArgs,
     OpKind,
+    PartitionReduceArgs,
+    RandArgs,
+    RangeSelectArgs,
     ScanArgs,
+    SelectArgs,
+    StreamShuffleArgs,
     TensorReduceArgs,
     TensorScalarArgs,
     TensorTensorArgs,
@@ -255,6 +266,88 @@ def _scan(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
                              a.reverse1)]
 
 
+# -- selection, top-8, gather, random (issue 19, second part) ------------------------------
+def _affine_select(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, AffineSelectArgs)
+    return [isa_.AffineSelect(p.srcs[0], p.dst, a.fill, a.cmp, a.base, a.partition_step,
+                              a.free_step)]
+
+
+def _range_select(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, RangeSelectArgs)
+    return [isa_.RangeSelect(p.srcs[0], p.dst, p.srcs[1], p.srcs[2], a.cmp0, a.cmp1,
+                             a.range_start, a.fill, p.outs[0] if p.outs else None,
+                             a.reduce_cmd)]
+
+
+def _select(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, SelectArgs)
+    other = p.srcs[2] if a.on_false is None else None
+    return [isa_.Select(p.srcs[0], p.srcs[1], p.dst, a.on_false or 0.0, other,
+                        a.reverse_pred, p.outs[0] if p.outs else None, a.reduce_cmd)]
+
+
+def _copy_predicated(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, CopyPredicatedArgs)
+    src = p.srcs[1] if a.value is None else None  # srcs end with dst itself (read)
+    return [isa_.CopyPredicated(p.srcs[0], p.dst, src, a.value or 0.0, a.reverse_pred)]
+
+
+def _partition_reduce(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, PartitionReduceArgs)
+    return [isa_.PartitionReduce(p.srcs[0], p.dst, a.op)]
+
+
+def _max8(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    return [isa_.Max8(p.srcs[0], p.dst)]
+
+
+def _find_index8(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    return [isa_.FindIndex8(p.srcs[0], p.srcs[1], p.dst)]
+
+
+def _match_replace8(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, MatchReplace8Args)
+    return [isa_.MatchReplace8(p.srcs[0], p.srcs[1], p.dst, a.imm,
+                               p.outs[0] if p.outs else None)]
+
+
+def _stream_shuffle(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, StreamShuffleArgs)
+    return [isa_.StreamShuffle(p.srcs[0], p.dst, a.shuffle_mask)]
+
+
+def _local_gather(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, LocalGatherArgs)
+    return [isa_.LocalGather(p.srcs[0], p.srcs[1], p.dst, a.num_elem_per_idx,
+                             a.num_valid_indices)]
+
+
+def _sequence_bounds(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    return [isa_.SequenceBounds(p.srcs[0], p.dst)]
+
+
+def _rand(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, RandArgs)
+    return [isa_.Rand(p.dst, a.seed)]
+
+
+def _dropout(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, DropoutArgs)
+    prob = p.srcs[1] if a.prob is None else None
+    return [isa_.Dropout(p.srcs[0], p.dst, a.prob or 0.0, prob, a.seed)]
+
+
 LOWER: dict[OpKind, Rule] = {
     OpKind.DMA: _dma,
     OpKind.COPY: _copy,
@@ -272,6 +365,19 @@ LOWER: dict[OpKind, Rule] = {
     OpKind.IOTA: _iota,
     OpKind.RECIPROCAL: _reciprocal,
     OpKind.TENSOR_TENSOR_SCAN: _scan,
+    OpKind.AFFINE_SELECT: _affine_select,
+    OpKind.RANGE_SELECT: _range_select,
+    OpKind.SELECT: _select,
+    OpKind.COPY_PREDICATED: _copy_predicated,
+    OpKind.PARTITION_REDUCE: _partition_reduce,
+    OpKind.MAX8: _max8,
+    OpKind.FIND_INDEX8: _find_index8,
+    OpKind.MATCH_REPLACE8: _match_replace8,
+    OpKind.STREAM_SHUFFLE: _stream_shuffle,
+    OpKind.LOCAL_GATHER: _local_gather,
+    OpKind.SEQUENCE_BOUNDS: _sequence_bounds,
+    OpKind.RAND: _rand,
+    OpKind.DROPOUT: _dropout,
 }
 """The one lowering table: every recorded kind to the instructions it becomes, each naming
 its engine. Matmul rules keep the weight-tile cache themselves; after every other rule the

@@ -14,11 +14,41 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ..isa import ActivationFunc, AluOp, Engine, PerfMode
+from ..isa.fields import ReduceCmd
 
-__all__ = ["ActivationArgs", "BnAggrArgs", "BnStatsArgs", "CopyArgs", "DmaArgs", "IotaArgs",
-           "MatmulArgs", "MatmulMxArgs", "MemsetArgs", "OpArgs", "OpKind", "QuantizeMxArgs",
-           "ReciprocalArgs", "ScanArgs",
-           "TensorReduceArgs", "TensorScalarArgs", "TensorTensorArgs", "VectorTransposeArgs"]
+__all__ = [
+    "ActivationArgs",
+    "AffineSelectArgs",
+    "BnAggrArgs",
+    "BnStatsArgs",
+    "CopyArgs",
+    "CopyPredicatedArgs",
+    "DmaArgs",
+    "DropoutArgs",
+    "FindIndex8Args",
+    "IotaArgs",
+    "LocalGatherArgs",
+    "MatchReplace8Args",
+    "MatmulArgs",
+    "MatmulMxArgs",
+    "Max8Args",
+    "MemsetArgs",
+    "OpArgs",
+    "OpKind",
+    "PartitionReduceArgs",
+    "QuantizeMxArgs",
+    "RandArgs",
+    "RangeSelectArgs",
+    "ReciprocalArgs",
+    "ScanArgs",
+    "SelectArgs",
+    "SequenceBoundsArgs",
+    "StreamShuffleArgs",
+    "TensorReduceArgs",
+    "TensorScalarArgs",
+    "TensorTensorArgs",
+    "VectorTransposeArgs",
+]
 
 
 class OpKind(enum.Enum):
@@ -40,6 +70,21 @@ class OpKind(enum.Enum):
     IOTA = "iota"
     RECIPROCAL = "reciprocal"
     TENSOR_TENSOR_SCAN = "tensor_tensor_scan"
+    # selection, top-8, gather, random (issue 19, second part; nki/select.py, top8.py,
+    # gather.py, random.py)
+    AFFINE_SELECT = "affine_select"
+    RANGE_SELECT = "range_select"
+    SELECT = "select_reduce"
+    COPY_PREDICATED = "tensor_copy_predicated"
+    PARTITION_REDUCE = "tensor_partition_reduce"
+    MAX8 = "max8"
+    FIND_INDEX8 = "nc_find_index8"
+    MATCH_REPLACE8 = "nc_match_replace8"
+    STREAM_SHUFFLE = "nc_stream_shuffle"
+    LOCAL_GATHER = "local_gather"
+    SEQUENCE_BOUNDS = "sequence_bounds"
+    RAND = "rand"
+    DROPOUT = "dropout"
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +232,117 @@ class ScanArgs:
     reverse1: bool
 
 
+# -- selection, top-8, gather, random (issue 19, second part) ------------------------------
+@dataclass(frozen=True, slots=True)
+class AffineSelectArgs:
+    """``affine_select``: srcs[0] where ``base + partition_step * p + free_step * j  cmp
+    0``, else ``fill``."""
+
+    KIND: ClassVar[OpKind] = OpKind.AFFINE_SELECT
+    fill: float
+    cmp: AluOp
+    base: int
+    partition_step: int
+    free_step: int
+
+
+@dataclass(frozen=True, slots=True)
+class RangeSelectArgs:
+    """``range_select``: srcs are on_true, bound0, bound1; outs holds ``reduce_res``."""
+
+    KIND: ClassVar[OpKind] = OpKind.RANGE_SELECT
+    cmp0: AluOp
+    cmp1: AluOp
+    range_start: int
+    fill: float
+    reduce_cmd: ReduceCmd
+
+
+@dataclass(frozen=True, slots=True)
+class SelectArgs:
+    """``select_reduce`` / ``nl.where``: srcs are predicate, on_true, then the on_false tile
+    when ``on_false`` is None; outs holds ``reduce_res``."""
+
+    KIND: ClassVar[OpKind] = OpKind.SELECT
+    on_false: float | None
+    reverse_pred: bool
+    reduce_cmd: ReduceCmd
+
+
+@dataclass(frozen=True, slots=True)
+class CopyPredicatedArgs:
+    """``tensor_copy_predicated``: srcs are predicate, src (unless ``value`` is given),
+    then dst itself (read: its other elements stay)."""
+
+    KIND: ClassVar[OpKind] = OpKind.COPY_PREDICATED
+    value: float | None
+    reverse_pred: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReduceArgs:
+    KIND: ClassVar[OpKind] = OpKind.PARTITION_REDUCE
+    op: AluOp
+
+
+@dataclass(frozen=True, slots=True)
+class Max8Args:
+    KIND: ClassVar[OpKind] = OpKind.MAX8
+
+
+@dataclass(frozen=True, slots=True)
+class FindIndex8Args:
+    """``nc_find_index8``: srcs are data, vals."""
+
+    KIND: ClassVar[OpKind] = OpKind.FIND_INDEX8
+
+
+@dataclass(frozen=True, slots=True)
+class MatchReplace8Args:
+    """``nc_match_replace8``: srcs are data, vals; outs holds ``dst_idx`` when given."""
+
+    KIND: ClassVar[OpKind] = OpKind.MATCH_REPLACE8
+    imm: float
+
+
+@dataclass(frozen=True, slots=True)
+class StreamShuffleArgs:
+    KIND: ClassVar[OpKind] = OpKind.STREAM_SHUFFLE
+    shuffle_mask: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LocalGatherArgs:
+    """``local_gather``: srcs are src_buffer, index."""
+
+    KIND: ClassVar[OpKind] = OpKind.LOCAL_GATHER
+    num_elem_per_idx: int
+    num_valid_indices: int
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceBoundsArgs:
+    KIND: ClassVar[OpKind] = OpKind.SEQUENCE_BOUNDS
+
+
+@dataclass(frozen=True, slots=True)
+class RandArgs:
+    KIND: ClassVar[OpKind] = OpKind.RAND
+    seed: int
+
+
+@dataclass(frozen=True, slots=True)
+class DropoutArgs:
+    """``dropout``: srcs are data, then the [P, 1] probability tile when ``prob`` is None."""
+
+    KIND: ClassVar[OpKind] = OpKind.DROPOUT
+    prob: float | None
+    seed: int
+
+
 OpArgs = (DmaArgs | CopyArgs | TensorTensorArgs | TensorScalarArgs | TensorReduceArgs
           | MemsetArgs | ActivationArgs | MatmulArgs | MatmulMxArgs | QuantizeMxArgs
           | VectorTransposeArgs | BnStatsArgs | BnAggrArgs | IotaArgs | ReciprocalArgs
-          | ScanArgs)
+          | ScanArgs | AffineSelectArgs | RangeSelectArgs | SelectArgs | CopyPredicatedArgs
+          | PartitionReduceArgs | Max8Args | FindIndex8Args | MatchReplace8Args
+          | StreamShuffleArgs | LocalGatherArgs | SequenceBoundsArgs | RandArgs | DropoutArgs)

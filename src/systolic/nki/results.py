@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from .gather import RULES as GATHER_RULES
 from .lazy import LazyKind, Pending
 from .ops import (
     record_activation,
@@ -24,7 +25,11 @@ from .ops import (
     record_tensor_tensor,
 )
 from .record import current
+from .rng import RULES as RNG_RULES
+from .select import RULES as SELECT_RULES
+from .select import as_lazy
 from .tensor import Tensor, View, as_view
+from .top8 import RULES as TOP8_RULES
 from .transpose import (
     dma_transpose_result,
     transpose_result,
@@ -136,6 +141,9 @@ LAZY: dict[LazyKind, LazyRule] = {
     LazyKind.IOTA: LazyRule(iota_result, write_iota),
     LazyKind.RECIPROCAL: LazyRule(_same_shape("src"), write_reciprocal),
     LazyKind.TENSOR_TENSOR_SCAN: LazyRule(scan_result, write_scan),
+    # issue 19, second part: each family's rules (nki/select.py, top8.py, gather.py, rng.py)
+    **{k: LazyRule(*as_lazy(*v)) for k, v in {**SELECT_RULES, **TOP8_RULES, **GATHER_RULES,
+                                              **RNG_RULES}.items()},
 }
 assert set(LAZY) == set(LazyKind), "every lazy kind has its rule"
 

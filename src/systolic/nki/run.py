@@ -36,6 +36,7 @@ from ..timing.core import CoreTiming, time_program
 from . import record as _record
 from .alloc import DEFAULT_BUFFERS
 from .build import Recorded, build
+from .cores import core_programs
 from .record import (
     DEFAULT_MAX_OPS,
     DEFAULT_TIME_LIMIT_S,
@@ -48,7 +49,8 @@ from .tensor import Tensor
 from .types import BUFFERS, TensorSpec, to_dtype
 
 __all__ = ["BOUND_KINDS", "Kernel", "bound_kind", "load_kernel", "parse_arg", "record",
-           "record_kernel", "set_default_arch", "time_recorded", "timing_fields", "values"]
+           "record_kernel", "set_default_arch", "time_cores", "time_recorded", "timing_fields",
+           "values"]
 
 _DEFAULT = _record.DEFAULT_ARCH
 set_default_arch = _record.set_default_arch
@@ -161,12 +163,20 @@ def record(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = Non
             targs.append(t)
         else:
             targs.append(a)
+    tkw: dict[str, Any] = {}
+    for name, a in (kwargs or {}).items():  # arrays passed by name: inputs after the rest
+        if isinstance(a, np.ndarray | TensorSpec):
+            t = Tensor(tuple(int(s) for s in a.shape), to_dtype(a.dtype), BUFFERS["hbm"],
+                       ("<argument>", len(rec.inputs)), name=name, is_input=True)
+            rec.inputs.append(t)
+            a = t
+        tkw[name] = a
     _record.push(rec)
     collecting = gc.isenabled()
     gc.disable()  # ~10 objects per NKI op, none cyclic: collections only cost time here
     try:
         with time_guard(time_limit_s):
-            result = func(*targs, **(kwargs or {}))
+            result = func(*targs, **tkw)
     except RecordingTimeout as exc:
         path, line = _kernel_line(exc.__traceback__)
         raise KernelError(path, line, (
@@ -199,15 +209,14 @@ def record(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = Non
         if collecting:
             gc.enable()
     outs = result if isinstance(result, tuple | list) else (result,)
+    # a returned SBUF/PSUM tile (the vendor's range_select test returns one) is read after
+    # the kernel ends, as NKI's simulator does; it lives to the end (build.lifetimes)
     outputs = [o for o in outs if isinstance(o, Tensor)]
-    for o in outputs:
-        if o.buffer.on_chip:
-            raise KernelError(*o.where, "a kernel returns HBM tensors; this one is in "
-                                        f"{o.buffer.name}: dma_copy it to an nl.shared_hbm "
-                                        "tensor and return that")
     gc.disable()
     try:
-        return build(rec, result, outputs, check, buffers)
+        built = build(rec, result, outputs, check, buffers)
+        built.cores = core_programs(rec, outputs, buffers)  # nl.nc launches (nki/cores.py)
+        return built
     finally:
         if collecting:
             gc.enable()
@@ -217,7 +226,8 @@ def values(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = Non
            arch: str | Arch | None = None, order: str = "fast") -> Any:
     """Run ``kernel`` on numpy arrays; returns its output array(s) as NKI would."""
     rec = record(kernel, args, kwargs, arch=arch)
-    return execute(rec, [a for a in args if isinstance(a, np.ndarray)], order=order)
+    arrays = [a for a in (*args, *(kwargs or {}).values()) if isinstance(a, np.ndarray)]
+    return execute(rec, arrays, order=order)
 
 
 def execute(rec: Recorded, arrays: Sequence[np.ndarray], *, order: str = "fast",
@@ -264,6 +274,12 @@ def execute(rec: Recorded, arrays: Sequence[np.ndarray], *, order: str = "fast",
 def _read_output(sim: Any, at: int, t: Tensor) -> np.ndarray:
     from ..dtypes import FORMATS
 
+    if t.buffer.on_chip:  # a returned tile: its partitions, each its free elements
+        space = Space.SBUF if t.buffer.name == "sbuf" else Space.PSUM
+        ap = AccessPattern(space, 0, t.partitions, at, ((1, t.free_elems),), t.dtype.fmt)
+        return np.asarray(sim.memory.read(ap)).reshape(
+            _chip_order(t)).transpose(_chip_axes(t)).copy()
+
     f = FORMATS.get(t.dtype.fmt)
     if f is not None and f.kind != "mx":
         return np.asarray(sim.read_dram(at, t.shape, t.dtype.fmt)).copy()
@@ -271,6 +287,19 @@ def _read_output(sim: Any, at: int, t: Tensor) -> np.ndarray:
     n = int(np.prod(t.shape)) * t.dtype.itemsize
     raw = sim.memory.dram[at:at + n].copy()
     return raw.view(f"<u{t.dtype.itemsize}").reshape(t.shape)
+
+
+def _chip_order(t: Tensor) -> tuple[int, ...]:
+    """An on-chip tensor's dims as memory holds them: the partition dim first."""
+    pd = t.pdim or 0
+    return (t.shape[pd], *(d for i, d in enumerate(t.shape) if i != pd))
+
+
+def _chip_axes(t: Tensor) -> tuple[int, ...]:
+    """The transpose putting :func:`_chip_order` back in the tensor's own dim order."""
+    pd = t.pdim or 0
+    order = [pd, *(i for i in range(len(t.shape)) if i != pd)]
+    return tuple(order.index(i) for i in range(len(t.shape)))
 
 
 _ARG = re.compile(r"^\s*([A-Za-z0-9_]+)\s*\[\s*([0-9,\s]+)\]\s*$")
@@ -364,8 +393,19 @@ def bound_kind(core: CoreTiming) -> str:
 
 def time_recorded(rec: Recorded, schedule: str = "list") -> CoreTiming:
     """The whole-core timing of a recorded kernel (no values are computed); ``schedule``
-    is ``list`` (the compiler's, default) or ``program-order`` (timing/core.py)."""
+    is ``list`` (the compiler's, default) or ``program-order`` (timing/core.py). A launch
+    on several NeuronCores (``rec.cores``) takes as long as its longest core: that core's
+    timing (:func:`time_cores` gives each)."""
+    if rec.cores:
+        return max(time_cores(rec, schedule), key=lambda t: t.latency_us)
     return time_program(rec.program, rec.arch, schedule=schedule)
+
+
+def time_cores(rec: Recorded, schedule: str = "list") -> list[CoreTiming]:
+    """Each NeuronCore's timing of a launch on several (nki/cores.py), in core order; the
+    one core's timing otherwise."""
+    progs = rec.cores or (rec.program,)
+    return [time_program(p, rec.arch, schedule=schedule) for p in progs]
 
 
 def timing_fields(core: CoreTiming) -> dict[str, Any]:
@@ -410,7 +450,7 @@ def unwritten(rec: Recorded) -> str | None:
     read as NaN; ``systolic kernel`` and the sweep both refuse it."""
     outs = [(f"{t.name or f'#{i + 1}'} {list(t.shape)} {t.dtype.nki}",
              rec.addresses[t.id], t.free_elems * t.dtype.itemsize)
-            for i, t in enumerate(rec.outputs)]
+            for i, t in enumerate(rec.outputs) if not t.buffer.on_chip]
     short = unwritten_outputs(rec.program, outs)
     if not short:
         return None

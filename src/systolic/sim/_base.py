@@ -67,6 +67,9 @@ class MachineState:
         # latched tiles by the PEs they occupy: rows = array rows, cols = array columns
         self.tiles: dict[Rect, Latched] = {}
         self._views: dict[AccessPattern, np.ndarray] = {}
+        # engine accumulation registers by engine name ("vector": one fp32 per partition,
+        # nki.isa.select_reduce / range_select reduce_cmd; sim/functional_select.py)
+        self.accumulators: dict[str, np.ndarray] = {}
 
     def view(self, ap: AccessPattern) -> np.ndarray:
         """``memory.view(ap)``, kept (a view of a buffer that never moves stays valid)."""

@@ -69,6 +69,14 @@ _ALU: dict[AluOp, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     AluOp.MAXIMUM: np.maximum,
     AluOp.MINIMUM: np.minimum,
     AluOp.DIVIDE: np.divide,
+    # comparisons: 1.0 where true, 0.0 where false; mod: x - y * floor(x / y), the sign of y
+    AluOp.EQUAL: lambda a, b: np.equal(a, b).astype(np.float32),
+    AluOp.NOT_EQUAL: lambda a, b: np.not_equal(a, b).astype(np.float32),
+    AluOp.LESS: lambda a, b: np.less(a, b).astype(np.float32),
+    AluOp.LESS_EQUAL: lambda a, b: np.less_equal(a, b).astype(np.float32),
+    AluOp.GREATER: lambda a, b: np.greater(a, b).astype(np.float32),
+    AluOp.GREATER_EQUAL: lambda a, b: np.greater_equal(a, b).astype(np.float32),
+    AluOp.MOD: np.mod,
 }
 # reductions along the free axis: the operator's ufunc reduce
 _REDUCE: dict[AluOp, Callable[..., np.ndarray]] = {
@@ -333,6 +341,9 @@ def _register_breadth() -> None:
                      (Iota, iota), (Reciprocal, reciprocal),
                      (TensorTensorScan, tensor_tensor_scan)):
         HANDLERS[kind] = _on_state(fn)
+    from .functional_select import HANDLERS as SELECT  # selection, top-8, gather, random
+
+    HANDLERS.update(SELECT)
 
 
 _register_breadth()

@@ -51,7 +51,27 @@ from ..isa import (
     TensorScalar,
     TensorTensor,
 )
-from ..isa.instructions import BnAggr, BnStats, Iota, Reciprocal, TensorTensorScan, Transpose
+from ..isa.instructions import (
+    AffineSelect,
+    BnAggr,
+    BnStats,
+    CopyPredicated,
+    Dropout,
+    FindIndex8,
+    Iota,
+    LocalGather,
+    MatchReplace8,
+    Max8,
+    PartitionReduce,
+    Rand,
+    RangeSelect,
+    Reciprocal,
+    Select,
+    SequenceBounds,
+    StreamShuffle,
+    TensorTensorScan,
+    Transpose,
+)
 
 __all__ = ["ROWS", "Row", "engine_cycles", "engine_hz", "rows_for"]
 
@@ -240,6 +260,56 @@ def tensor_tensor_scan(ins: TensorTensorScan, arch: Arch, engine: Engine) -> int
     return _floor(arch, 2 * _n(ins.data0))
 
 
+# -- selection, top-8, gather, random (issue 19, second part) -----------------------------
+def gpsimd_start_n(ins: AffineSelect | PartitionReduce | SequenceBounds, arch: Arch,
+                   engine: Engine) -> int:
+    """nki.isa.affine_select: "GPSIMD_START + N GpSimd Engine cycles ... GPSIMD_START ...
+    roughly 150 engine cycles", N the elements per partition of the input. PartitionReduce
+    and SequenceBounds take the same form (unsure: the docs give them no cost)."""
+    return _IOTA_FIXED_CYCLES + _n(ins.src)
+
+
+def vector_n_floor(ins: RangeSelect | StreamShuffle | Dropout | MatchReplace8 | Select,
+                   arch: Arch, engine: Engine) -> int:
+    """``max(MIN_II, N)`` Vector cycles, N the elements per partition of the input
+    (nki.isa.range_select, nc_stream_shuffle, dropout; nc_match_replace8 prints
+    ``min(MIN_II, N)``, read as max (a constant cost for any size is unlikely: unsure);
+    select_reduce gives none: range_select's, the same select-and-reduce, unsure)."""
+    src = (ins.on_true if isinstance(ins, Select) else ins.data
+           if isinstance(ins, MatchReplace8) else ins.src)
+    return _floor(arch, _n(src))
+
+
+def vector_n(ins: Max8 | FindIndex8, arch: Arch, engine: Engine) -> int:
+    """nki.isa.max8 / nc_find_index8: "N engine cycles", N the elements per partition of the
+    source (no MIN_II floor in the docs)."""
+    return _n(ins.src if isinstance(ins, Max8) else ins.data)
+
+
+def copy_predicated(ins: CopyPredicated, arch: Arch, engine: Engine) -> int:
+    """nki.isa.tensor_copy_predicated: ``max(MIN_II, N)`` "if src is from SBUF and predicate
+    is from PSUM or the other way around", ``max(MIN_II, 2N)`` "if both src and dst are in
+    SBUF"; a constant src reads like SBUF (unsure)."""
+    src = ins.src_ap.space if ins.src_ap is not None else Space.SBUF
+    one_psum = (src is Space.PSUM) != (ins.predicate.space is Space.PSUM)
+    return _floor(arch, _n(ins.dst) * (1 if one_psum else 2))
+
+
+def local_gather(ins: LocalGather, arch: Arch, engine: Engine) -> int:
+    """nki.isa.local_gather: "150 + (num_valid_indices * num_elem_per_idx)/C GpSimd Engine
+    cycles, where C = ((28 + t * num_elem_per_idx)/(t * num_elem_per_idx)) /
+    min(4/dtype_size, num_elem_per_idx)", t = 4."""
+    k, t = ins.num_elem_per_idx, 4
+    c = ((28 + t * k) / (t * k)) / min(4 / ins.src.itemsize, k)
+    return _IOTA_FIXED_CYCLES + ceil(ins.num_valid_indices * k / c)
+
+
+def rand(ins: Rand, arch: Arch, engine: Engine) -> int:
+    """``max(MIN_II, N)``, N the elements per partition of dst (unsure: nl.rand gives no
+    cost; dropout's, the same engine's random draw per element)."""
+    return _floor(arch, _n(ins.dst))
+
+
 @dataclass(frozen=True, slots=True)
 class Row:
     """One row of the table: an instruction kind, the engines it runs on, its cost in
@@ -284,6 +354,26 @@ ROWS: tuple[Row, ...] = (
     Row(Reciprocal, (_V,), reciprocal, "max(MIN_II, 8N)", f"{_ISA} reciprocal"),
     Row(TensorTensorScan, (_V,), tensor_tensor_scan, "max(MIN_II, 2N)",
         f"{_ISA} tensor_tensor_scan"),
+    Row(AffineSelect, (_G,), gpsimd_start_n, "150 + N", f"{_ISA} affine_select"),
+    Row(RangeSelect, (_V,), vector_n_floor, "max(MIN_II, N)", f"{_ISA} range_select"),
+    Row(Select, (_V,), vector_n_floor, "max(MIN_II, N) (unsure: none in the docs)",
+        f"{_ISA} range_select (select_reduce has none)"),
+    Row(CopyPredicated, (_V,), copy_predicated, "max(MIN_II, N) one operand in PSUM, else "
+        "max(MIN_II, 2N)", f"{_ISA} tensor_copy_predicated"),
+    Row(PartitionReduce, (_G,), gpsimd_start_n, "150 + N (unsure: none in the docs)",
+        f"{_ISA} affine_select (tensor_partition_reduce has none)"),
+    Row(Max8, (_V,), vector_n, "N", f"{_ISA} max8"),
+    Row(FindIndex8, (_V,), vector_n, "N", f"{_ISA} nc_find_index8"),
+    Row(MatchReplace8, (_V,), vector_n_floor, "max(MIN_II, N) (the docs print min)",
+        f"{_ISA} nc_match_replace8"),
+    Row(StreamShuffle, (_V,), vector_n_floor, "max(MIN_II, N)", f"{_ISA} nc_stream_shuffle"),
+    Row(LocalGather, (_G,), local_gather, "150 + valid * per_idx / C",
+        f"{_ISA} local_gather"),
+    Row(SequenceBounds, (_G,), gpsimd_start_n, "150 + N (unsure: none in the docs)",
+        f"{_ISA} affine_select (sequence_bounds has none)"),
+    Row(Rand, (_V,), rand, "max(MIN_II, N) (unsure: none in the docs)",
+        f"{_ISA} dropout (nl.rand has none)"),
+    Row(Dropout, (_V,), vector_n_floor, "max(MIN_II, N)", f"{_ISA} dropout"),
 )
 _BY_KEY: dict[tuple[type, Engine], Row] = {(r.kind, e): r for r in ROWS for e in r.engines}
 

@@ -44,6 +44,7 @@ from ..isa.generation import rules
 from ..memory import check_bounds, psum_bank
 from .engines import check_engine, replay_engines
 from .mx import check_ld_weight_mx, check_matmult_mx
+from .select import CHECKS as SELECT_CHECKS
 
 __all__ = ["Checker", "Tile", "verify"]
 
@@ -207,6 +208,9 @@ class Checker:
                 memo = None
             elif isinstance(ins, ReadOut):
                 memo = self._readout(i, ins)
+            elif type(ins) in SELECT_CHECKS:  # selection, top-8, gather, random kinds
+                SELECT_CHECKS[type(ins)](self, i, ins)
+                memo = None
             elif isinstance(ins, (*Group.ELEMENTWISE, DmaCopy)):
                 check_engine(self, i, ins)
                 memo = None

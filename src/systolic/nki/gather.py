@@ -1,0 +1,213 @@
+"""Data movement and reductions across partitions: ``nisa.nc_stream_shuffle`` (Vector),
+``nisa.local_gather``, ``nisa.tensor_partition_reduce`` and ``nisa.sequence_bounds``
+(GpSimd), aws-neuron-sdk 7c165a3e, nki.isa.*.
+
+* ``nc_stream_shuffle(src, dst, shuffle_mask)``: within each quadrant of 32 partitions, dst
+  partition i takes src partition ``shuffle_mask[i]`` (255 leaves it);
+* ``local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None)``: each of
+  the 8 GpSimd cores gathers from its 16 partitions with its own uint16 indices;
+* ``tensor_partition_reduce(op, data)``: [1, ...] = op over the partitions (add, max);
+* ``sequence_bounds(segment_ids=)``: [1, n] segment ids -> [1, 2, n] start / end.
+
+Values: systolic.sim.functional_select; checks: systolic.verify.select.
+"""
+
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+import numpy as np
+
+from ..isa import AluOp, Engine
+from .index import check_mask, whole
+from .lazy import LazyKind, Pending
+from .opkind import LocalGatherArgs, PartitionReduceArgs, SequenceBoundsArgs, StreamShuffleArgs
+from .ops import _add, _gpsimd, _on_chip
+from .record import fail, here
+from .select import Recorder, Shaper, emit, result_dtype, stage_sbuf, take
+from .tensor import Tensor, View, as_view
+from .types import BUFFERS
+
+__all__ = ["RULES", "local_gather", "nc_stream_shuffle", "sequence_bounds",
+           "tensor_partition_reduce"]
+
+Where = tuple[str, int]
+_QUADRANT = 32
+_CORE_PARTITIONS = 16  # nki.isa.local_gather: each GpSimd core serves 16 partitions
+_GATHER_ELEMS = (1, 2, 4, 8, 16, 32)
+
+
+# -- nc_stream_shuffle -----------------------------------------------------------------------
+def nc_stream_shuffle(*args: Any, **kw: Any) -> None:
+    """``nc_stream_shuffle(src, dst, shuffle_mask)``: cross-partition moves within quadrants
+    (Vector engine); src and dst may be the same tile."""
+    where = here()
+    what = "nc_stream_shuffle"
+    check_mask(kw.pop("mask", None), what, where)
+    kw.pop("dtype", None)  # dst "must have same data type as src"
+    a = take(args, kw, ("src", "dst", "shuffle_mask"), what, where, 3)
+    src, dst = as_view(a["src"]), as_view(a["dst"])
+    for v, role in ((src, "src"), (dst, "dst")):
+        _on_chip(v, role, what, where)
+    mask = a["shuffle_mask"]
+    if not isinstance(mask, list | tuple) or len(mask) != _QUADRANT or not all(
+            whole(m) and (0 <= m < _QUADRANT or m == 255) for m in mask):
+        raise fail(f"{what} shuffle_mask is a list of 32 integers, each 0..31 (the source "
+                   f"partition in the quadrant) or 255 (leave it)", where)
+    if src.dtype != dst.dtype:
+        raise fail(f"{what}: dst must have src's dtype (NKI docs): {src.dtype} vs "
+                   f"{dst.dtype}", where)
+    if src.size // src.partitions != dst.size // dst.partitions:
+        raise fail(f"{what}: src and dst hold the same elements per partition (NKI docs): "
+                   f"{list(src.shape)} vs {list(dst.shape)}", where)
+    for p in range(dst.partitions):
+        m = int(mask[p % _QUADRANT])
+        if m != 255 and (p // _QUADRANT) * _QUADRANT + m >= src.partitions:
+            raise fail(f"{what}: dst partition {p} takes src partition "
+                       f"{(p // _QUADRANT) * _QUADRANT + m}; src has {src.partitions}", where)
+    _add(StreamShuffleArgs(tuple(int(m) for m in mask)), dst, (src,), where)
+
+
+# -- local_gather ----------------------------------------------------------------------------
+def local_gather(*args: Any, **kw: Any) -> Pending | None:
+    """``local_gather(src_buffer, index, num_elem_per_idx=1, num_valid_indices=None)``
+    (GpSimd)."""
+    where = here()
+    what = "local_gather"
+    check_mask(kw.pop("mask", None), what, where)
+    a = take(args, kw, ("src_buffer", "index", "num_elem_per_idx", "num_valid_indices",
+                        "dst"), what, where, 2)
+    src, idx = as_view(a["src_buffer"]), as_view(a["index"])
+    k = a.get("num_elem_per_idx") or 1
+    if k not in _GATHER_ELEMS:
+        raise fail(f"{what} num_elem_per_idx is one of {list(_GATHER_ELEMS)} (NKI docs), "
+                   f"not {k!r}", where)
+    if src.partitions != idx.partitions or src.partitions % _CORE_PARTITIONS:
+        raise fail(f"{what}: src_buffer and index have the same partitions, a multiple of "
+                   f"16 (NKI docs): {src.partitions} and {idx.partitions}", where)
+    per_core = (idx.size // idx.partitions) * _CORE_PARTITIONS
+    valid = a.get("num_valid_indices")
+    if valid is None:
+        valid = per_core
+    if not whole(valid) or not 1 <= valid <= min(per_core, 4096):
+        raise fail(f"{what} num_valid_indices is 1 to {min(per_core, 4096)} (the indices of "
+                   f"one core's 16 partitions, at most 4096), not {valid!r}", where)
+    if idx.dtype.nki != "uint16":
+        raise fail(f"{what} index must be a uint16 tile (NKI docs), not {idx.dtype}", where)
+    args_ = {"src": a["src_buffer"], "index": a["index"], "k": int(k), "valid": int(valid)}
+    return emit(LazyKind.LOCAL_GATHER, a.get("dst"), args_, where, _record_local_gather)
+
+
+def _gather_shape(a: dict[str, Any]) -> tuple[int, ...]:
+    """[P, index free dims..., 16, k] when every index is valid (the shape the vendor's test
+    names: indices run partition-first through the core's 16 partitions), else [P, valid,
+    k] (unsure: the docs do not give the result's shape)."""
+    src, idx = as_view(a["src"]), as_view(a["index"])
+    if a["valid"] == (idx.size // idx.partitions) * _CORE_PARTITIONS:
+        return (src.partitions, *idx.shape[1:], _CORE_PARTITIONS, a["k"])
+    return (src.partitions, a["valid"], a["k"])
+
+
+def _record_local_gather(dst: View, a: dict[str, Any], where: Where) -> None:
+    src, idx = as_view(a["src"]), as_view(a["index"])
+    _on_chip(dst, "dst", "local_gather", where)
+    if dst.partitions != src.partitions or dst.size != src.partitions * a["valid"] * a["k"]:
+        raise fail(f"local_gather writes {list(_gather_shape(a))}, not {list(dst.shape)}",
+                   where)
+    if dst.dtype != src.dtype:
+        raise fail(f"local_gather keeps the dtype (NKI docs): {src.dtype}, not {dst.dtype}",
+                   where)
+    src, idx = stage_sbuf(src, where), stage_sbuf(idx, where)
+    _gpsimd(Engine.GPSIMD, (dst,), "local_gather", where)
+    _add(LocalGatherArgs(a["k"], a["valid"]), dst, (src, idx), where)
+
+
+def _gather_tile(a: dict[str, Any], where: Where) -> Tensor:
+    return Tensor(_gather_shape(a), as_view(a["src"]).dtype, BUFFERS["sbuf"], where)
+
+
+# -- tensor_partition_reduce -------------------------------------------------------------------
+_PARTITION_OPS: dict[object, AluOp] = {np.add: AluOp.ADD, np.maximum: AluOp.MAXIMUM,
+                                       np.max: AluOp.MAXIMUM, np.amax: AluOp.MAXIMUM}
+
+
+def tensor_partition_reduce(*args: Any, **kw: Any) -> Pending | None:
+    """``tensor_partition_reduce(op, data, dtype=)``: [1, ...] = op over the partitions of
+    data (add or max; GpSimd)."""
+    where = here()
+    what = "tensor_partition_reduce"
+    check_mask(kw.pop("mask", None), what, where)
+    a = take(args, kw, ("op", "data", "dtype", "dst"), what, where, 2)
+    op = a["op"]
+    alu = getattr(op, "alu", None) if not isinstance(op, np.ufunc) else None
+    try:
+        alu = alu or _PARTITION_OPS.get(op)
+    except TypeError:
+        alu = None
+    if alu not in (AluOp.ADD, AluOp.MAXIMUM):
+        name = getattr(op, "__name__", repr(op))
+        raise fail(f"{what} op {name} is not modelled: add and max are (the docs' "
+                   f"bitwise_or / bitwise_and need integer formats the model lacks)", where)
+    return emit(LazyKind.PARTITION_REDUCE, a.get("dst"),
+                {"src": a["data"], "op": alu, "dtype": a.get("dtype")}, where,
+                _record_partition_reduce)
+
+
+def _record_partition_reduce(dst: View, a: dict[str, Any], where: Where) -> None:
+    src = as_view(a["src"])
+    _on_chip(src, "data", "tensor_partition_reduce", where)
+    _on_chip(dst, "dst", "tensor_partition_reduce", where)
+    n = src.size // src.partitions
+    if dst.partitions != 1 or dst.size != n:
+        raise fail(f"tensor_partition_reduce writes one partition of {n} elements, not "
+                   f"{list(dst.shape)}", where)
+    src = stage_sbuf(src, where)
+    _gpsimd(Engine.GPSIMD, (dst,), "tensor_partition_reduce", where)
+    _add(PartitionReduceArgs(a["op"]), dst, (src,), where)
+
+
+def _partition_tile(a: dict[str, Any], where: Where) -> Tensor:
+    src = as_view(a["src"])
+    return Tensor((1, *src.shape[1:]), result_dtype(a, src), BUFFERS["sbuf"], where)
+
+
+# -- sequence_bounds -------------------------------------------------------------------------
+def sequence_bounds(*args: Any, **kw: Any) -> Pending | None:
+    """``sequence_bounds(segment_ids=, dtype=)``: [1, n] ids -> [1, 2, n] (start, end)."""
+    where = here()
+    a = take(args, kw, ("segment_ids", "dtype", "dst"), "sequence_bounds", where, 1)
+    src = as_view(a["segment_ids"])
+    for d in (src.dtype, result_dtype(a, src)):
+        if d.nki not in ("float32", "int32"):
+            raise fail(f"sequence_bounds takes and gives float32 or int32 (NKI docs), not "
+                       f"{d}", where)
+    if src.partitions != 1:
+        raise fail(f"sequence_bounds: \"the partition dimension must always be 1\" (NKI "
+                   f"docs); segment_ids is {list(src.shape)}", where)
+    return emit(LazyKind.SEQUENCE_BOUNDS, a.get("dst"),
+                {"src": a["segment_ids"], "dtype": a.get("dtype")}, where,
+                _record_sequence_bounds)
+
+
+def _record_sequence_bounds(dst: View, a: dict[str, Any], where: Where) -> None:
+    src = as_view(a["src"])
+    _on_chip(dst, "dst", "sequence_bounds", where)
+    n = src.size
+    if dst.partitions != 1 or dst.size != 2 * n:
+        raise fail(f"sequence_bounds writes [1, 2, {n}], not {list(dst.shape)}", where)
+    src = stage_sbuf(src, where)
+    _gpsimd(Engine.GPSIMD, (dst,), "sequence_bounds", where)
+    _add(SequenceBoundsArgs(), dst, (src,), where)
+
+
+def _bounds_tile(a: dict[str, Any], where: Where) -> Tensor:
+    src = as_view(a["src"])
+    return Tensor((1, 2, prod(src.shape[1:])), result_dtype(a, src), BUFFERS["sbuf"], where)
+
+
+RULES: dict[LazyKind, tuple[Shaper, Recorder]] = {
+    LazyKind.LOCAL_GATHER: (_gather_tile, _record_local_gather),
+    LazyKind.PARTITION_REDUCE: (_partition_tile, _record_partition_reduce),
+    LazyKind.SEQUENCE_BOUNDS: (_bounds_tile, _record_sequence_bounds),
+}
