@@ -111,15 +111,18 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
     vals = dict(zip(names, args, strict=False))
     vals.update({k: kw.pop(k) for k in names if k in kw})
     _need(vals, names, "nc_matmul", where)
-    if kw.get("tile_position") or kw.get("tile_size"):
-        raise fail("tile_position/tile_size need the current API: nc_matmul(dst, "
-                   "stationary, moving, ...)", where)
-    kw.pop("tile_position", None)
-    kw.pop("tile_size", None)
+    pos = _pair(kw.pop("tile_position", ()), "tile_position", where)
+    size = _pair(kw.pop("tile_size", ()), "tile_size", where)
     perf = _perf_mode(kw.pop("perf_mode", None), where)
     _no_extra(kw, "nc_matmul", where)
+    if pos:  # the compiler puts operands the kernel has not used yet where row r reads
+        for k in names:
+            x = vals[k]
+            if isinstance(x, Pending) and x.result is None:
+                x.args["p_base"] = pos[0]
     return Pending(LazyKind.MATMUL, where, stationary=vals["stationary"], moving=vals["moving"],
-                   perf_mode=perf, transpose=bool(transpose))
+                   perf_mode=perf, transpose=bool(transpose), tile_position=pos,
+                   tile_size=size, p_base=pos[1] if pos else 0)
 
 
 def _no_extra(kw: dict[str, Any], what: str, where: tuple[str, int]) -> None:

@@ -117,6 +117,7 @@ def record_dma(dst: View, src: View, where: tuple[str, int]) -> None:
         # nl.store: "If the tile is in PSUM, an extra copy will be performed to move the tile
         # to SBUF first" (NKI docs, nki.language.store)
         tmp = Tensor(src.shape, src.dtype, BUFFERS["sbuf"], where, "store_psum")
+        tmp.at_partition(src.p0)  # the copy keeps each element on its partition
         current().add_tensor(tmp)
         record_copy(tmp.full, src, None, where)
         record_dma(dst, tmp.full, where)

@@ -88,8 +88,9 @@ def _write_load(p: Pending, dst: View, acc: bool | None) -> None:
 
 def _write_matmul(p: Pending, dst: View, acc: bool | None) -> None:
     a = p.args
-    record_matmul(dst, as_view(a["stationary"]), as_view(a["moving"]), acc, (), (),
-                  a.get("perf_mode"), p.where, a.get("transpose", False))
+    record_matmul(dst, as_view(a["stationary"]), as_view(a["moving"]), acc,
+                  a.get("tile_position", ()), a.get("tile_size", ()), a.get("perf_mode"),
+                  p.where, a.get("transpose", False))
 
 
 def _write_copy(p: Pending, dst: View, acc: bool | None) -> None:
@@ -143,6 +144,8 @@ assert set(LAZY) == set(LazyKind), "every lazy kind has its rule"
 def materialize(p: Pending) -> Tensor:
     """The fresh tile ``p`` lands in, written (``p.materialize()`` keeps it)."""
     t = LAZY[p.kind].result(p)
+    if p.args.get("p_base"):  # placed where an older-API matmul's tile_position reads it
+        t.at_partition(p.args["p_base"])
     current().add_tensor(t)
     p.result = t
     write(p, t.full, False)

@@ -78,9 +78,24 @@ class Tensor(Arithmetic):
             acc *= dims[i]
         self.strides = tuple(strides)
         self.free_elems = acc  # elements per partition on chip; all elements in HBM
+        # the first partition on chip: 0, or where the older API's tile_position puts a
+        # matmul operand or result (:meth:`at_partition`)
+        self.p_base = 0
         self.full = View(self, 0, 0, tuple(
             Axis(1 if i == self.pdim else strides[i], d, i == self.pdim)
             for i, d in enumerate(dims)))
+
+    def at_partition(self, p: int) -> Tensor:
+        """Place this fresh on-chip tensor at partitions ``p``.. (the compiler allocates the
+        older API's matmul operands and results where the PE reads and writes them: row r
+        of a tile_position reads SBUF partition r, column m drains into PSUM partition m).
+        Only before anything uses it."""
+        if p + self.partitions > 128:
+            raise fail(f"a {self.partitions}-partition tile placed at partition {p} ends past "
+                       f"partition 127", self.where)
+        self.p_base = p
+        self.full = View(self, 0, p, self.full.axes)
+        return self
 
     @property
     def partitions(self) -> int:

@@ -68,7 +68,7 @@ def _window(m: np.ndarray, v: View) -> np.ndarray:
     sharing ``m``'s memory (reads and writes go to the elements the view names)."""
     flat = m.reshape(-1)
     row = m.shape[1] if m.ndim == 2 else 0
-    start = v.p0 * row + v.offset
+    start = (v.p0 - v.tensor.p_base) * row + v.offset
     strides = tuple(row if a.part else a.stride for a in v.axes)  # bytes: bool is 1 byte
     return as_strided(flat[start:], shape=v.shape, strides=strides)
 
