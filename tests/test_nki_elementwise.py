@@ -193,7 +193,7 @@ def test_costs_follow_the_documented_formulas(ins, arch, cycles) -> None:
      r"bias must be one element on each of the 128 partitions"),
     (TensorScalar(sb(0, 64), sb(4096, 64), operand0_ap=sb(8192, 1, p=64)),
      r"operand0 must be one element"),
-    (TensorReduce(sb(0, 64), sb(4096, 2)), r"dst must be one element"),
+    (TensorReduce(sb(0, 64), sb(4096, 3)), r"divide its 64 elements"),
     (TensorReduce(sb(0, 64), sb(4096, 1), engine=Engine.SCALAR),
      r"TensorReduce runs on the Vector or GpSimd engine"),
 ])
@@ -288,7 +288,7 @@ def test_nl_functions_and_reductions_compose(tmp_path: Path) -> None:
     ("nisa.activation(dst=t, op=nl.exp, data=t, reduce_res=s, "
      "reduce_cmd=nisa.reduce_cmd.reduce)", "accumulating across instructions"),
     ("nisa.tensor_scalar(dst=t, data=t, op0=nl.add)", "missing argument"),
-    ("nisa.tensor_reduce(dst=s, op=nl.add, data=t, axis=0)", "reduces all the free"),
+    ("nisa.tensor_reduce(dst=s, op=nl.add, data=t, axis=0)", "axis 0 is the partition axis"),
     ("nisa.activation(dst=t, op=nl.exp, data=t, bias=t)", r"bias must be one element"),
     ("nisa.activation_reduce(op=nl.exp, data=t, reduce_op=nl.add)", "needs reduce_res"),
 ])

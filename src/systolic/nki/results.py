@@ -76,9 +76,13 @@ def _matmul_result(p: Pending) -> Tensor:
 
 
 def _reduce_result(p: Pending) -> Tensor:
-    """One element per partition, [P, 1] (keepdims) or [P]."""
+    """The kept axes of each partition: the reduced ones as 1 (keepdims) or dropped
+    ([P] when every free axis is reduced)."""
+    from .reduce import reduce_shape, reduced_axes
+
     src = as_view(p.args["src"])
-    shape = (src.shape[0], 1) if p.args.get("keepdims", True) else (src.shape[0],)
+    axes = reduced_axes(p.args.get("axis"), len(src.shape), "tensor_reduce", p.where)
+    shape = reduce_shape(src.shape, axes, p.args.get("keepdims", True))
     return Tensor(shape, _dtype(p, src), BUFFERS["sbuf"], p.where)
 
 

@@ -17,7 +17,8 @@ pattern with numpy. Semantics (NKI docs, nki.isa.*):
   it, rounded to its format.
 * ``TensorScalar`` computes (x op0 c0) op1 c1 in fp32, each c a constant or one value per
   partition (``reverse``: c on the left).
-* ``TensorReduce`` reduces each partition's free elements with op in fp32 (negated when
+* ``TensorReduce`` reduces each partition's free elements (the innermost runs, one per dst
+  element of the partition) with op in fp32 (negated when
   asked), rounded to dst's format.
 * ``QuantizeMx`` (NKI docs, nki.isa.quantize_mx; OCP MX v1.0 section 6.3): per group of 8
   partitions x 4 consecutive elements, the E8M0 scale code is the largest fp32 biased
@@ -163,9 +164,9 @@ def tensor_scalar(mem: Memory, ins: TensorScalar) -> None:
 
 def tensor_reduce(mem: Memory, ins: TensorReduce) -> None:
     p = ins.src.partitions
-    x = mem.read(ins.src).astype(np.float32).reshape(p, -1)
+    x = mem.read(ins.src).astype(np.float32).reshape(p, ins.dst.free_elems, -1)
     with np.errstate(invalid="ignore", over="ignore"):
-        y = _REDUCE[ins.op](x, axis=1).astype(np.float32)
+        y = _REDUCE[ins.op](x, axis=2).astype(np.float32)
         if ins.negate:
             y = -y
         mem.write(ins.dst, y.reshape(ins.dst.shape), overflow=_CAST)
