@@ -14,7 +14,7 @@ import ctypes
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -162,6 +162,9 @@ class Recorder:
         self.loops: list[Loop] = []  # the loops the kernel is in now, innermost last
         self.loop_ends: dict[int, int] = {}  # loop id -> index of the first op after it
         self._loop_ids = 0
+        # the mask= of the NKI call being recorded: each op becomes the ops over what it
+        # selects (nki/mask.py applying / split), None when the call has none
+        self.mask: Callable[[Op], list[Op]] | None = None
 
     def add_tensor(self, t: Tensor) -> None:
         """A tensor the kernel made, tagged with the loop it was made in (the compiler's
@@ -192,9 +195,13 @@ class Recorder:
             raise KernelError(*op.where, self._over("NKI operations"))
         if self.pending:
             self.flush(op)
-        for v in (op.dst, *op.outs):  # written: no longer a copy of what it was loaded from
-            v.tensor.loaded_from = None
-        self.ops.append(op)
+        for o in ([op] if self.mask is None else self.mask(op)):
+            for v in o.views():  # an index past its dimension that no mask cut off
+                if v.outside is not None:
+                    v.outside.check(o.where)
+            for v in (o.dst, *o.outs):  # written: no longer a copy of what it was loaded from
+                v.tensor.loaded_from = None
+            self.ops.append(o)
 
     def flush(self, op: Op | None = None) -> None:
         """Materialise lazy results not consumed by ``op``: keeps program order exact. A

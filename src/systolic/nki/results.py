@@ -157,7 +157,12 @@ def materialize(p: Pending) -> Tensor:
 
 
 def write(p: Pending, dst: View, accumulate: bool | None) -> None:
-    LAZY[p.kind].write(p, dst, accumulate)
+    """Record ``p`` into ``dst``, under the mask= of the call that made it (nki/mask.py;
+    None too: a result written while another call's mask applies keeps its own)."""
+    from .mask import applying
+
+    with applying(p.args.get("mask"), p.kind.value, p.where):
+        LAZY[p.kind].write(p, dst, accumulate)
 
 
 class _Recording:
