@@ -8,7 +8,8 @@ pattern with numpy. Semantics (NKI docs, nki.isa.*):
 * ``DmaCopy`` moves bytes: element for element, no cast (the formats must match).
 * ``TensorCopy`` casts through fp32 when the formats differ: the source is decoded to fp32
   (integers to int64), then rounded to the destination's format.
-* ``TensorTensor`` computes op(a, b) in fp32 and rounds the result to dst's format.
+* ``TensorTensor`` computes op(a, b) in fp32 (integer add, subtract, multiply of integer
+  tiles on GpSimd: integer math) and rounds the result to dst's format.
 * ``Memset`` writes ``value`` rounded to dst's format.
 * ``Activation`` writes func(x * scale + bias) rounded to dst's format: x, scale and bias in
   fp32 (scale a constant or one value per partition, bias one per partition), the function
@@ -46,6 +47,7 @@ from ..isa import (
     ActivationFunc,
     AluOp,
     DmaCopy,
+    Engine,
     Instruction,
     Memset,
     QuantizeMx,
@@ -109,10 +111,16 @@ def tensor_copy(mem: Memory, ins: TensorCopy) -> None:
     mem.write(ins.dst, _read(mem, ins.src, ins.dst.shape), overflow=_CAST)
 
 
+# integer add, multiply and subtract run as integer math on GpSimd; every other arithmetic
+# operator, and any on Vector, casts its inputs to float32 (nki.isa.tensor_tensor docs)
+_INT_OPS = frozenset({AluOp.ADD, AluOp.SUBTRACT, AluOp.MULTIPLY})
+
+
 def tensor_tensor(mem: Memory, ins: TensorTensor) -> None:
     shape = ins.dst.shape
     a, b = _read(mem, ins.a, shape), _read(mem, ins.b, shape)
-    if a.dtype.kind == "f" or b.dtype.kind == "f":
+    if a.dtype.kind == "f" or b.dtype.kind == "f" or not (
+            ins.engine is Engine.GPSIMD and ins.op in _INT_OPS):
         a, b = a.astype(np.float32), b.astype(np.float32)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf propagate as in hardware
         mem.write(ins.dst, _ALU[ins.op](a, b), overflow=_CAST)
