@@ -144,7 +144,10 @@ def test_accumulate_true_onto_unwritten_psum_is_an_error(tmp_path: Path) -> None
     assert "accumulate=ACC" in p.read_text().splitlines()[exc.value.line - 1]
 
 
-def test_unwritten_memory_reads_as_nan(tmp_path: Path) -> None:
+def test_storing_unwritten_memory_is_refused_naming_the_tile_and_line(tmp_path: Path) -> None:
+    """Half a tile loaded, the whole tile stored: the unwritten half would be whatever SBUF
+    held (NaN in the model's fresh memory). Refused in one line at the store, naming the
+    tile's line and the line that read it (issue 19 item 6)."""
     p = write_kernel(tmp_path, '''
 @nki.jit
 def k(x):
@@ -155,8 +158,10 @@ def k(x):
     return out
 ''')
     x = np.ones((128, 32), np.float32)
-    out = snki.values(snki.load_kernel(str(p), "k"), [x])
-    assert np.all(out[:, :32] == 1) and np.all(np.isnan(out[:, 32:]))
+    with pytest.raises(KernelError) as exc:
+        snki.values(snki.load_kernel(str(p), "k"), [x])
+    assert exc.value.line == 11 and "\n" not in str(exc.value)
+    assert "made at line 9" in str(exc.value) and "read at line 11" in str(exc.value)
 
 
 def test_engine_ops_values(tmp_path: Path) -> None:

@@ -272,17 +272,32 @@ def test_each_example_unchanged_matches_its_reference(name: str, tmp_path: Path)
     assert out.kind == "ok", out.detail
 
 
-def test_the_fill_check_catches_a_read_of_unwritten_memory(tmp_path: Path) -> None:
-    """The oracle itself: a kernel multiplying by a tile it loaded only half of is told
-    apart (one that never loads it is refused when it is recorded)."""
+def test_a_read_of_unwritten_memory_is_refused_before_it_runs(tmp_path: Path) -> None:
+    """What the fill oracle would catch is refused when the kernel is built (issue 19 item
+    6), in one line naming the tile: a matmul by a tile loaded only half, the fuzzer's
+    DoubleRow kernel with one of its two row loads (``static_range(1)``), and a kernel that
+    never loads the tile at all."""
     ex = EXAMPLES["basic_matmul"]
     text = (EX / ex.file).read_text()
     half = text.replace("nisa.dma_copy(dst=b, src=rhs)",
                         "nisa.dma_copy(dst=b[:, 0:256], src=rhs[:, 0:256])")
-    assert half != text and run_case(ex, half, ex.args, True, tmp_path).kind == "wrong"
+    out = run_case(ex, half, ex.args, True, tmp_path)
+    assert half != text and out.kind == "clean" and "nothing wrote" in out.detail
     none = text.replace("    nisa.dma_copy(dst=b, src=rhs)\n", "")
     out = run_case(ex, none, ex.args, True, tmp_path)
     assert out.kind == "clean" and "nothing was written" in out.detail
+    dr = EXAMPLES["fp8_double_row"]
+    text = (EX / dr.file).read_text()
+    one = text.replace("nl.static_range(2)", "nl.static_range(1)")
+    out = run_case(dr, one, dr.args, True, tmp_path)
+    assert one != text and out.kind == "clean", out.detail
+    assert "made at line 24" in out.detail and "\n" not in out.detail
+    # the Python API refuses it too, not only the fuzzer's two-fill run
+    path = tmp_path / dr.file
+    rng = np.random.default_rng(0)
+    arrays = [_ints(rng, s, d) for s, d in dr.args]
+    with pytest.raises(SystolicError, match="nothing wrote"):
+        snki.values(snki.load_kernel(str(path), dr.function), arrays)
 
 
 @settings(max_examples=40, deadline=None,

@@ -251,11 +251,16 @@ def test_bool_arrays_are_bytes_of_0_and_1(tmp_path) -> None:
     np.testing.assert_array_equal(out, np.where(pred, a, np.float32(0) * a))
 
 
-def test_a_dtype_with_no_format_is_one_line_at_its_kernel_line(tmp_path) -> None:
+def test_int32_and_uint32_tiles_move_exactly(tmp_path) -> None:
+    """32-bit integer tiles (issue 19 item 2): loaded, copied on chip and stored, bit for
+    bit, the whole range included (2^31 - 1 has no fp32 value)."""
     body = ADD.replace("x + y", "x")
-    with pytest.raises(KernelError, match=r"k\.py:\d+: nl\.int32 tensors are not modelled") as e:
-        _rec(tmp_path, body, ["int32[128,64]", "int32[128,64]"])
-    assert "\n" not in str(e.value)
+    for dt in (np.int32, np.uint32):
+        info = np.iinfo(dt)
+        x = np.array([info.min, info.max, 0, 1, info.max - 1, 12345] * (128 * 64 // 6 + 1),
+                     dtype=dt)[:128 * 64].reshape(128, 64)
+        out = _run(tmp_path, body, x, x)
+        assert out.dtype == dt and np.array_equal(out, x)
 
 
 def test_view_reinterprets_same_size_and_refuses_other_sizes(tmp_path) -> None:

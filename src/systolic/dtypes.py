@@ -200,6 +200,18 @@ _TABLE: list[Format] = [
     Format(name="int16", kind="int", bits=16, exp_bits=0, man_bits=0, bias=0, inf=False,
            nan="none", overflow="error", storage=np.dtype(np.int16), container_bytes=2,
            codes=_codes(0x06), family="int"),
+    # 16- and 32-bit integer tiles (NKI docs, "Supported data types"): on-chip formats of
+    # the engines (iota, indices, integer masks), not Tensor Engine operands. Codes are the
+    # project's own (the uint16 code of seed 000, 0x05, is fp4_e2m1's here).
+    Format(name="uint16", kind="int", bits=16, exp_bits=0, man_bits=0, bias=0, inf=False,
+           nan="none", overflow="error", storage=np.dtype(np.uint16), container_bytes=2,
+           codes=_codes(0x11), family="int"),
+    Format(name="int32", kind="int", bits=32, exp_bits=0, man_bits=0, bias=0, inf=False,
+           nan="none", overflow="error", storage=np.dtype(np.int32), container_bytes=4,
+           codes=_codes(0x12), family="int"),
+    Format(name="uint32", kind="int", bits=32, exp_bits=0, man_bits=0, bias=0, inf=False,
+           nan="none", overflow="error", storage=np.dtype(np.uint32), container_bytes=4,
+           codes=_codes(0x13), family="int"),
     # The integer accumulator: seed 004's INT48, stored sign-extended in 8 bytes of PSUM,
     # wrapping as two's complement at 48 bits.
     Format(name="int48", kind="int", bits=48, exp_bits=0, man_bits=0, bias=0, inf=False,
@@ -340,6 +352,15 @@ def encode(x: object, fmt: str | Format, *, overflow: OverflowPolicy = "error") 
         raise FormatError(f"{f.name} is block-scaled: quantize with systolic.mx.quantize")
     if f.kind == "int":
         arr = np.asarray(x)
+        lo, hi = (-(1 << 47), (1 << 47) - 1) if f.name == "int48" else (
+            int(np.iinfo(f.storage).min), int(np.iinfo(f.storage).max))
+        if overflow == "format" and arr.dtype.kind not in "iub":
+            # an engine's float32 result cast to an integer tile: nearest (ties to even),
+            # saturated, NaN as 0. Unsure: the NKI docs say the engines cast their fp32
+            # results to the output dtype but name no rounding mode for integers.
+            with np.errstate(invalid="ignore"):
+                a64 = np.nan_to_num(arr.astype(np.float64), nan=0.0, posinf=hi, neginf=lo)
+            return np.clip(np.rint(a64), lo, hi).astype(np.int64).astype(f.storage)
         if arr.dtype.kind in "iub":
             vals = arr.astype(np.int64)
         else:
@@ -347,8 +368,6 @@ def encode(x: object, fmt: str | Format, *, overflow: OverflowPolicy = "error") 
             if not np.all(np.isfinite(a64)) or np.any(a64 != np.round(a64)):
                 raise FormatError(f"{f.name} needs integer values; got non-integers")
             vals = a64.astype(np.int64)
-        lo, hi = (-(1 << 47), (1 << 47) - 1) if f.name == "int48" else (
-            int(np.iinfo(f.storage).min), int(np.iinfo(f.storage).max))
         if overflow == "saturate":
             vals = np.clip(vals, lo, hi)
         if vals.size and (vals.min() < lo or vals.max() > hi):

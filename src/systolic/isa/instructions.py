@@ -301,8 +301,9 @@ class TensorScalar:
 
 @dataclass(frozen=True, slots=True)
 class TensorReduce:
-    """``nisa.tensor_reduce`` along the free dimensions: dst[p] = op over src[p, ...] in
-    fp32 (``negate``: its negative), dst one element per partition."""
+    """``nisa.tensor_reduce`` along the innermost free elements: with K = dst's elements per
+    partition, dst[p, k] = op over the k-th of K equal consecutive runs of src[p, ...] in
+    fp32 (``negate``: its negative); K = 1 reduces every free element of a partition."""
 
     src: AccessPattern
     dst: AccessPattern

@@ -103,16 +103,21 @@ class Rotation:
         return len(self.addresses)
 
 
-def _site(t: Tensor) -> tuple[str, int, int] | None:
-    """The rotation key of a tile made in an affine_range body, else None: its kernel line
-    and the run of its outermost loop (the compiler allocates the unrolled nest, so a
-    declaration's physical tiles keep rotating when an inner loop starts again)."""
+Site = tuple[str, int, int, str]
+
+
+def _site(t: Tensor) -> Site | None:
+    """The rotation key of a tile made in an affine_range body, else None: its kernel line,
+    the run of its outermost loop (the compiler allocates the unrolled nest, so a
+    declaration's physical tiles keep rotating when an inner loop starts again) and its
+    buffer (one line can make an SBUF and a PSUM tile: ``nl.store(out, nl.matmul(...))``,
+    and each rotates in its own space)."""
     loop = t.loop
     if loop is None or loop.kind != "affine":
         return None
     while loop.parent is not None:
         loop = loop.parent
-    return (t.where[0], t.where[1], loop.id)
+    return (t.where[0], t.where[1], loop.id, t.buffer.name)
 
 
 class OnChip:
@@ -124,12 +129,12 @@ class OnChip:
         self.buffers = buffers
         self.sbuf = _FirstFit(arch.sbuf_bytes // SBUF_ALIGN)
         self.psum = _FirstFit(arch.psum_banks)
-        self.held: dict[tuple[str, int, int], deque[tuple[int, Tensor]]] = {}
+        self.held: dict[Site, deque[tuple[int, Tensor]]] = {}
         self.deaths = 0  # order of release, for giving up the held tile that died first
-        self.by_loop: dict[int, list[tuple[str, int, int]]] = {}
-        self.report: dict[tuple[str, int, int], Rotation] = {}
-        self.live: dict[tuple[str, int, int], int] = {}  # placed, not yet dead
-        self.peak: dict[tuple[str, int, int], int] = {}  # most live at once
+        self.by_loop: dict[int, list[Site]] = {}
+        self.report: dict[Site, Rotation] = {}
+        self.live: dict[Site, int] = {}  # placed, not yet dead
+        self.peak: dict[Site, int] = {}  # most live at once
 
     def _space(self, t: Tensor) -> _FirstFit:
         return self.psum if t.buffer.name == "psum" else self.sbuf
@@ -137,7 +142,7 @@ class OnChip:
     def _give_up_oldest(self, t: Tensor) -> bool:
         """Free the held tile in ``t``'s space that died first, of any declaration: the
         one whose readers are most likely done (module docstring)."""
-        best: tuple[int, tuple[str, int, int]] | None = None
+        best: tuple[int, Site] | None = None
         for k, q in self.held.items():
             if q and q[0][1].buffer.name == t.buffer.name and (best is None
                                                                or q[0][0] < best[0]):
@@ -145,7 +150,8 @@ class OnChip:
         if best is None:
             return False
         k = best[1]
-        self._space(t).give(self.held[k].popleft()[1].id)
+        old = self.held[k].popleft()[1]
+        self._space(old).give(old.id)
         self.report[k].short += 1
         return True
 
@@ -207,7 +213,8 @@ class OnChip:
         self.deaths += 1
         q.append((self.deaths, t))
         while len(q) > (self.buffers - 1) * self.peak[key]:
-            self._space(t).give(q.popleft()[1].id)
+            old = q.popleft()[1]
+            self._space(old).give(old.id)
 
     def end_loop(self, loop_id: int) -> None:
         """A loop finished: its declarations' held tiles are free."""

@@ -6,7 +6,9 @@ function of its inputs returning data (:func:`build` reads as the pipeline):
    adds (onto a region that ``nl.zeros``/``memset(0)`` cleared, the first add is an
    overwrite of zeros, i.e. START). A group closes at the next operation of another engine
    that touches its region, or at the end: its first matmul gets START, its last STOP.
-2. :func:`check_reads`: nothing reads memory nothing wrote.
+2. :func:`check_reads`: nothing reads memory nothing wrote; then
+   :func:`systolic.nki.valid.check_values`: nothing computed from memory nothing wrote
+   leaves the chip (a partly written tile may be computed on, its unwritten part not kept).
 3. :func:`lifetimes`: each on-chip tensor lives from its first to its last use; the
    device-memory tensors in order of first use.
 4. :func:`place`: device memory in that order; on-chip tensors placed at first use and
@@ -31,6 +33,7 @@ from .lower import LOWER, UNMERGED_SOURCES, Placed, new_state
 from .opkind import MemsetArgs, OpKind
 from .record import Op, Recorder
 from .tensor import Tensor, View
+from .valid import check_values
 
 __all__ = ["Groups", "Lifetimes", "Lowered", "Placement", "Recorded", "build", "check_reads",
            "checked", "groups", "lifetimes", "lower", "place"]
@@ -492,7 +495,10 @@ def build(rec: Recorder, result: Any, outputs: list[Tensor], check: bool = True,
     if not isinstance(buffers, int) or isinstance(buffers, bool) or buffers < 1:
         raise SystolicError(f"buffers must be a whole number of at least 1, not {buffers!r}")
     grp = groups(rec.ops)
-    check_reads(rec.ops, [*rec.inputs, *(t for t, _ in rec.constants)])
+    given = [*rec.inputs, *(t for t, _ in rec.constants)]
+    check_reads(rec.ops, given)
+    check_values(rec.ops, given, {i for i, op in enumerate(rec.ops)
+                                  if op.kind is OpKind.MATMUL and i not in grp.starts})
     life = lifetimes(rec, outputs, grp.dead)
     placement = place(rec, life, grp.dead, buffers)
     low = lower(rec, grp, placement.addresses)

@@ -66,12 +66,7 @@ class Expr:
     __rmul__ = __mul__
 
     def _cmp(self, op: str, other: object) -> Mask:
-        if isinstance(other, Expr | MultiExpr):  # i_q >= i_k: (i_q - i_k) >= 0
-            return Mask(((self - other, op, 0),))
-        if not whole(other):
-            raise fail("a mask compares an index expression with an integer "
-                       "(i * 128 + i_p < num_rows)")
-        return Mask(((self, op, int(other)),))  # type: ignore[call-overload]
+        return MultiExpr.of(self)._cmp(op, other)
 
     def __lt__(self, other: object) -> Mask:  # type: ignore[override]
         return self._cmp("<", other)
@@ -160,12 +155,12 @@ class MultiExpr:
         return lo, hi
 
     def _cmp(self, op: str, other: object) -> Mask:
-        if isinstance(other, Expr | MultiExpr):
-            return Mask(((self - other, op, 0),))
-        if not whole(other):
-            raise fail("a mask compares an index expression with an integer or another "
-                       "index expression (i_q >= i_k)")
-        return Mask(((self, op, int(other)),))  # type: ignore[call-overload]
+        """``self op other`` as the clause ``self - other op 0``; other an integer or an
+        index expression (``i_p < i_f``, ``i * 512 + i_f < 4000``)."""
+        if whole(other) or isinstance(other, Expr | MultiExpr):
+            return Mask(((self - other, op),))
+        raise fail(f"a mask compares index expressions with integers or with each other "
+                   f"(i * 128 + i_p < num_rows, i_p >= i_f), not {type(other).__name__}")
 
     def __lt__(self, other: object) -> Mask:  # type: ignore[override]
         return self._cmp("<", other)
@@ -218,48 +213,76 @@ class Grid:
         return iter(self.axes)
 
 
-_TESTS = {"<": lambda v, b: v < b, "<=": lambda v, b: v <= b, ">": lambda v, b: v > b,
-          ">=": lambda v, b: v >= b}
+_TESTS = {"<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal}
 
 
 class Mask:
-    """An NKI mask: comparisons of index expressions with integers, joined by ``&``
-    (``mask=(i * 128 + i_p < num_rows)``). Each clause is checked over its axis's values."""
+    """An NKI mask: comparisons of affine index expressions, joined by ``&``; each clause
+    is ``expr op 0`` (``i * 128 + i_p < num_rows`` is ``i_p + i * 128 - num_rows < 0``).
+    ``grid()`` evaluates it over the iteration axes it names (position 0 the partition
+    axis, 1.. the free axes, as ``nl.arange(n)[:, None]`` / ``nl.mgrid`` place them)."""
 
     __slots__ = ("clauses",)
 
-    def __init__(self, clauses: tuple[tuple[Expr | MultiExpr, str, int], ...]) -> None:
+    def __init__(self, clauses: tuple[tuple[MultiExpr, str], ...]) -> None:
         self.clauses = clauses
 
     def __and__(self, other: object) -> Mask:
+        if isinstance(other, bool | np.bool_):
+            return self if other else False  # type: ignore[return-value]
         if not isinstance(other, Mask):
-            raise fail("a mask joins other masks with & only")
+            raise fail("a mask joins other masks (or True) with &")
         return Mask(self.clauses + other.clauses)
+
+    __rand__ = __and__
+
+    def __bool__(self) -> bool:
+        raise fail("a mask is not a Python truth value: join comparisons with &, not `and`, "
+                   "and pass it as mask=")
+
+    def sizes(self) -> dict[int, int]:
+        """Iteration axis position -> its size, for the axes the clauses name."""
+        out: dict[int, int] = {}
+        for e, _ in self.clauses:
+            for t in e.terms:
+                if out.setdefault(t.pos, t.size) != t.size:
+                    raise fail(f"a mask compares index expressions over axis {t.pos} of "
+                               f"different sizes ({out[t.pos]} and {t.size})")
+        return out
+
+    def grid(self) -> tuple[list[int], np.ndarray]:
+        """(the positions named, in order; the selection as a bool array over them)."""
+        sizes = self.sizes()
+        pos = sorted(sizes)
+        sel = np.ones([sizes[p] for p in pos], dtype=bool)
+        for e, op in self.clauses:
+            value = np.full(sel.shape, e.const, dtype=np.int64)
+            for t in e.terms:
+                shape = [1] * len(pos)
+                shape[pos.index(t.pos)] = t.size
+                value = value + (t.coef * np.arange(t.size, dtype=np.int64)).reshape(shape)
+            sel &= _TESTS[op](value, 0)
+        return pos, sel
 
     def all_true(self) -> bool:
         """Every element the mask covers is selected."""
-        return all(_TESTS[op](v, bound) for e, op, bound in self.clauses for v in
-                   _ends(e))  # affine: the ends decide
+        return bool(self.grid()[1].all())
 
 
-def _ends(e: Expr | MultiExpr) -> tuple[int, int]:
-    """The smallest and largest value an index expression takes (either order)."""
-    if isinstance(e, MultiExpr):
-        return e.bounds()
-    vals = e.values()
-    return vals[0], vals[-1]
-
-
-def check_mask(mask: object, what: str, where: tuple[str, int] | None = None) -> None:
-    """Accept no mask, or a mask that selects every element (a shape that is a whole number
-    of tiles); refuse one that drops part of the tile, which the model does not execute
-    yet, rather than compute elements the kernel masked off."""
-    if mask is None:
-        return
+def check_mask(mask: object, what: str, where: tuple[str, int] | None = None
+               ) -> Mask | bool | None:
+    """A call's ``mask=``: None when it selects everything (no mask, True, or a mask true
+    everywhere), False when it selects nothing (the instruction is not made: a comparison
+    of plain integers such as ``q_tile * 128 >= k_tile * 512``), else the Mask (applied by
+    nki/mask.py)."""
+    if mask is None or mask is True or (isinstance(mask, np.bool_) and bool(mask)):
+        return None
+    if mask is False or isinstance(mask, np.bool_):
+        return False
     if not isinstance(mask, Mask):
         raise fail(f"{what}: mask= must be a comparison of index expressions "
                    f"(i * 128 + i_p < n), not {type(mask).__name__}", where)
-    if not mask.all_true():
-        raise fail(f"{what}: a mask that leaves out part of the tile is not modelled yet "
-                   f"(here the shape is not a whole number of tiles); use a shape that is",
-                   where)
+    sel = mask.grid()[1]
+    if sel.all():
+        return None
+    return mask if sel.any() else False

@@ -18,6 +18,7 @@ from ..dtypes import get_format
 from ..isa import Engine
 from .index import check_mask, reduce_axis
 from .lazy import LazyKind
+from .mask import applying, whole_only
 from .opkind import MatmulMxArgs, QuantizeMxArgs
 from .ops import (
     _add,
@@ -73,7 +74,8 @@ def dma_copy(dst: Any = None, src: Any = None, **kw: Any) -> None:
     where = here()
     if dst is None or src is None:
         raise fail("dma_copy needs dst= and src=", where)
-    record_dma(as_view(dst), as_view(src), where)
+    with applying(check_mask(kw.pop("mask", None), "dma_copy", where), "dma_copy", where):
+        record_dma(as_view(dst), as_view(src), where)
 
 
 def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
@@ -87,7 +89,7 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
     if transpose not in (True, False):
         raise fail(f"nc_matmul is_transpose is True or False, not {transpose!r}", where)
     kw.pop("name", None)
-    check_mask(kw.pop("mask", None), "nc_matmul", where)
+    m = check_mask(kw.pop("mask", None), "nc_matmul", where)
     if len(args) == 3 or "dst" in kw:
         names: tuple[str, ...] = ("dst", "stationary", "moving")
         vals = dict(zip(names, args, strict=False))
@@ -98,28 +100,32 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
         perf = _perf_mode(kw.pop("perf_mode", None), where)
         acc = kw.pop("accumulate", None)
         _no_extra(kw, "nc_matmul", where)
-        if transpose:
-            from .transpose import record_transpose_mode
+        with applying(m, "nc_matmul", where):
+            if transpose:
+                from .transpose import record_transpose_mode
 
-            record_transpose_mode(as_view(vals["dst"]), as_view(vals["stationary"]),
-                                  as_view(vals["moving"]), acc, pos, size, perf, where)
-            return None
-        record_matmul(as_view(vals["dst"]), as_view(vals["stationary"]),
-                      as_view(vals["moving"]), acc, pos, size, perf, where)
+                record_transpose_mode(as_view(vals["dst"]), as_view(vals["stationary"]),
+                                      as_view(vals["moving"]), acc, pos, size, perf, where)
+                return None
+            record_matmul(as_view(vals["dst"]), as_view(vals["stationary"]),
+                          as_view(vals["moving"]), acc, pos, size, perf, where)
         return None
     names = ("stationary", "moving")
     vals = dict(zip(names, args, strict=False))
     vals.update({k: kw.pop(k) for k in names if k in kw})
     _need(vals, names, "nc_matmul", where)
-    if kw.get("tile_position") or kw.get("tile_size"):
-        raise fail("tile_position/tile_size need the current API: nc_matmul(dst, "
-                   "stationary, moving, ...)", where)
-    kw.pop("tile_position", None)
-    kw.pop("tile_size", None)
+    pos = _pair(kw.pop("tile_position", ()), "tile_position", where)
+    size = _pair(kw.pop("tile_size", ()), "tile_size", where)
     perf = _perf_mode(kw.pop("perf_mode", None), where)
     _no_extra(kw, "nc_matmul", where)
+    if pos:  # the compiler puts operands the kernel has not used yet where row r reads
+        for k in names:
+            x = vals[k]
+            if isinstance(x, Pending) and x.result is None:
+                x.args["p_base"] = pos[0]
     return Pending(LazyKind.MATMUL, where, stationary=vals["stationary"], moving=vals["moving"],
-                   perf_mode=perf, transpose=bool(transpose))
+                   perf_mode=perf, transpose=bool(transpose), tile_position=pos,
+                   tile_size=size, p_base=pos[1] if pos else 0, mask=m)
 
 
 def _no_extra(kw: dict[str, Any], what: str, where: tuple[str, int]) -> None:
@@ -164,7 +170,7 @@ def tensor_copy(*args: Any, **kw: Any) -> Pending | None:
     dtype=, engine=)`` returns a new tile."""
     where = here()
     kw.pop("name", None)
-    check_mask(kw.pop("mask", None), "tensor_copy", where)
+    m = check_mask(kw.pop("mask", None), "tensor_copy", where)
     eng = kw.pop("engine", None)
     if len(args) == 2 or "dst" in kw:
         vals = dict(zip(("dst", "src"), args, strict=False))
@@ -172,20 +178,21 @@ def tensor_copy(*args: Any, **kw: Any) -> Pending | None:
         kw.pop("dtype", None)  # the current API casts to dst's dtype
         _no_extra(kw, "tensor_copy", where)
         _need(vals, ("dst", "src"), "tensor_copy", where)
-        record_copy(as_view(vals["dst"]), as_view(vals["src"]), eng, where)
+        with applying(m, "tensor_copy", where):
+            record_copy(as_view(vals["dst"]), as_view(vals["src"]), eng, where)
         return None
     if not args and "src" not in kw:
         raise fail("tensor_copy: missing argument(s) src", where)
     src = args[0] if args else kw.pop("src")
     dtype = kw.pop("dtype", None)
     _no_extra(kw, "tensor_copy", where)
-    return Pending(LazyKind.COPY, where, src=src, dtype=dtype, engine=eng)
+    return Pending(LazyKind.COPY, where, src=src, dtype=dtype, engine=eng, mask=m)
 
 
 def tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
     where = here()
     kw.pop("name", None)
-    check_mask(kw.pop("mask", None), "tensor_tensor", where)
+    m = check_mask(kw.pop("mask", None), "tensor_tensor", where)
     eng = kw.pop("engine", None)
     if len(args) == 4 or "dst" in kw:
         names: tuple[str, ...] = ("dst", "data1", "data2", "op")
@@ -195,8 +202,9 @@ def tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
         _no_extra(kw, "tensor_tensor", where)
         _need(vals, names, "tensor_tensor", where)
         _tt_op(vals["op"], where)
-        record_tensor_tensor(as_view(vals["dst"]), as_view(vals["data1"]),
-                             as_view(vals["data2"]), vals["op"], eng, where)
+        with applying(m, "tensor_tensor", where):
+            record_tensor_tensor(as_view(vals["dst"]), as_view(vals["data1"]),
+                                 as_view(vals["data2"]), vals["op"], eng, where)
         return None
     names = ("data1", "data2", "op")
     vals = dict(zip(names, args, strict=False))
@@ -206,7 +214,7 @@ def tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
     _need(vals, names, "tensor_tensor", where)
     _tt_op(vals["op"], where)
     return Pending(LazyKind.TENSOR_TENSOR, where, a=vals["data1"], b=vals["data2"], op=vals["op"],
-                   dtype=dtype, engine=eng)
+                   dtype=dtype, engine=eng, mask=m)
 
 
 def _tt_op(op: Any, where: tuple[str, int]) -> None:
@@ -240,6 +248,7 @@ def memset(*args: Any, **kw: Any) -> Tensor | None:
     where = here()
     kw.pop("name", None)
     eng = kw.pop("engine", None)
+    m = check_mask(kw.pop("mask", None), "memset", where)
     if (args and isinstance(args[0], tuple | list)) or "shape" in kw:
         vals = dict(zip(("shape", "value", "dtype"), args, strict=False))
         vals.update({k: kw.pop(k) for k in ("shape", "value", "dtype") if k in kw})
@@ -252,7 +261,8 @@ def memset(*args: Any, **kw: Any) -> Tensor | None:
         t = Tensor(tuple(vals["shape"]), to_dtype(vals["dtype"]), buf, where)
         value = _memset_value(vals["value"], t.dtype, where)
         current().add_tensor(t)
-        record_memset(t.full, value, eng, where)
+        with applying(m, "memset", where):
+            record_memset(t.full, value, eng, where)
         return t
     vals = dict(zip(("dst", "value"), args, strict=False))
     vals.update({k: kw.pop(k) for k in ("dst", "value") if k in kw})
@@ -260,7 +270,8 @@ def memset(*args: Any, **kw: Any) -> Tensor | None:
     _no_extra(kw, "memset", where)
     _need(vals, ("dst", "value"), "memset", where)
     dst = as_view(vals["dst"])
-    record_memset(dst, _memset_value(vals["value"], dst.dtype, where), eng, where)
+    with applying(m, "memset", where):
+        record_memset(dst, _memset_value(vals["value"], dst.dtype, where), eng, where)
     return None
 
 
@@ -276,15 +287,15 @@ class reduce_cmd:
     reset_reduce = "reset_reduce"
 
 
-def _no_mask(kw: dict[str, Any], what: str, where: tuple[str, int]) -> None:
-    check_mask(kw.pop("mask", None), what, where)
+def _no_mask(kw: dict[str, Any], what: str, where: tuple[str, int]) -> Any:
+    return check_mask(kw.pop("mask", None), what, where)
 
 
 def _activation_extras(kw: dict[str, Any], where: tuple[str, int], reduce: bool
                        ) -> dict[str, Any]:
     kw.pop("name", None)
-    _no_mask(kw, "activation", where)
-    out = {"scale": kw.pop("scale", 1.0), "bias": kw.pop("bias", None),
+    out = {"mask": _no_mask(kw, "activation", where),
+           "scale": kw.pop("scale", 1.0), "bias": kw.pop("bias", None),
            "reduce_op": kw.pop("reduce_op", None), "reduce_res": kw.pop("reduce_res", None)}
     cmd = kw.pop("reduce_cmd", reduce_cmd.reset_reduce if reduce else reduce_cmd.idle)
     if cmd in (reduce_cmd.reset, reduce_cmd.reduce):
@@ -319,9 +330,10 @@ def _activation(args: tuple[Any, ...], kw: dict[str, Any], reduce: bool) -> Pend
         kw.pop("dtype", None)
         _no_extra(kw, "activation", where)
         _need(vals, names, "activation", where)
-        record_activation(as_view(vals["dst"]), as_view(vals["data"]), vals["op"],
-                          extra["scale"], where, extra["bias"], extra["reduce_op"],
-                          extra["reduce_res"])
+        with applying(extra["mask"], "activation", where):
+            record_activation(as_view(vals["dst"]), as_view(vals["data"]), vals["op"],
+                              extra["scale"], where, extra["bias"], extra["reduce_op"],
+                              extra["reduce_res"])
         return None
     names = ("op", "data")
     vals = dict(zip(names, args, strict=False))
@@ -348,6 +360,7 @@ def tensor_scalar(*args: Any, **kw: Any) -> Pending | None:
     where = here()
     kw.pop("name", None)
     eng = kw.pop("engine", None)
+    m = check_mask(kw.pop("mask", None), "tensor_scalar", where)
     current_api = "dst" in kw or (len(args) > 1 and isinstance(args[1], Tensor | View))
     names: tuple[str, ...] = (("dst",) if current_api else ()) + (
         "data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1")
@@ -358,13 +371,14 @@ def tensor_scalar(*args: Any, **kw: Any) -> Pending | None:
     _need(vals, names[:4] if current_api else names[:3], "tensor_scalar", where)
     rev0, rev1 = bool(vals.get("reverse0", False)), bool(vals.get("reverse1", False))
     if current_api:
-        record_tensor_scalar(as_view(vals["dst"]), as_view(vals["data"]), vals["op0"],
-                             vals["operand0"], rev0, vals.get("op1"), vals.get("operand1"),
-                             rev1, eng, where)
+        with applying(m, "tensor_scalar", where):
+            record_tensor_scalar(as_view(vals["dst"]), as_view(vals["data"]), vals["op0"],
+                                 vals["operand0"], rev0, vals.get("op1"),
+                                 vals.get("operand1"), rev1, eng, where)
         return None
     return Pending(LazyKind.TENSOR_SCALAR, where, src=vals["data"], dtype=dtype, engine=eng,
                    op0=vals["op0"], operand0=vals["operand0"], reverse0=rev0, op1=vals.get("op1"),
-                   operand1=vals.get("operand1"), reverse1=rev1)
+                   operand1=vals.get("operand1"), reverse1=rev1, mask=m)
 
 
 def tensor_reduce(*args: Any, **kw: Any) -> Pending | None:
@@ -373,7 +387,7 @@ def tensor_reduce(*args: Any, **kw: Any) -> Pending | None:
     new tile of one element per partition."""
     where = here()
     kw.pop("name", None)
-    _no_mask(kw, "tensor_reduce", where)
+    m = _no_mask(kw, "tensor_reduce", where)
     eng = kw.pop("engine", None)
     current_api = "dst" in kw or bool(args and isinstance(args[0], Tensor | View))
     names: tuple[str, ...] = (("dst",) if current_api else ()) + ("op", "data", "axis",
@@ -385,12 +399,14 @@ def tensor_reduce(*args: Any, **kw: Any) -> Pending | None:
     _need(vals, names[:3] if current_api else names[:2], "tensor_reduce", where)
     reduce_axis(vals.get("axis"), "tensor_reduce", where)
     if current_api:
-        record_tensor_reduce(as_view(vals["dst"]), as_view(vals["data"]), vals["op"],
-                             vals.get("axis"), bool(vals.get("negate", False)), eng, where)
+        with applying(m, "tensor_reduce", where):
+            record_tensor_reduce(as_view(vals["dst"]), as_view(vals["data"]), vals["op"],
+                                 vals.get("axis"), bool(vals.get("negate", False)), eng,
+                                 where)
         return None
     return Pending(LazyKind.TENSOR_REDUCE, where, src=vals["data"], op=vals["op"],
                    axis=vals.get("axis"), negate=bool(vals.get("negate", False)), engine=eng,
-                   dtype=dtype, keepdims=bool(vals.get("keepdims", False)))
+                   dtype=dtype, keepdims=bool(vals.get("keepdims", False)), mask=m)
 
 
 def _mx_gate(what: str) -> None:
@@ -500,7 +516,8 @@ def nc_transpose(*args: Any, **kw: Any) -> Pending | None:
 
     where = here()
     kw.pop("name", None)
-    check_mask(kw.pop("mask", None), "nc_transpose", where)
+    whole_only(check_mask(kw.pop("mask", None), "nc_transpose", where), "nc_transpose",
+               where)
     eng = kw.pop("engine", None)
     if _current_api(args, kw, 2):
         vals = dict(zip(("dst", "data"), args, strict=False))
@@ -549,7 +566,7 @@ def _stats(kind: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Pending | No
 
     where = here()
     kw.pop("name", None)
-    check_mask(kw.pop("mask", None), kind, where)
+    m = check_mask(kw.pop("mask", None), kind, where)
     eng = kw.pop("engine", None)
     if _current_api(args, kw, 2):
         vals = dict(zip(("dst", "data"), args, strict=False))
@@ -559,14 +576,17 @@ def _stats(kind: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Pending | No
         if eng not in (None, Engine.VECTOR):
             raise fail(f"{kind} runs on the Vector engine (NKI docs)", where)
         fn = record_bn_stats if kind == "bn_stats" else record_bn_aggr
-        fn(as_view(vals["dst"]), as_view(vals["data"]), where)
+        with applying(m, kind, where):
+            fn(as_view(vals["dst"]), as_view(vals["data"]), where)
         return None
     data = args[0] if args else kw.pop("data", None)
     dtype = kw.pop("dtype", None)
     _no_extra(kw, kind, where)
     if data is None:
         raise fail(f"{kind}: missing argument data", where)
-    return stats_pending(LazyKind(kind), data, dtype, eng, where)
+    p = stats_pending(LazyKind(kind), data, dtype, eng, where)
+    p.args["mask"] = m
+    return p
 
 
 def bn_stats(*args: Any, **kw: Any) -> Pending | None:
@@ -588,20 +608,23 @@ def iota(*args: Any, **kw: Any) -> Pending | None:
 
     where = here()
     kw.pop("name", None)
-    check_mask(kw.pop("mask", None), "iota", where)
+    m = check_mask(kw.pop("mask", None), "iota", where)
     kw.pop("engine", None)
     if _current_api(args, kw, 2):
         vals = dict(zip(("dst", "expr"), args, strict=False))
         vals.update({k: kw.pop(k) for k in ("dst", "expr") if k in kw})
         _no_extra(kw, "iota", where)
         _need(vals, ("dst", "expr"), "iota", where)
-        record_iota(as_view(vals["dst"]), vals["expr"], where)
+        with applying(m, "iota", where):
+            record_iota(as_view(vals["dst"]), vals["expr"], where)
         return None
     vals = dict(zip(("expr", "dtype"), args, strict=False))
     vals.update({k: kw.pop(k) for k in ("expr", "dtype") if k in kw})
     _no_extra(kw, "iota", where)
     _need(vals, ("expr", "dtype"), "iota", where)
-    return iota_pending(vals["expr"], vals["dtype"], where)
+    p = iota_pending(vals["expr"], vals["dtype"], where)
+    p.args["mask"] = m
+    return p
 
 
 __all__ += ["bn_aggr", "bn_stats", "dma_transpose", "iota", "nc_transpose"]
@@ -614,21 +637,22 @@ def reciprocal(*args: Any, **kw: Any) -> Pending | None:
 
     where = here()
     kw.pop("name", None)
-    check_mask(kw.pop("mask", None), "reciprocal", where)
+    m = check_mask(kw.pop("mask", None), "reciprocal", where)
     if _current_api(args, kw, 2):
         vals = dict(zip(("dst", "data"), args, strict=False))
         vals.update({k: kw.pop(k) for k in ("dst", "data") if k in kw})
         kw.pop("dtype", None)
         _no_extra(kw, "reciprocal", where)
         _need(vals, ("dst", "data"), "reciprocal", where)
-        record_reciprocal(as_view(vals["dst"]), as_view(vals["data"]), where)
+        with applying(m, "reciprocal", where):
+            record_reciprocal(as_view(vals["dst"]), as_view(vals["data"]), where)
         return None
     data = args[0] if args else kw.pop("data", None)
     dtype = kw.pop("dtype", None)
     _no_extra(kw, "reciprocal", where)
     if data is None:
         raise fail("reciprocal: missing argument data", where)
-    return Pending(LazyKind.RECIPROCAL, where, src=data, dtype=dtype)
+    return Pending(LazyKind.RECIPROCAL, where, src=data, dtype=dtype, mask=m)
 
 
 def tensor_tensor_scan(*args: Any, **kw: Any) -> Pending | None:
@@ -639,7 +663,7 @@ def tensor_tensor_scan(*args: Any, **kw: Any) -> Pending | None:
 
     where = here()
     kw.pop("name", None)
-    check_mask(kw.pop("mask", None), "tensor_tensor_scan", where)
+    m = check_mask(kw.pop("mask", None), "tensor_tensor_scan", where)
     if kw.pop("engine", None) not in (None, Engine.VECTOR):
         raise fail("tensor_tensor_scan runs on the Vector engine (NKI docs)", where)
     current_api = "dst" in kw or (len(args) >= 3 and isinstance(args[2], Tensor | View))
@@ -651,11 +675,12 @@ def tensor_tensor_scan(*args: Any, **kw: Any) -> Pending | None:
     _no_extra(kw, "tensor_tensor_scan", where)
     _need(vals, names[:6] if current_api else names[:5], "tensor_tensor_scan", where)
     if current_api:
-        record_scan(as_view(vals["dst"]), as_view(vals["data0"]), as_view(vals["data1"]),
-                    vals["initial"], vals["op0"], vals["op1"], vals.get("reverse0", False),
-                    vals.get("reverse1", False), where)
+        with applying(m, "tensor_tensor_scan", where):
+            record_scan(as_view(vals["dst"]), as_view(vals["data0"]), as_view(vals["data1"]),
+                        vals["initial"], vals["op0"], vals["op1"], vals.get("reverse0", False),
+                        vals.get("reverse1", False), where)
         return None
-    return Pending(LazyKind.TENSOR_TENSOR_SCAN, where, dtype=dtype,
+    return Pending(LazyKind.TENSOR_TENSOR_SCAN, where, dtype=dtype, mask=m,
                    **{k: vals.get(k) for k in names})
 
 

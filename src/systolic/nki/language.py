@@ -9,6 +9,7 @@ from typing import Any
 from ..isa import ActivationFunc, AluOp
 from . import ops as _isa
 from .index import Expr, Grid, check_mask, reduce_axis, whole
+from .mask import applying, whole_only
 from .record import current, fail, here
 from .tensor import LazyKind, NlOp, Pending, Tensor, View, as_view, binary
 from .types import BUFFERS, DTYPE_ALIASES, DTYPES, Buffer, ParDim, TileSize, to_dtype
@@ -221,8 +222,7 @@ def arange(*args: int) -> Expr:
 
 def load(src: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Pending:
     where = here()
-    check_mask(mask, "nl.load", where)
-    return Pending(LazyKind.LOAD, where, src=src)
+    return Pending(LazyKind.LOAD, where, src=src, mask=check_mask(mask, "nl.load", where))
 
 
 def load_transpose2d(src: Any, mask: Any = None, dtype: Any = None, **kw: Any) -> Pending:
@@ -230,20 +230,22 @@ def load_transpose2d(src: Any, mask: Any = None, dtype: Any = None, **kw: Any) -
     into a new SBUF tile [F, P] (F <= 128): one DMA walking src column by column
     (nki/transpose.py record_dma_transpose), any dtype."""
     where = here()
-    check_mask(mask, "nl.load_transpose2d", where)
+    m = whole_only(check_mask(mask, "nl.load_transpose2d", where), "nl.load_transpose2d",
+                   where)
     kw.pop("name", None)
     if kw:
         raise fail(f"nl.load_transpose2d: argument(s) {', '.join(sorted(kw))} not modelled",
                    where)
     return Pending(LazyKind.DMA_TRANSPOSE, where, src=src, dtype=dtype,
-                   what="nl.load_transpose2d")
+                   what="nl.load_transpose2d", mask=m)
 
 
 def store(dst: Any, value: Any, mask: Any = None, **kw: Any) -> None:
     where = here()
-    check_mask(mask, "nl.store", where)
+    m = check_mask(mask, "nl.store", where)
     target = as_view(dst)
-    _isa.record_dma(target, as_view(value), where)
+    with applying(m, "nl.store", where):
+        _isa.record_dma(target, as_view(value), where)
 
 
 def matmul(x: Any, y: Any, transpose_x: bool = False, **kw: Any) -> Pending:
@@ -261,13 +263,16 @@ class _Callable(NlOp):
     def __call__(self, *args: Any, **kw: Any) -> Pending:
         where = here()
         dtype = kw.pop("dtype", None)
-        check_mask(kw.pop("mask", None), f"nl.{self.name}", where)
+        m = check_mask(kw.pop("mask", None), f"nl.{self.name}", where)
         if self.name in ("copy",):
-            return Pending(LazyKind.COPY, where, src=args[0], dtype=dtype)
+            return Pending(LazyKind.COPY, where, src=args[0], dtype=dtype, mask=m)
         if self.alu is not None and len(args) == 2 and not kw:
-            return binary(self, args[0], args[1], where, dtype)
+            p = binary(self, args[0], args[1], where, dtype)
+            p.args["mask"] = m
+            return p
         if self.act is not None and len(args) == 1 and not kw:
-            return Pending(LazyKind.ACTIVATION, where, src=args[0], op=self, scale=1.0, dtype=dtype)
+            return Pending(LazyKind.ACTIVATION, where, src=args[0], op=self, scale=1.0,
+                           dtype=dtype, mask=m)
         raise fail(f"nl.{self.name}({', '.join(['...'] * len(args))}"
                    f"{', ' if args and kw else ''}{', '.join(f'{k}=' for k in kw)}) is not "
                    f"modelled here", where)
@@ -279,12 +284,12 @@ def _reduce(name: str, alu: AluOp) -> Any:
     def reduce(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False,
                **kw: Any) -> Pending:
         where = here()
-        check_mask(kw.pop("mask", None), f"nl.{name}", where)
+        m = check_mask(kw.pop("mask", None), f"nl.{name}", where)
         if kw:
             raise fail(f"nl.{name}: argument(s) {', '.join(sorted(kw))} not modelled", where)
         reduce_axis(axis, f"nl.{name}", where)
         return Pending(LazyKind.TENSOR_REDUCE, where, src=x, op=op, axis=axis, negate=False,
-                       dtype=dtype, keepdims=bool(keepdims), engine=None)
+                       dtype=dtype, keepdims=bool(keepdims), engine=None, mask=m)
 
     reduce.alu, reduce.act = alu, None  # type: ignore[attr-defined]  # usable as op=
     reduce.__name__ = name
@@ -329,7 +334,8 @@ def mean(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False,
     v = as_view(x)
     n = v.size // v.partitions
     return Pending(LazyKind.TENSOR_SCALAR, where, src=total, op0=multiply, operand0=1.0 / n,
-                   reverse0=False, op1=None, operand1=None, reverse1=False, dtype=dtype)
+                   reverse0=False, op1=None, operand1=None, reverse1=False, dtype=dtype,
+                   mask=check_mask(kw.get("mask"), "nl.mean", where))
 
 
 __all__ += [*DTYPES, "abs", "add", "divide", "exp", "gelu_apprx_tanh", "hbm", "identity",
@@ -350,7 +356,7 @@ def transpose(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Pending
     from .transpose import transpose_pending
 
     where = here()
-    check_mask(mask, "nl.transpose", where)
+    whole_only(check_mask(mask, "nl.transpose", where), "nl.transpose", where)
     if kw:
         raise fail(f"nl.transpose: argument(s) {', '.join(sorted(kw))} not modelled", where)
     return transpose_pending(x, None, dtype, "sbuf", where)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+import numpy as np
+
 from ..isa import ActivationFunc, AluOp
 from .record import current, fail, here
 from .types import DType
@@ -71,7 +73,9 @@ _NEGATIVE = NlOp("negative", None, ActivationFunc.NEGATIVE)
 
 
 def _is_number(x: object) -> TypeGuard[int | float]:
-    return isinstance(x, int | float) and not isinstance(x, bool)
+    """A Python or numpy number (``total / np.int32(4)``), not a bool."""
+    return (isinstance(x, int | float | np.integer | np.floating)
+            and not isinstance(x, bool | np.bool_))
 
 
 def _column(col: View, full: View) -> bool:

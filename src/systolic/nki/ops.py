@@ -117,6 +117,7 @@ def record_dma(dst: View, src: View, where: tuple[str, int]) -> None:
         # nl.store: "If the tile is in PSUM, an extra copy will be performed to move the tile
         # to SBUF first" (NKI docs, nki.language.store)
         tmp = Tensor(src.shape, src.dtype, BUFFERS["sbuf"], where, "store_psum")
+        tmp.at_partition(src.p0)  # the copy keeps each element on its partition
         current().add_tensor(tmp)
         record_copy(tmp.full, src, None, where)
         record_dma(dst, tmp.full, where)
@@ -265,17 +266,12 @@ def record_tensor_reduce(dst: View, src: View, op: object, axis: Any, negate: bo
     _on_chip(src, "data", "tensor_reduce", where)
     _on_chip(dst, "dst", "tensor_reduce", where)
     _gpsimd(e, (dst, src), "tensor_reduce", where)
-    free = list(range(1, len(src.shape)))
-    axes = [axis] if isinstance(axis, int) else list(axis) if axis is not None else free
-    if sorted(int(a) for a in axes) != free:
-        raise fail(f"tensor_reduce over axis {axis!r}: this model reduces all the free "
-                   f"dimensions of a {len(src.shape)}-d tile, axis={free if len(free) > 1 else 1}",
-                   where)
-    if dst.partitions != src.partitions or dst.size != src.partitions:
-        raise fail(f"tensor_reduce dst must be one element on each of the {src.partitions} "
-                   f"partitions, not {list(dst.shape)}", where)
-    _add(TensorReduceArgs(e, _reduce_alu(op, "tensor_reduce", where), bool(negate)), dst,
-         (src,), where)
+    from .reduce import reduced_axes, split_reduce
+
+    args = TensorReduceArgs(e, _reduce_alu(op, "tensor_reduce", where), bool(negate))
+    axes = reduced_axes(axis, len(src.shape), "tensor_reduce", where)
+    for d, s in split_reduce(dst, src, axes, "tensor_reduce", where):
+        _add(args, d, (s,), where)
 
 
 def _tile(values: tuple[int, int] | tuple[()] | list[int], default: tuple[int, int],

@@ -14,7 +14,7 @@ import ctypes
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -165,6 +165,9 @@ class Recorder:
         # SPMD instances placed on NeuronCores (nl.nc, nki/spmd.py): (first op, end op,
         # core) per instance; empty when the launch names no cores (nki/cores.py)
         self.core_ops: list[tuple[int, int, int]] = []
+        # the mask= of the NKI call being recorded: each op becomes the ops over what it
+        # selects (nki/mask.py applying / split), None when the call has none
+        self.mask: Callable[[Op], list[Op]] | None = None
 
     def add_tensor(self, t: Tensor) -> None:
         """A tensor the kernel made, tagged with the loop it was made in (the compiler's
@@ -195,9 +198,13 @@ class Recorder:
             raise KernelError(*op.where, self._over("NKI operations"))
         if self.pending:
             self.flush(op)
-        for v in (op.dst, *op.outs):  # written: no longer a copy of what it was loaded from
-            v.tensor.loaded_from = None
-        self.ops.append(op)
+        for o in ([op] if self.mask is None else self.mask(op)):
+            for v in o.views():  # an index past its dimension that no mask cut off
+                if v.outside is not None:
+                    v.outside.check(o.where)
+            for v in (o.dst, *o.outs):  # written: no longer a copy of what it was loaded from
+                v.tensor.loaded_from = None
+            self.ops.append(o)
 
     def flush(self, op: Op | None = None) -> None:
         """Materialise lazy results not consumed by ``op``: keeps program order exact. A

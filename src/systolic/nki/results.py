@@ -81,9 +81,13 @@ def _matmul_result(p: Pending) -> Tensor:
 
 
 def _reduce_result(p: Pending) -> Tensor:
-    """One element per partition, [P, 1] (keepdims) or [P]."""
+    """The kept axes of each partition: the reduced ones as 1 (keepdims) or dropped
+    ([P] when every free axis is reduced)."""
+    from .reduce import reduce_shape, reduced_axes
+
     src = as_view(p.args["src"])
-    shape = (src.shape[0], 1) if p.args.get("keepdims", True) else (src.shape[0],)
+    axes = reduced_axes(p.args.get("axis"), len(src.shape), "tensor_reduce", p.where)
+    shape = reduce_shape(src.shape, axes, p.args.get("keepdims", True))
     return Tensor(shape, _dtype(p, src), BUFFERS["sbuf"], p.where)
 
 
@@ -93,8 +97,9 @@ def _write_load(p: Pending, dst: View, acc: bool | None) -> None:
 
 def _write_matmul(p: Pending, dst: View, acc: bool | None) -> None:
     a = p.args
-    record_matmul(dst, as_view(a["stationary"]), as_view(a["moving"]), acc, (), (),
-                  a.get("perf_mode"), p.where, a.get("transpose", False))
+    record_matmul(dst, as_view(a["stationary"]), as_view(a["moving"]), acc,
+                  a.get("tile_position", ()), a.get("tile_size", ()), a.get("perf_mode"),
+                  p.where, a.get("transpose", False))
 
 
 def _write_copy(p: Pending, dst: View, acc: bool | None) -> None:
@@ -151,6 +156,8 @@ assert set(LAZY) == set(LazyKind), "every lazy kind has its rule"
 def materialize(p: Pending) -> Tensor:
     """The fresh tile ``p`` lands in, written (``p.materialize()`` keeps it)."""
     t = LAZY[p.kind].result(p)
+    if p.args.get("p_base"):  # placed where an older-API matmul's tile_position reads it
+        t.at_partition(p.args["p_base"])
     current().add_tensor(t)
     p.result = t
     write(p, t.full, False)
@@ -158,7 +165,12 @@ def materialize(p: Pending) -> Tensor:
 
 
 def write(p: Pending, dst: View, accumulate: bool | None) -> None:
-    LAZY[p.kind].write(p, dst, accumulate)
+    """Record ``p`` into ``dst``, under the mask= of the call that made it (nki/mask.py;
+    None too: a result written while another call's mask applies keeps its own)."""
+    from .mask import applying
+
+    with applying(p.args.get("mask"), p.kind.value, p.where):
+        LAZY[p.kind].write(p, dst, accumulate)
 
 
 class _Recording:

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..isa import AluOp, Engine
 from ..isa.fields import ReduceCmd
-from .index import Expr, Mask, MultiExpr, check_mask, whole
+from .index import Mask, check_mask, whole
 from .lazy import LazyKind, NlOp, Pending, binary
 from .opkind import (
     AffineSelectArgs,
@@ -152,8 +152,9 @@ def _pattern(pred: object, shape: tuple[int, ...], where: Where
         raise fail("affine_select pred is one comparison of index expressions (iy < ix, "
                    "i * 128 + i_p >= j); masks joined with & are not allowed (NKI docs: use "
                    "nl.where)", where)
-    e, op, bound = pred.clauses[0]
-    terms = e.terms if isinstance(e, MultiExpr) else (Expr(e.pos, e.size, 0, e.coef),)
+    e, op = pred.clauses[0]  # the clause e op 0 (nki/index.py Mask)
+    bound = 0
+    terms = e.terms
     pstep = fstep = 0
     strides = [prod(shape[k + 1:]) for k in range(len(shape))]
     free: list[tuple[int, int]] = []

@@ -25,7 +25,8 @@ from .lazy import Arithmetic, LazyKind, NlOp, Pending, as_view, binary
 from .record import Loop, current, fail, here
 from .types import BUFFERS, Buffer, DType, ParDim, fill_value
 
-__all__ = ["Axis", "Expr", "Grid", "LazyKind", "NlOp", "Pending", "Tensor", "View", "as_view",
+__all__ = ["Axis", "Expr", "Grid", "LazyKind", "NlOp", "Outside", "Pending", "Tensor", "View",
+           "as_view",
            "binary", "same_shape"]
 
 _IDS = itertools.count()
@@ -78,9 +79,24 @@ class Tensor(Arithmetic):
             acc *= dims[i]
         self.strides = tuple(strides)
         self.free_elems = acc  # elements per partition on chip; all elements in HBM
+        # the first partition on chip: 0, or where the older API's tile_position puts a
+        # matmul operand or result (:meth:`at_partition`)
+        self.p_base = 0
         self.full = View(self, 0, 0, tuple(
             Axis(1 if i == self.pdim else strides[i], d, i == self.pdim)
             for i, d in enumerate(dims)))
+
+    def at_partition(self, p: int) -> Tensor:
+        """Place this fresh on-chip tensor at partitions ``p``.. (the compiler allocates the
+        older API's matmul operands and results where the PE reads and writes them: row r
+        of a tile_position reads SBUF partition r, column m drains into PSUM partition m).
+        Only before anything uses it."""
+        if p + self.partitions > 128:
+            raise fail(f"a {self.partitions}-partition tile placed at partition {p} ends past "
+                       f"partition 127", self.where)
+        self.p_base = p
+        self.full = View(self, 0, p, self.full.axes)
+        return self
 
     @property
     def partitions(self) -> int:
@@ -186,6 +202,8 @@ def _in_bounds(offset: int, pairs: list[tuple[int, int]], size: int, what: str) 
 
 def _reshape(v: View, shape: tuple[int, ...]) -> View:
     """A contiguous view read in a new shape (on chip the partition axis stays first)."""
+    if v.outside is not None:
+        v.outside.check()
     axes = v.axes
     part = [a for a in axes if a.part]
     free = [a for a in axes if not a.part]
@@ -208,16 +226,30 @@ def _reshape(v: View, shape: tuple[int, ...]) -> View:
     return View(v.tensor, v.offset, v.p0, (*part, *new), v.dt)
 
 
+class Outside(NamedTuple):
+    """Where a view reaches past its tensor: per view axis the positions inside,
+    ``[lo, hi)`` (None: all), and the one-line error if an operation uses it unmasked."""
+
+    inside: tuple[tuple[int, int] | None, ...]
+    message: str
+
+    def check(self, where: tuple[str, int] | None = None) -> None:
+        raise fail(self.message, where)
+
+
 class View(Arithmetic):
     """A strided window of a tensor: element ``offset``, first partition ``p0``, axes."""
 
-    __slots__ = ("axes", "dt", "offset", "p0", "shape", "tensor")
+    __slots__ = ("axes", "dt", "offset", "outside", "p0", "shape", "tensor")
 
     def __init__(self, tensor: Tensor, offset: int, p0: int, axes: tuple[Axis, ...],
-                 dt: DType | None = None) -> None:
+                 dt: DType | None = None, outside: Outside | None = None) -> None:
         self.tensor, self.offset, self.p0, self.axes = tensor, offset, p0, axes
         self.dt = dt  # a reinterpreted dtype of the same size (``.ap(dtype=...)``)
         self.shape: tuple[int, ...] = tuple([a[1] for a in axes])
+        # an index past its dimension, allowed until an operation uses the view: a mask=
+        # on that operation may leave the outside part out (nki/mask.py)
+        self.outside = outside
 
     @property
     def dtype(self) -> DType:
@@ -253,6 +285,8 @@ class View(Arithmetic):
 
     def __getitem__(self, key: object) -> View:
         axes = self.axes
+        if self.outside is not None:
+            self.outside.check()
         if type(key) is Grid:  # t[nl.mgrid[0:128, 0:512]]: each axis indexes its dimension
             key = tuple(key.axes)  # type: ignore[attr-defined]
         keys = list(key) if type(key) is tuple else [key]
@@ -265,6 +299,8 @@ class View(Arithmetic):
         offset, p0 = self.offset, self.p0
         out: list[tuple[float, Axis]] = []
         exprs = False
+        inside: dict[int, tuple[int, int]] = {}  # id(axis entry) -> positions inside
+        why = ""
         for d in range(len(axes)):
             stride, count, part = axes[d]
             k = keys[d] if d < len(keys) else _ALL
@@ -275,10 +311,14 @@ class View(Arithmetic):
                     raise fail(f"slice {_slice_text(k)} of dimension {d}: a slice is "  # type: ignore[arg-type]
                                f"start:stop[:step] of whole numbers with a step of at least 1")
                 start, stop, step = k.indices(count)  # type: ignore[union-attr]
-                if (k.stop is not None and k.stop > count) or step < 1:  # type: ignore
-                    raise fail(f"slice {k.start}:{k.stop} is out of range for dimension "  # type: ignore
-                               f"{d} of size {count}")
                 n, order = len(range(start, stop, step)), float(d)
+                if k.stop is not None and k.stop > count:  # type: ignore[union-attr]
+                    if k.start is not None and k.start > 0:  # type: ignore[union-attr]
+                        start = k.start  # type: ignore[union-attr]
+                    n = len(range(start, k.stop, step))  # type: ignore[union-attr]
+                    inside[len(out)] = (0, len(range(start, count, step)))
+                    why = why or (f"slice {k.start}:{k.stop} is out of range for dimension "  # type: ignore[union-attr]
+                                  f"{d} of size {count}")
             elif tk is MultiExpr:  # several iteration axes: one view axis per axis
                 exprs = True
                 lo, hi = k.bounds()  # type: ignore[union-attr]
@@ -304,9 +344,14 @@ class View(Arithmetic):
                 exprs = True
                 start, step, n, order = k.const, k.coef, k.size, k.pos - 0.5  # type: ignore
                 last = start + step * (n - 1)
-                if start < 0 or last >= count or step < 1:
-                    raise fail(f"index expression covers {start}..{last}, outside dimension "
-                               f"{d} of size {count}")
+                if step < 1:
+                    raise fail(f"index expression covers {start}..{last} with a step below 1 "
+                               f"(dimension {d}) is not modelled")
+                if start < 0 or last >= count:
+                    inside[len(out)] = (max(0, (step - 1 - start) // step),
+                                        max(0, min(n, (count - 1 - start) // step + 1)))
+                    why = why or (f"index expression covers {start}..{last}, outside "
+                                  f"dimension {d} of size {count}")
             else:
                 if tk is not int:
                     if isinstance(k, bool):
@@ -340,9 +385,17 @@ class View(Arithmetic):
             else:
                 offset += start * stride
                 out.append((order, Axis(stride * step, n)))
+        if not why:
+            if exprs:
+                out.sort(key=lambda t: t[0])
+            return View(self.tensor, offset, p0, tuple([a for _, a in out]), self.dt)
+        marked = [(o, a, inside.get(j)) for j, (o, a) in enumerate(out)]
         if exprs:
-            out.sort(key=lambda t: t[0])
-        return View(self.tensor, offset, p0, tuple([a for _, a in out]), self.dt)
+            marked.sort(key=lambda t: t[0])
+        return View(self.tensor, offset, p0, tuple([a for _, a, _ in marked]), self.dt,
+                    Outside(tuple([r for _, _, r in marked]),
+                            f"{why}; a mask= on the operation that uses it can leave the "
+                            f"outside part out"))
 
     def __setitem__(self, key: object, value: object) -> None:
         target = self[key]

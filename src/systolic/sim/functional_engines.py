@@ -8,7 +8,8 @@ pattern with numpy. Semantics (NKI docs, nki.isa.*):
 * ``DmaCopy`` moves bytes: element for element, no cast (the formats must match).
 * ``TensorCopy`` casts through fp32 when the formats differ: the source is decoded to fp32
   (integers to int64), then rounded to the destination's format.
-* ``TensorTensor`` computes op(a, b) in fp32 and rounds the result to dst's format.
+* ``TensorTensor`` computes op(a, b) in fp32 (integer add, subtract, multiply of integer
+  tiles on GpSimd: integer math) and rounds the result to dst's format.
 * ``Memset`` writes ``value`` rounded to dst's format.
 * ``Activation`` writes func(x * scale + bias) rounded to dst's format: x, scale and bias in
   fp32 (scale a constant or one value per partition, bias one per partition), the function
@@ -17,7 +18,8 @@ pattern with numpy. Semantics (NKI docs, nki.isa.*):
   it, rounded to its format.
 * ``TensorScalar`` computes (x op0 c0) op1 c1 in fp32, each c a constant or one value per
   partition (``reverse``: c on the left).
-* ``TensorReduce`` reduces each partition's free elements with op in fp32 (negated when
+* ``TensorReduce`` reduces each partition's free elements (the innermost runs, one per dst
+  element of the partition) with op in fp32 (negated when
   asked), rounded to dst's format.
 * ``QuantizeMx`` (NKI docs, nki.isa.quantize_mx; OCP MX v1.0 section 6.3): per group of 8
   partitions x 4 consecutive elements, the E8M0 scale code is the largest fp32 biased
@@ -45,6 +47,7 @@ from ..isa import (
     ActivationFunc,
     AluOp,
     DmaCopy,
+    Engine,
     Instruction,
     Memset,
     QuantizeMx,
@@ -116,10 +119,16 @@ def tensor_copy(mem: Memory, ins: TensorCopy) -> None:
     mem.write(ins.dst, _read(mem, ins.src, ins.dst.shape), overflow=_CAST)
 
 
+# integer add, multiply and subtract run as integer math on GpSimd; every other arithmetic
+# operator, and any on Vector, casts its inputs to float32 (nki.isa.tensor_tensor docs)
+_INT_OPS = frozenset({AluOp.ADD, AluOp.SUBTRACT, AluOp.MULTIPLY})
+
+
 def tensor_tensor(mem: Memory, ins: TensorTensor) -> None:
     shape = ins.dst.shape
     a, b = _read(mem, ins.a, shape), _read(mem, ins.b, shape)
-    if a.dtype.kind == "f" or b.dtype.kind == "f":
+    if a.dtype.kind == "f" or b.dtype.kind == "f" or not (
+            ins.engine is Engine.GPSIMD and ins.op in _INT_OPS):
         a, b = a.astype(np.float32), b.astype(np.float32)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf propagate as in hardware
         mem.write(ins.dst, _ALU[ins.op](a, b), overflow=_CAST)
@@ -171,9 +180,9 @@ def tensor_scalar(mem: Memory, ins: TensorScalar) -> None:
 
 def tensor_reduce(mem: Memory, ins: TensorReduce) -> None:
     p = ins.src.partitions
-    x = mem.read(ins.src).astype(np.float32).reshape(p, -1)
+    x = mem.read(ins.src).astype(np.float32).reshape(p, ins.dst.free_elems, -1)
     with np.errstate(invalid="ignore", over="ignore"):
-        y = _REDUCE[ins.op](x, axis=1).astype(np.float32)
+        y = _REDUCE[ins.op](x, axis=2).astype(np.float32)
         if ins.negate:
             y = -y
         mem.write(ins.dst, y.reshape(ins.dst.shape), overflow=_CAST)

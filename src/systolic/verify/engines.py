@@ -118,6 +118,13 @@ def check_engine(c: Checker, i: int, ins: Instruction) -> None:
             c._fail(i, f"{name} on GpSimd touches PSUM, which GpSimd cannot access (NKI "
                        f"docs); run it on Vector or Scalar")
     parts = srcs[0].partitions if srcs else dst.partitions
+    if isinstance(ins, TensorReduce):  # one result per run of the innermost elements
+        vectors = ()
+        if dst.partitions != parts or srcs[0].free_elems % dst.free_elems:
+            c._fail(i, f"TensorReduce dst [{dst.partitions}, {dst.free_elems}] must have "
+                       f"the {parts} partitions of its source and divide its "
+                       f"{srcs[0].free_elems} elements per partition")
+        _touch_psum(c, i, dst, write=True)
     for role, v in vectors:
         if v.partitions != parts or v.free_elems != 1:
             c._fail(i, f"{name} {role} must be one element on each of the {parts} "

@@ -1,0 +1,154 @@
+"""Partial masks: ``mask=`` that leaves out part of a tile.
+
+NKI: "The mask field is an execution predicate known at compile-time, which informs the
+compiler to skip generating the instruction or generate the instruction with a smaller
+input tile shape. Masking is handled completely by Neuron compiler and hence does not incur
+any performance overhead" (nki.api.shared.rst "NKI API Masking", aws-neuron-sdk 7c165a3e).
+The model does the same: an operation recorded under a mask becomes the same operation
+over each covered sub-rectangle of its tile, every access pattern cut to it, so masked-out
+elements are neither read nor written and each instruction is timed by the cost table on
+the elements it covers. A mask that selects nothing records no instruction.
+
+The mask names iteration axes by position (``nl.arange(n)[:, None]`` is 0, the partition
+axis; ``[None, :]`` is 1 ...); position k cuts axis k of each view of the operation whose
+axis k has the mask's extent (an axis of 1, a [P, 1] operand's free axis or a reduction's
+result, is left whole). A mask comparing two index expressions (``i_p >= i_f``, ``512 *
+i_p + i_f < n``) is not one rectangle: it is cut into the fewest rectangles that a row by
+row split gives (one instruction each; unsure: how the compiler lowers such a mask is not
+published, and a triangle of 128 rows costs up to 128 instructions here).
+
+Refused in one line: a mask that is not one rectangle on a reduction along the free axis
+(its parts would overwrite each other's results), a mask on a free axis of tensor_reduce
+(its source is read in another axis order), a partial mask on a matmul, a transpose or an
+MX instruction (their axes do not line up with the result's), and a mask axis whose extent
+matches no dimension of the tile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import numpy as np
+
+from .index import Mask
+from .opkind import OpKind
+from .record import Op, Where, current, fail
+from .tensor import Axis, Outside, View
+
+__all__ = ["applying", "boxes", "split", "whole_only"]
+
+Box = tuple[tuple[int, int] | None, ...]  # per mask position: [lo, hi), None = all
+
+# kinds that combine elements along the free axis: one rectangle only
+_ALONG = frozenset({OpKind.TENSOR_REDUCE, OpKind.BN_STATS, OpKind.BN_AGGR,
+                    OpKind.TENSOR_TENSOR_SCAN})
+# kinds cut element for element (their views line up position by position)
+_CUT = frozenset({OpKind.DMA, OpKind.COPY, OpKind.TENSOR_TENSOR, OpKind.TENSOR_SCALAR,
+                  OpKind.ACTIVATION, OpKind.MEMSET, OpKind.IOTA, OpKind.RECIPROCAL})
+
+
+@contextlib.contextmanager
+def applying(mask: Mask | bool | None, what: str, where: Where) -> Iterator[None]:
+    """Record the operations made inside under ``mask`` (as nki/index.py check_mask gives
+    it: None for none, False for nothing selected)."""
+    rec = current()
+    before = rec.mask
+    rec.mask = None if mask is None else (lambda op: split(op, mask, what, where))
+    try:
+        yield
+    finally:
+        rec.mask = before
+
+
+def whole_only(mask: Mask | bool | None, what: str, where: Where) -> Mask | bool | None:
+    """A call whose views do not line up with its mask position by position (a transpose):
+    a mask selecting all or nothing, else one line."""
+    if isinstance(mask, Mask):
+        raise fail(f"{what}: a mask that leaves out part of the tile is not modelled here "
+                   f"(a transpose's axes do not line up with its result's)", where)
+    return mask
+
+
+def boxes(sel: np.ndarray) -> list[list[tuple[int, int]]]:
+    """The selected cells of ``sel`` as rectangles ([lo, hi) per axis): consecutive
+    indices of the first axis with the same selection below them form one band, each
+    band cut the same way along the next axes."""
+    if sel.ndim == 0:
+        return [[]] if bool(sel) else []
+    out: list[list[tuple[int, int]]] = []
+    i, n = 0, sel.shape[0]
+    while i < n:
+        j = i + 1
+        while j < n and np.array_equal(sel[j], sel[i]):
+            j += 1
+        out += [[(i, j), *b] for b in boxes(sel[i])]
+        i = j
+    return out
+
+
+def split(op: Op, mask: Mask | bool, what: str, where: Where) -> list[Op]:
+    """``op`` restricted to what ``mask`` selects: one op per covered rectangle."""
+    if mask is False:
+        return []
+    assert isinstance(mask, Mask)
+    pos, sel = mask.grid()
+    sizes = dict(zip(pos, sel.shape, strict=True))
+    rects = boxes(sel)
+    kind = op.kind
+    if kind not in _CUT and kind not in _ALONG:
+        raise fail(f"{what}: a mask that leaves out part of the tile is not modelled on "
+                   f"{kind.value} (its axes do not line up with its result's); use a tile "
+                   f"of the part it should compute", where)
+    if (kind in _ALONG or op.outs) and len(rects) > 1:
+        raise fail(f"{what}: this mask is not one rectangle of the tile, and {kind.value} "
+                   f"reduces along the free axis; split the call so each mask is one "
+                   f"rectangle", where)
+    if kind is OpKind.TENSOR_REDUCE and any(
+            p != 0 and rects[0][k] != (0, sizes[p]) for k, p in enumerate(pos)):
+        raise fail(f"{what}: a mask on a free axis of tensor_reduce is not modelled; mask "
+                   f"the partitions (i_p < n), or reduce a tile of the part to keep", where)
+    reduced = kind in _ALONG or bool(op.outs)
+    out: list[Op] = []
+    for r in rects:
+        box: dict[int, tuple[int, int]] = {p: iv for p, iv in zip(pos, r, strict=True)
+                                           if iv != (0, sizes[p])}
+        cut = [_cut(v, box, sizes, what, where, whole_ok=reduced and i > 0)
+               for i, v in enumerate((op.dst, *op.outs))]
+        srcs = tuple(_cut(v, box, sizes, what, where, whole_ok=False) for v in op.srcs)
+        out.append(Op(op.args, cut[0], srcs, op.where, tuple(cut[1:])))
+    return out
+
+
+def _cut(v: View, box: dict[int, tuple[int, int]], sizes: dict[int, int], what: str,
+         where: Where, whole_ok: bool) -> View:
+    """``v`` cut to ``box`` (mask position k -> view axis k); ``whole_ok``: a reduction's
+    one-element-per-partition output, which the free positions leave whole."""
+    if not box:
+        return v
+    offset, p0 = v.offset, v.p0
+    axes = list(v.axes)
+    inside: list[tuple[int, int] | None] = (list(v.outside.inside) if v.outside is not None
+                                            else [None] * len(axes))
+    for k, (lo, hi) in box.items():
+        if k >= len(axes) or axes[k].num != sizes[k]:
+            if k > 0 and (whole_ok or (k < len(axes) and axes[k].num == 1)):
+                continue
+            n = axes[k].num if k < len(axes) else None
+            raise fail(f"{what}: the mask's axis {k} has {sizes[k]} positions, but this "
+                       f"operation's tile {list(v.shape)} has "
+                       f"{'no axis ' + str(k) if n is None else f'{n} there'}; index the "
+                       f"tile with the same nl.arange / nl.mgrid as the mask", where)
+        a = axes[k]
+        if a.part:
+            p0 += lo
+        else:
+            offset += lo * a.stride
+        axes[k] = Axis(a.stride, hi - lo, a.part)
+        if inside[k] is not None:
+            ilo, ihi = inside[k]  # type: ignore[misc]
+            inside[k] = None if ilo <= lo and hi <= ihi else (ilo - lo, ihi - lo)
+    outside = None
+    if v.outside is not None and any(r is not None for r in inside):
+        outside = Outside(tuple(inside), v.outside.message)
+    return View(v.tensor, offset, p0, tuple(axes), v.dt, outside)
