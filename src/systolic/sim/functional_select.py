@@ -187,11 +187,13 @@ def match_replace8(state: MachineState, ins: Any) -> None:
 def stream_shuffle(state: MachineState, ins: Any) -> None:
     mem = state.memory
     src = mem.view(ins.src).reshape(ins.src.partitions, -1).copy()  # in place allowed
-    dst = mem.view(ins.dst).reshape(ins.dst.partitions, -1)
+    view = mem.view(ins.dst)
+    dst = view.reshape(ins.dst.partitions, -1).copy()
     for i in range(ins.dst.partitions):
         m = ins.shuffle_mask[i % 32]
         if m != 255:
             dst[i] = src[(i // 32) * 32 + m]
+    view[...] = dst.reshape(view.shape)  # bytes as they are: dst has src's dtype
 
 
 def local_gather(state: MachineState, ins: Any) -> None:
@@ -199,11 +201,13 @@ def local_gather(state: MachineState, ins: Any) -> None:
     p, k = ins.src.partitions, ins.num_elem_per_idx
     src = mem.view(ins.src).reshape(p, -1)
     index = mem.read(ins.index).reshape(p, -1).astype(np.int64)
-    dst = mem.view(ins.dst).reshape(p, -1)
+    view = mem.view(ins.dst)
+    dst = np.empty((p, ins.num_valid_indices * k), dtype=src.dtype)
     for c in range(p // 16):  # each GpSimd core: its 16 partitions, its own indices
         flat = index[16 * c:16 * c + 16].flatten(order="F")[:ins.num_valid_indices]
         cols = (flat[:, None] + np.arange(k)[None, :]).reshape(-1)
         dst[16 * c:16 * c + 16] = src[16 * c:16 * c + 16][:, cols]
+    view[...] = dst.reshape(view.shape)  # bytes as they are: no cast (the docs)
 
 
 def sequence_bounds(state: MachineState, ins: Any) -> None:
