@@ -290,10 +290,10 @@ def test_kernel_values_that_depend_on_unwritten_memory_are_refused(tmp_path: Pat
     half.write_text(src.replace("nl.static_range(2)", "nl.static_range(1)"))
     args = ["--arg", "lhsT=fp8_e4m3[256,128]", "--arg", "rhs=fp8_e4m3[256,512]", "--values"]
     err = one_line_error(capsys, ["kernel", f"{half}:fp8_double_row", *args])
-    # refused when the kernel is built (nki/valid.py follows each element through the ops,
-    # naming the line that lets it leave the chip), before --values' two-fill check runs
-    assert f"{half}:35: dma_copy writes device memory" in err
-    assert "whatever that memory held" in err
+    # refused when it is built (issue 19 item 6, nki/valid.py), naming the tile and the
+    # matmul that read its unloaded slot, before the two-fill check of --values runs
+    assert "half.py:35: dma_copy writes device memory with values computed from" in err
+    assert "made at line 24 that nothing wrote, read at line 31" in err
     # the kernel as written loads both slots: its values stand, and equal float64's product
     # of the same seeded inputs (fp8 products of small values are exact in fp32 here)
     assert main(["kernel", f"{EX / 'kernels' / 'fp8_double_row.py'}:fp8_double_row", *args,
