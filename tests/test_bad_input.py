@@ -307,3 +307,11 @@ def test_kernel_values_that_depend_on_unwritten_memory_are_refused(tmp_path: Pat
     want = lhs.astype(np.float64).T @ rhs.astype(np.float64)
     assert out["sum"] == pytest.approx(float(want.sum()), rel=1e-5)
     assert out["max_abs"] == pytest.approx(float(np.abs(want).max()), rel=1e-5)
+
+
+def test_an_rtl_simulation_of_too_many_cycles_is_refused_at_once(capsys) -> None:
+    # found by tests/test_cli_fuzz.py: a 3 x 1 array for 10^6 cycles passed the PE-cycle
+    # bound (3 x 10^6) and ran for minutes, each simulated clock costing ~0.2 ms
+    err = one_line_error(capsys, ["rtl", "sim", "--rows", "3", "--cols", "1", "--cycles",
+                                  "1000000"])
+    assert "more than 50,000 clock cycles" in err and "--cycles" in err

@@ -25,6 +25,10 @@ from .common import output_path, positive_int, seed, wrote
 # Amaranth's Python simulator steps about 40,000 PE-cycles a second here (a 32 x 32 array,
 # 96 cycles: 3 s); past this many the run would take minutes.
 SIM_PE_CYCLES = 1 << 22
+# Each simulated clock also costs about 0.2 ms whatever the array's size (a 3 x 1 array runs
+# 10,000 cycles in 2.3 s here), so a tiny array over 10^6 cycles ran for minutes under the
+# PE-cycle bound (found by tests/test_cli_fuzz.py): at most this many cycles, about 10 s.
+SIM_CYCLES = 50_000
 # Verilog export of a 128 x 128 array (the modelled array) takes minutes (docs/rtl.md);
 # four times that is refused rather than left to run for an hour.
 VERILOG_PES = 4 * 128 * 128
@@ -133,6 +137,10 @@ def _sim(args: argparse.Namespace) -> int:
     from ..rtl.hdl import check_array_size, simulate_array
 
     check_array_size(args.rows, args.cols)
+    if args.rows + args.cycles > SIM_CYCLES:
+        raise ShapeError(f"{args.rows} load + {args.cycles} cycles is more than "
+                         f"{SIM_CYCLES:,} clock cycles; the HDL simulator steps about 5,000 "
+                         f"cycles a second whatever the array's size: use fewer --cycles")
     pe_cycles = args.rows * args.cols * (args.rows + args.cycles)
     if pe_cycles > SIM_PE_CYCLES:
         raise ShapeError(f"a {args.rows} x {args.cols} array for {args.rows} load + "
