@@ -278,11 +278,19 @@ def test_max8_find_index8_match_replace8(tmp_path) -> None:
     assert engine_cycles(m8, TRN2) == 50  # "N engine cycles"
 
 
-def test_find_index8_defaults_to_uint32_which_the_model_lacks(tmp_path) -> None:
+def test_find_index8_defaults_to_uint32(tmp_path) -> None:
+    # the docs' default output dtype, now a row of the formats table (issue 19)
     body = TOP8.replace("nisa.nc_find_index8(dst=j, data=t, vals=m)",
-                        "j = nisa.nc_find_index8(data=t, vals=m)")
-    with pytest.raises(KernelError, match="uint32"):
-        _rec(tmp_path, body, ["fp32[16,50]"])
+                        "j = nisa.nc_find_index8(data=t, vals=m)").replace(
+        "fi = nl.ndarray((a.shape[0], 8), dtype=nl.int16", "fi = nl.ndarray((a.shape[0], 8), "
+        "dtype=nl.uint32")
+    a = np.random.default_rng(8).integers(0, 40, (16, 50)).astype(np.float32)
+    *_, fi = _run(tmp_path, body, a)
+    assert fi.dtype == np.uint32
+    want = -np.sort(-a, axis=1)[:, :8]
+    ref = [[next(c for c in range(50) if a[r, c] == want[r, k]) for k in range(8)]
+           for r in range(16)]  # each value's first position, by an independent loop
+    np.testing.assert_array_equal(fi, np.array(ref))
 
 
 def test_stream_shuffle_moves_partitions_within_quadrants(tmp_path) -> None:
