@@ -328,3 +328,44 @@ def k(a):
     a = np.random.default_rng(1).normal(0, 1, (256, 64)).astype(np.float32)
     assert np.array_equal(nki.baremetal(kern)[2](a), a * 2)
     assert np.float32(snki.language.fp32.min).view(np.uint32) == 0xFF7FFFFF
+
+
+VERSION = '''
+@nki.jit
+def k(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.load(a)
+    if nisa.get_nc_version() >= nisa.nc_version.gen3:
+        nl.store(out, nl.multiply(t, 3.0))
+    else:
+        nl.store(out, nl.multiply(t, 2.0))
+    return out
+'''
+
+
+@pytest.mark.parametrize(("arch", "factor"), [("trn1", 2.0), ("trn2", 3.0), ("trn3", 3.0)])
+def test_get_nc_version_is_the_target_s_generation(tmp_path: Path, arch: str,
+                                                   factor: float) -> None:
+    # the nki-samples kernels branch on it (gen3 takes the DMA transpose); NKI docs:
+    # gen2 Trn1/Inf2, gen3 Trn2, gen4 Trn3
+    snki.install(arch)
+    try:
+        a = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+        got = _run(tmp_path, VERSION, a)
+        np.testing.assert_array_equal(got, factor * a)
+    finally:
+        snki.install("trn2")
+    import systolic.nki.isa as nisa
+
+    assert [int(v) for v in nisa.nc_version] == [2, 3, 4]
+
+
+def test_finfo_is_the_format_s_limits() -> None:
+    import systolic.nki.language as nl
+
+    # bf16: 8 exponent bits, 7 mantissa bits: lowest finite -(2 - 2^-7) * 2^127
+    assert float(nl.finfo(nl.bfloat16).min) == -(2 - 2**-7) * 2.0**127
+    assert float(nl.finfo(nl.float32).max) == (2 - 2**-23) * 2.0**127
+    assert float(nl.finfo(nl.float8_e4m3).max) == 240.0  # IEEE-style e4m3: 1.875 * 2^7
+    with pytest.raises(KernelError, match="floating-point"):
+        nl.finfo(nl.int32)

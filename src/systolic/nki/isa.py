@@ -10,6 +10,7 @@ at the kernel's line; nothing is computed here.
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import numpy as np
@@ -706,3 +707,21 @@ from .top8 import max8, nc_find_index8, nc_match_replace8  # noqa: E402
 __all__ += ["affine_select", "dropout", "local_gather", "max8", "nc_find_index8",
             "nc_match_replace8", "nc_stream_shuffle", "range_select", "select_reduce",
             "sequence_bounds", "tensor_copy_predicated", "tensor_partition_reduce"]
+
+
+class nc_version(enum.IntEnum):  # NKI's own lower-case name
+    """``nisa.nc_version`` (NKI docs): the NeuronCore version; gen2 Trn1/Inf2, gen3 Trn2,
+    gen4 Trn3 (the Arch's ``generation``)."""
+
+    gen2 = 2
+    gen3 = 3
+    gen4 = 4
+
+
+def get_nc_version() -> nc_version:
+    """``nisa.get_nc_version()``: "the nc_version of the current target context", here the
+    Arch the kernel is recorded for (``platform_target`` / ``--arch``)."""
+    return nc_version(current().arch.generation)
+
+
+__all__ += ["get_nc_version", "nc_version"]

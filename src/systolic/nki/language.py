@@ -477,3 +477,23 @@ from .select import (  # noqa: E402
 
 __all__ += ["dropout", "equal", "greater", "greater_equal", "less", "less_equal", "mod",
             "not_equal", "rand", "random_seed", "where"]
+
+
+def finfo(dtype: Any) -> Any:
+    """``nl.finfo(dtype)``: numpy's ``finfo`` of a float dtype (ml_dtypes' for bfloat16 and
+    the fp8 formats), so ``nl.finfo(nl.bfloat16).min`` is that format's lowest finite
+    value; an integer or packed dtype is refused in one line."""
+    import ml_dtypes
+
+    from ..errors import SystolicError
+
+    try:
+        d = to_dtype(dtype)
+    except SystolicError as exc:
+        raise fail(f"nl.finfo: {exc}") from None
+    if d.np_dtype is None or d.np_dtype.kind not in "fV":
+        raise fail(f"nl.finfo takes a floating-point dtype, not {d}")
+    return ml_dtypes.finfo(d.np_dtype)
+
+
+__all__ += ["finfo"]
