@@ -6,7 +6,14 @@ never moves a figure).
   throughout.
 * The busy time of every queue in one shifted pass (``_Scheduler._busy``) against one queue
   at a time (``_busy_each``).
-* The what-if latencies computed when first read against a re-run of each.
+* The what-if latencies (longest-path arithmetic over the resource predecessors found once,
+  ``whatif.LazyWhatIf``) against the plain re-run of each (``whatif.rerun``), for whole
+  programs and prefixes, in both schedules.
+* The tracker's answer to an op of the pipelined (Tensor) queue without that queue's
+  writers (``Tracker.deps(..., pipelined=True)``) against the whole answer, whose Tensor-queue
+  dependencies the scheduler then drops.
+* The records and plans the scheduler keeps as flat lists of ints against the NamedTuples
+  that document their fields.
 """
 
 from __future__ import annotations
@@ -21,10 +28,11 @@ from systolic.arch import get_arch
 from systolic.compiler import lower
 from systolic.isa import Program
 from systolic.timing import core as tcore
-from systolic.timing import deps
+from systolic.timing import deps, whatif
 from systolic.timing.core import time_program
+from systolic.timing.critical_path import RECORD, OpRecord
 from systolic.timing.result import WHAT_IF
-from systolic.timing.whatif import rerun
+from systolic.timing.whatif import Plan, rerun
 
 TRN2 = get_arch("trn2")
 
@@ -87,8 +95,124 @@ def test_lazy_what_if_equals_each_re_run() -> None:
     sch.run(prog)
     ct = sch.assemble(len(prog), "bf16", "none")
     assert list(ct.what_if) == list(WHAT_IF)
+    starts = sch.records[2::RECORD]
     for k in WHAT_IF:
-        assert ct.what_if[k] == rerun(sch.plans, sch.records, k, len(sch.records), sch.fixed)
+        assert ct.what_if[k] == rerun(sch.plans, starts, k, len(sch.queue), sch.fixed)
     assert min(ct.what_if.values()) > 0 and max(ct.what_if.values()) <= ct.latency
     with pytest.raises(KeyError):
         ct.what_if["nothing_free"]
+
+
+def _what_ifs_equal_re_runs(prog: Program, schedule: str) -> None:
+    sch = tcore._Scheduler(TRN2, schedule, True)
+    sch.run(prog)
+    starts = sch.records[2::RECORD]
+    for cut in sorted({len(prog), len(prog) // 2, 1}):
+        ct = sch.assemble(cut, "bf16", "none")
+        n = len(ct.starts)
+        for k in WHAT_IF:
+            assert ct.what_if[k] == rerun(sch.plans, starts, k, n, sch.fixed), (k, cut)
+            assert ct.what_if[k] <= ct.latency
+
+
+@settings(max_examples=80, deadline=None)
+@given(programs())
+def test_what_if_arithmetic_equals_the_re_run_on_random_programs(prog: Program) -> None:
+    for schedule in tcore.SCHEDULES:
+        _what_ifs_equal_re_runs(prog, schedule)
+
+
+@pytest.mark.parametrize("schedule", tcore.SCHEDULES)
+def test_what_if_arithmetic_equals_the_re_run_on_products(schedule: str) -> None:
+    for prog in _products():
+        _what_ifs_equal_re_runs(prog, schedule)
+
+
+def test_what_if_arithmetic_equals_the_re_run_on_an_nki_kernel() -> None:
+    from pathlib import Path
+
+    from systolic import nki
+
+    root = Path(__file__).resolve().parents[1]
+    for file, fn, args in [("tiled_matmul.py", "tiled_matmul", ["bf16[512,256]",
+                                                                 "bf16[512,1024]"]),
+                           ("layernorm.py", "layernorm", ["fp32[256,1024]", "fp32[1024]",
+                                                          "fp32[1024]"])]:
+        rec = nki.record_kernel(str(root / "examples" / "kernels" / file), fn, args, {},
+                                arch="trn2")
+        _what_ifs_equal_re_runs(rec.program, "list")
+
+
+class _WholeAnswers(deps.Tracker):
+    """The tracker as it answered before ``pipelined``: every writer, whatever the op."""
+
+    def deps(self, reads: tuple[int, ...], writes: tuple[int, ...],
+             pipelined: bool = False) -> tuple[set[int], set[int]]:
+        return super().deps(reads, writes, False)
+
+
+def _timed_with(prog: Program, tracker: type, schedule: str) -> object:
+    sch = tcore._Scheduler(TRN2, schedule, True)
+    sch.tracker = tracker(sch.queue, tcore._TENSOR)
+    sch.run(prog)
+    return sch.assemble(len(prog), "bf16", "none")
+
+
+@settings(max_examples=60, deadline=None)
+@given(programs())
+def test_pipelined_answers_give_the_schedule_of_whole_answers(prog: Program) -> None:
+    for schedule in tcore.SCHEDULES:
+        _same(_timed_with(prog, deps.Tracker, schedule),
+              _timed_with(prog, _WholeAnswers, schedule))
+
+
+def test_pipelined_answers_on_products() -> None:
+    for prog in _products():
+        _same(_timed_with(prog, deps.Tracker, "list"), _timed_with(prog, _WholeAnswers, "list"))
+
+
+def test_an_accumulation_group_answers_its_own_matmuls_without_their_writers() -> None:
+    """K MatMuls into one PSUM region: each is answered without the group's earlier
+    MatMuls (the PE orders them); a reader of the region still waits for all K."""
+    sch = tcore._Scheduler(TRN2, "list", False)
+    prog = lower(make_spec(128, 128 * 8, 512, "bf16", TRN2, "none"), TRN2, check=False).program
+    seen: list[tuple[bool, set[int], set[int]]] = []
+    real = sch.tracker.deps
+
+    def spy(reads: tuple[int, ...], writes: tuple[int, ...], pipelined: bool = False
+            ) -> tuple[set[int], set[int]]:
+        raw, order = real(reads, writes, pipelined)
+        seen.append((pipelined, set(raw), set(order)))
+        return raw, order
+
+    sch.tracker.deps = spy  # type: ignore[method-assign]
+    sch.run(prog)
+    tensor = {op for op, q in enumerate(sch.queue) if q == tcore._TENSOR}
+    pe_answers = [r | o for p, r, o in seen if p]
+    assert pe_answers and all(not (a & tensor) for a in pe_answers)
+    matmuls = [op for op, i in enumerate(sch.records[::RECORD])
+               if type(prog[i]).__name__ == "MatMul"]
+    assert len(matmuls) == 8
+    readers = [r for p, r, _ in seen if not p and set(matmuls) <= r]
+    assert readers  # the read-out of the bank waits for every MatMul of the group
+
+
+def test_records_and_plans_are_the_documented_fields() -> None:
+    prog = _products()[0]
+    sch = tcore._Scheduler(TRN2, "list", True)
+    sch.run(prog)
+    assert len(sch.records) == RECORD * len(sch.plans) == RECORD * len(sch.ends)
+    kinds = {"MatMul": whatif.PE, "LoadStationary": whatif.LOAD, "DmaLoad": whatif.DMA}
+    for op, end in enumerate(sch.ends):
+        r = OpRecord(*sch.records[RECORD * op:RECORD * (op + 1)])
+        p = sch.plans.plan(op)
+        assert (isinstance(p, Plan) and p.dur == end - r.start) or p.kind == whatif.DMA
+        assert r.start <= end and r.queues >= 1 and p.dur > 0
+        name = type(prog[r.instr]).__name__
+        if name in kinds:
+            assert p.kind == kinds[name]
+        if p.kind == whatif.DMA:
+            assert p.resources and p.hbm > 0 and p.interval == 0
+        if p.kind == whatif.PE:
+            assert p.interval >= p.dur // 2 and p.hbm == 0
+        assert all(0 <= d < op and lat >= 0 for d, lat in p.deps)
