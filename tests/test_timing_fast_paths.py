@@ -12,15 +12,19 @@ never moves a figure).
 * The tracker's answer to an op of the pipelined (Tensor) queue without that queue's
   writers (``Tracker.deps(..., pipelined=True)``) against the whole answer, whose Tensor-queue
   dependencies the scheduler then drops.
+* A timeline forgetting its oldest gaps ``KEEP`` at a time against one at a time.
 * The records and plans the scheduler keeps as flat lists of ints against the NamedTuples
   that document their fields.
 """
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_reference_scheduler import programs
 
 from systolic.api import make_spec
@@ -28,7 +32,7 @@ from systolic.arch import get_arch
 from systolic.compiler import lower
 from systolic.isa import Program
 from systolic.timing import core as tcore
-from systolic.timing import deps, whatif
+from systolic.timing import deps, timeline, whatif
 from systolic.timing.core import time_program
 from systolic.timing.critical_path import RECORD, OpRecord
 from systolic.timing.result import WHAT_IF
@@ -216,3 +220,72 @@ def test_records_and_plans_are_the_documented_fields() -> None:
         if p.kind == whatif.PE:
             assert p.interval >= p.dur // 2 and p.hbm == 0
         assert all(0 <= d < op and lat >= 0 for d, lat in p.deps)
+
+
+class _PlainTimeline:
+    """timeline.Timeline as it forgot gaps before issue 20: the oldest gap deleted at each
+    new gap past KEEP (the reference the amortised forgetting is held to)."""
+
+    def __init__(self) -> None:
+        self.end, self.last = 0, -1
+        self.lo: list[int] = []
+        self.hi: list[int] = []
+        self.op: list[int] = []
+
+    def fit(self, t: int, d: int) -> tuple[int, int]:
+        if self.lo and d >= 0:
+            i = bisect.bisect_right(self.hi, t)
+            stop = min(len(self.hi), i + timeline.WINDOW)
+            while i < stop:
+                s = max(self.lo[i], t)
+                if s + d <= self.hi[i]:
+                    return s, (self.op[i] if s > t else -1)
+                i += 1
+        return (self.end, self.last) if self.end > t else (t, -1)
+
+    def reserve(self, s: int, e: int, op: int) -> None:
+        if s >= self.end:
+            if s > self.end:
+                self.lo.append(self.end)
+                self.hi.append(s)
+                self.op.append(self.last)
+                if len(self.lo) > timeline.KEEP:
+                    del self.lo[0], self.hi[0], self.op[0]
+            if e >= self.end:
+                self.end, self.last = e, op
+            return
+        i = bisect.bisect_right(self.hi, s)
+        lo, hi, before = self.lo[i], self.hi[i], self.op[i]
+        pieces = ([(lo, s, before)] if s > lo else []) + ([(e, hi, op)] if e < hi else [])
+        self.lo[i:i + 1] = [p[0] for p in pieces]
+        self.hi[i:i + 1] = [p[1] for p in pieces]
+        self.op[i:i + 1] = [p[2] for p in pieces]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 400), st.integers(0, 30), st.booleans()),
+                min_size=1, max_size=120), st.integers(1, 6))
+def test_forgetting_gaps_in_batches_answers_as_one_at_a_time(
+        steps: list[tuple[int, int, bool]], keep: int) -> None:
+    old = timeline.KEEP
+    timeline.KEEP = keep
+    try:
+        fast, plain = timeline.Timeline(), _PlainTimeline()
+        copies: list[tuple[timeline.Timeline, _PlainTimeline]] = []
+        for op, (t, d, split) in enumerate(steps):
+            got = fast.fit(t, d)
+            assert got == plain.fit(t, d)
+            fast.reserve(got[0], got[0] + d, op)
+            plain.reserve(got[0], got[0] + d, op)
+            if split:  # a copy booked apart from now on (the DMA engines' split)
+                twin = _PlainTimeline()
+                twin.end, twin.last = plain.end, plain.last
+                twin.lo, twin.hi, twin.op = plain.lo[:], plain.hi[:], plain.op[:]
+                copies.append((fast.copy(), twin))
+            for a, b in copies:
+                assert a.fit(t, d + 1) == b.fit(t, d + 1)
+        live = slice(fast.base, None)
+        assert (fast.gap_lo[live], fast.gap_hi[live], fast.gap_op[live]) == \
+            (plain.lo, plain.hi, plain.op)
+    finally:
+        timeline.KEEP = old

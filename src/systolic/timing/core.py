@@ -47,6 +47,7 @@ constraint that set its start; the parts sum to the latency exactly).
 from __future__ import annotations
 
 import gc
+from array import array
 from math import ceil
 
 import numpy as np
@@ -151,6 +152,9 @@ _PE, _LOAD, _ENGINE, _DMA = PLAN_KINDS
 _C_PE, _C_WL, _C_DMA, _C_LAT = int(Cause.PE), int(Cause.WEIGHT_LOAD), int(Cause.DMA), \
     int(Cause.DMA_LATENCY)
 _C_SYNC, _C_IDLE = int(Cause.SYNC), int(Cause.IDLE)
+# a transfer as the scheduler places it: its DMA engines, the first and (consecutive engines)
+# one past the last or 0, ticks on each engine, ticks of HBM, bytes moved, bytes of HBM
+_DmaPlan = tuple[tuple[int, ...], int, int, int, int, int, int]
 
 
 class _Scheduler:
@@ -181,7 +185,7 @@ class _Scheduler:
                           for q in range(nq)]
         # per op
         self.queue: list[int] = []  # its (first) queue id
-        self.records: list[int] = []  # OpRecord's fields, RECORD a op
+        self.records = array("q")  # OpRecord's fields, RECORD an op
         self.ends: list[int] = []
         self.plans = Plans()  # what_if only
         self.tracker = Tracker(self.queue, _TENSOR)
@@ -199,7 +203,6 @@ class _Scheduler:
         # per DMA queue id, per engine: the end and the op of the queue's last transfer
         self.fifo_end: dict[int, list[int]] = {}
         self.fifo_op: dict[int, list[int]] = {}
-        self.spans: dict[tuple[int, ...], tuple[int, int]] = {}  # _span()
         self.pe = pe_rules.PE_IDLE
         self.pe_prev = -1  # the previous MatMul op
         self.load_last = -1  # the previous load op
@@ -207,7 +210,7 @@ class _Scheduler:
         # memos, on frozen patterns and instructions
         self.region_ids: dict[int, tuple[AccessPattern, int]] = {}
         self.dma_ids: dict[tuple[int, int], tuple[AccessPattern, AccessPattern,
-                                                  tuple[object, int, int]]] = {}
+                                                  _DmaPlan]] = {}
         self.pe_costs: dict[object, tuple[int, int, int]] = {}
         self.dma_bytes = self.hbm_bytes = 0
         self.arrays: tuple[np.ndarray, ...] | None = None  # _arrays()
@@ -363,9 +366,9 @@ class _Scheduler:
         self.tracker.commit(op, rd, wr)
         return op
 
-    def _dma_cost(self, src: AccessPattern, dst: AccessPattern) -> tuple[object, int, int]:
-        """(DmaCost, ticks on each engine, ticks of HBM) of a transfer, memoised on the two
-        pattern objects (by id, as :meth:`_reg`) and, across programs, on its shape."""
+    def _dma_cost(self, src: AccessPattern, dst: AccessPattern) -> _DmaPlan:
+        """What placing a transfer needs (:data:`_DmaPlan`), memoised on the two pattern
+        objects (by id, as :meth:`_reg`) and its cost, across programs, on its shape."""
         got = self.dma_ids.get((id(src), id(dst)))
         if got is not None and got[0] is src and got[1] is dst:
             return got[2]
@@ -382,20 +385,15 @@ class _Scheduler:
             if len(_DMA_COSTS) >= _DMA_COSTS_MAX:
                 _DMA_COSTS.clear()
             hit = _DMA_COSTS[key] = (self.arch, c, occ, hb)
-        self.dma_ids[(id(src), id(dst))] = (src, dst, hit[1:])
-        return hit[1:]
-
-    def _span(self, engines: tuple[int, ...]) -> tuple[int, int]:
-        """(first, end) when ``engines`` are first .. end - 1 in order (no wrap past the
-        last engine), so that per-engine lists are read and written as slices; else
-        (0, 0)."""
-        got = self.spans.get(engines)
-        if got is None:
-            e0 = engines[0]
-            got = self.spans[engines] = ((e0, e0 + len(engines))
-                                         if engines == tuple(range(e0, e0 + len(engines)))
-                                         else (0, 0))
-        return got
+        _, cost, occ, hb = hit
+        engines = cost.engines  # type: ignore[attr-defined]
+        e0 = engines[0]
+        # consecutive engines (no wrap past the last) are read and written as list slices
+        e1 = e0 + len(engines) if engines == tuple(range(e0, e0 + len(engines))) else 0
+        plan = (engines, e0, e1, occ, hb, cost.bytes,  # type: ignore[attr-defined]
+                cost.hbm_bytes)  # type: ignore[attr-defined]
+        self.dma_ids[(id(src), id(dst))] = (src, dst, plan)
+        return plan
 
     def _book_dma(self, engines: tuple[int, ...], t: int, end: int, op: int) -> None:
         """Reserve [t, end) on each engine's timeline: once on a timeline shared by exactly
@@ -422,21 +420,19 @@ class _Scheduler:
 
     def _dma_op(self, i: int, src: AccessPattern, dst: AccessPattern, qid: int,
                 rd: tuple[int, ...], wr: tuple[int, ...], extra: int = -1) -> int:
-        c, occ, hb = self._dma_cost(src, dst)
-        engines = c.engines  # type: ignore[attr-defined]
-        q0 = _DQ + engines[0]
+        engines, e0, e1, occ, hb, nbytes, hbm_bytes = self._dma_cost(src, dst)
+        q0 = _DQ + e0
         raw, order = self.tracker.deps(rd, wr)
         if extra >= 0:
             raw.add(extra)
         dt, db = self._deps(raw, order, q0, False)
-        ready = max(dt, 0) + self.fixed
+        ready = (dt if dt > 0 else 0) + self.fixed
         t, fifo_op = ready, -1
         fends = self.fifo_end.get(qid)
         if fends is None:
             fends = self.fifo_end[qid] = [0] * self.arch.dma_engines
             self.fifo_op[qid] = [-1] * self.arch.dma_engines
         fops = self.fifo_op[qid]
-        e0, e1 = self._span(engines)
         if e1:  # the first engine (in order) whose last transfer ends latest
             fe = max(fends[e0:e1])
             if fe > t:
@@ -448,8 +444,9 @@ class _Scheduler:
         fifo_t = t
         # the engines' timelines, a run of engines sharing one timeline as one: fitting a
         # timeline again right after fitting it (or its twin) moves nothing
-        if self.dma_one is not None:
-            tls = [self.dma_one]
+        one = self.dma_one
+        if one is not None:
+            tls = [one]
         else:
             dma_tl = self.dma_tl
             tls = []
@@ -457,9 +454,17 @@ class _Scheduler:
                 tl = dma_tl[e]
                 if not tls or tls[-1] is not tl:
                     tls.append(tl)
+        hbm = self.hbm
         while True:
-            t, rb = self._fit(tls, t, occ)
-            sh, hbind = self.hbm.fit(t, hb) if hb else (t, -1)
+            if len(tls) == 1:  # _fit of one timeline
+                s1, rb = tls[0].fit(t, occ)
+                if s1 > t:
+                    t = s1
+                else:
+                    rb = -1
+            else:
+                t, rb = self._fit(tls, t, occ)
+            sh, hbind = hbm.fit(t, hb) if hb else (t, -1)
             end = max(t + occ, sh + hb)
             if end == t + occ:  # [t, end) was just found free on every engine
                 break
@@ -468,9 +473,12 @@ class _Scheduler:
                 break
             t, rb = s2, rb2
         op = len(self.queue)
-        self._book_dma(engines, t, end, op)
+        if one is not None and len(engines) == len(self.dma_tl):
+            one.reserve(t, end, op)  # every engine, one shared timeline
+        else:
+            self._book_dma(engines, t, end, op)
         if hb:
-            self.hbm.reserve(sh, sh + hb, op)
+            hbm.reserve(sh, sh + hb, op)
         if e1:
             n = e1 - e0
             fends[e0:e1] = [end] * n
@@ -490,8 +498,8 @@ class _Scheduler:
         # the re-run keeps each engine and each engine's queue in order
         self._add(rec, q0, end, _DMA, occ, hb, engines, qid)
         self.tracker.commit(op, rd, wr)
-        self.dma_bytes += c.bytes  # type: ignore[attr-defined]
-        self.hbm_bytes += c.hbm_bytes  # type: ignore[attr-defined]
+        self.dma_bytes += nbytes
+        self.hbm_bytes += hbm_bytes
         return op
 
     def _pe_cost(self, ins: MatMul | MatmultMx) -> tuple[int, int, int]:
@@ -546,17 +554,36 @@ class _Scheduler:
     def run(self, program: Program) -> None:
         arch = self.arch
         reg = self._reg
+        rids = self.region_ids
+        macs_at, dma_at, hbm_at = self.macs_at, self.dma_at, self.hbm_at
         for i, ins in enumerate(program.instructions):
             tp = type(ins)
             rf, wf = ACCESS[tp]
-            rd = tuple([reg(ap) for f in rf if (ap := getattr(ins, f)) is not None])
-            wr = tuple([reg(ap) for f in wf if (ap := getattr(ins, f)) is not None])
-            if isinstance(ins, _COMPUTE):
+            # the regions it reads and writes (one pattern: _reg's memo looked up here)
+            if len(rf) == 1:
+                ap = getattr(ins, rf[0])
+                if ap is None:
+                    rd: tuple[int, ...] = ()
+                else:
+                    got = rids.get(id(ap))
+                    rd = (got[1],) if got is not None and got[0] is ap else (reg(ap),)
+            else:
+                rd = tuple([reg(ap) for f in rf if (ap := getattr(ins, f)) is not None])
+            if len(wf) == 1:
+                ap = getattr(ins, wf[0])
+                if ap is None:
+                    wr: tuple[int, ...] = ()
+                else:
+                    got = rids.get(id(ap))
+                    wr = (got[1],) if got is not None and got[0] is ap else (reg(ap),)
+            else:
+                wr = tuple([reg(ap) for f in wf if (ap := getattr(ins, f)) is not None])
+            if isinstance(ins, DmaCopy):
+                self._dma_op(i, ins.src, ins.dst, ins.queue, rd, wr)
+            elif isinstance(ins, _COMPUTE):
                 self._compute_op(i, ins, rd, wr)
             elif isinstance(ins, _LOADS):
                 self._load_op(i, ins, rd)
-            elif isinstance(ins, DmaCopy):
-                self._dma_op(i, ins.src, ins.dst, ins.queue, rd, wr)
             elif isinstance(ins, DmaLoad):
                 self._dma_op(i, ins.src, ins.dst, queue_for(ins.src, ins.dst), rd, wr)
             elif isinstance(ins, ReadOut):
@@ -572,16 +599,16 @@ class _Scheduler:
                 name = str(getattr(getattr(ins, "engine", None), "value", "?"))
                 raise SystolicError(f"instruction {i}: the whole-core timing does not know "
                                     f"{tp.__name__} on the {name} engine")
-            self.macs_at.append(self.macs2)
-            self.dma_at.append(self.dma_bytes)
-            self.hbm_at.append(self.hbm_bytes)
+            macs_at.append(self.macs2)
+            dma_at.append(self.dma_bytes)
+            hbm_at.append(self.hbm_bytes)
 
     def _arrays(self) -> tuple[np.ndarray, ...]:
         """Per op: instruction, start, end, queue, queues held, own cause (built once)."""
         got = self.arrays
         if got is None or len(got[0]) != len(self.queue):
             n = len(self.queue)
-            recs = np.array(self.records, dtype=np.int64).reshape(n, RECORD)
+            recs = np.frombuffer(self.records, dtype=np.int64).reshape(n, RECORD)
             got = self.arrays = (
                 recs[:, 0].copy(), recs[:, 2].copy(), np.array(self.ends, dtype=np.int64),
                 np.array(self.queue, dtype=np.int64), recs[:, 1].copy(), recs[:, 3].copy())

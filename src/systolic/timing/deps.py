@@ -239,6 +239,7 @@ class Tracker:
         self.layouts: list[tuple[Layout, ...]] = []
         self.buckets: list[tuple[Key, ...]] = []  # where each region's record is filed
         self.ids: dict[Region, int] = {}
+        self.live: dict[int, _Record] = {}  # the live record of each region that has one
         self.index: dict[Key, dict[int, _Record]] = {}
         self.windex: dict[Key, dict[int, _Record]] = {}  # records with writers
         self.kinds: dict[tuple[str, int], set[Key]] = {}  # the buckets filed, per layout
@@ -298,6 +299,7 @@ class Tracker:
         assert flat is not None
         self.flat = None
         self.answers.clear()
+        self.live.clear()  # filed again below
         for r in self.regions:
             self._file_region(r)
         live = [rec for recs in flat.values() for rec in recs.values()]
@@ -451,27 +453,21 @@ class Tracker:
 
     def _record(self, rid: int, rec: _Record | None = None) -> _Record:
         """The live record of region ``rid``, made (or ``rec`` filed) if it has none."""
+        got = self.live.get(rid)
+        if got is not None:
+            return got
+        rec = _Record(rid) if rec is None else rec
+        self.made = True
+        self._changed(rid, True, bool(rec.writers or rec.pipe))
+        self.live[rid] = rec
         flat = self.flat
         if flat is not None:
             live = flat.get(self.regions[rid][0])
             if live is None:
                 live = flat[self.regions[rid][0]] = {}
-            got = live.get(rid)
-            if got is None:
-                got = live[rid] = _Record(rid)
-                self.made = True
-                self._changed(rid, True, False)
-            return got
-        bks = self.buckets[rid]
-        first = self.index.get(bks[0])
-        if first is not None:
-            got = first.get(rid)
-            if got is not None:
-                return got
-        rec = _Record(rid) if rec is None else rec
-        self.made = True
-        self._changed(rid, True, bool(rec.writers or rec.pipe))
-        for bk in bks:
+            live[rid] = rec
+            return rec
+        for bk in self.buckets[rid]:
             self.index.setdefault(bk, {})[rid] = rec
             filed = self.kinds.setdefault(bk[:2], set())
             if bk not in filed:
@@ -487,6 +483,7 @@ class Tracker:
 
     def _drop(self, rec: _Record) -> None:
         self._changed(rec.rid, True, bool(rec.writers or rec.pipe))
+        del self.live[rec.rid]
         if self.flat is not None:
             del self.flat[self.regions[rec.rid][0]][rec.rid]
             return
