@@ -29,8 +29,8 @@ MUTANTS: tuple[Mutant, ...] = (
       " else 0)\n", T,
       "engine_dep_overhead charged on a cross-engine read after write"),
     M("core-hbm-during-fixed", "timing/core.py",
-      "sh, hbind = self.hbm.fit(t, hb) if hb else (t, -1)",
-      "sh, hbind = self.hbm.fit(max(0, t - self.fixed), hb) if hb else (t, -1)", T,
+      "sh, hbind = hbm.fit(t, hb) if hb else (t, -1)",
+      "sh, hbind = hbm.fit(max(0, t - self.fixed), hb) if hb else (t, -1)", T,
       "HBM bytes served during the DMA fixed latency"),
     M("core-region-memo-no-dtype", "timing/core.py",
       "        got = self.region_ids.get(id(ap))\n"
@@ -183,8 +183,9 @@ MUTANTS: tuple[Mutant, ...] = (
       "    run = max(1, min(run_s, nbytes))", (*RULES, NEW, *REF),
       "the descriptor size taken from the source alone (a scattering store at full speed)"),
     M("core-fifo-pays-fixed-again", "timing/core.py",
-      "            if fe > t:\n                t, fifo_op = fe, fo",
-      "            if fe + self.fixed > t:\n                t, fifo_op = fe + self.fixed, fo",
+      "            if fe > t:\n                t, fifo_op = fe, fops[fends.index(fe, e0, e1)]",
+      "            if fe + self.fixed > t:\n"
+      "                t, fifo_op = fe + self.fixed, fops[fends.index(fe, e0, e1)]",
       (*RULES, NEW, *REF),
       "the fixed cost not overlapped with the previous transfer of the queue"),
     M("core-psum-bank-end-inclusive", "timing/core.py",

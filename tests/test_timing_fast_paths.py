@@ -4,8 +4,8 @@ never moves a figure).
 * The dependency tracker's flat mode (no buckets up to ``deps.FLAT_REGIONS`` regions, then
   the buckets filed once) against buckets from the first region and against flat mode
   throughout.
-* The busy time of every queue in one shifted pass (``_Scheduler._busy``) against one queue
-  at a time (``_busy_each``).
+* The busy time of every queue from the merged intervals of each group of ops holding the
+  same queues (``_Scheduler._busy``) against one queue at a time (``_busy_each``).
 * The what-if latencies (longest-path arithmetic over the resource predecessors found once,
   ``whatif.LazyWhatIf``) against the plain re-run of each (``whatif.rerun``), for whole
   programs and prefixes, in both schedules.
@@ -30,7 +30,7 @@ from test_reference_scheduler import programs
 from systolic.api import make_spec
 from systolic.arch import get_arch
 from systolic.compiler import lower
-from systolic.isa import Program
+from systolic.isa import AccessPattern, DmaCopy, Program, Space
 from systolic.timing import core as tcore
 from systolic.timing import deps, timeline, whatif
 from systolic.timing.core import time_program
@@ -83,7 +83,11 @@ def test_flat_tracker_on_random_programs(prog: Program) -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(programs())
-def test_busy_in_one_pass_equals_one_queue_at_a_time(prog: Program) -> None:
+def test_busy_by_groups_equals_one_queue_at_a_time(prog: Program) -> None:
+    _busy_both_ways(prog)
+
+
+def _busy_both_ways(prog: Program) -> None:
     sch = tcore._Scheduler(TRN2, "list", False)
     sch.run(prog)
     _, starts, ends, queue, nqs, _ = sch._arrays()
@@ -91,6 +95,33 @@ def test_busy_in_one_pass_equals_one_queue_at_a_time(prog: Program) -> None:
     latency = int(ends.max()) if len(ends) else 0
     assert sch._busy(starts, ends, queue, nqs, latency, nq) == \
         sch._busy_each(starts, ends, queue, nqs, nq)
+
+
+def test_busy_by_groups_with_transfers_over_overlapping_engine_sets() -> None:
+    """Transfers over engines 0-15, 0-1, 1-13 and (device memory to device memory) 0:
+    several groups hold one engine, and their unions overlap."""
+    def hbm(off: int, rows: int, pitch: int = 4096) -> AccessPattern:
+        return AccessPattern(Space.DRAM, 0, rows, off, ((1, 512),), "bf16",
+                             partition_step=pitch)
+
+    def sb(p0: int, rows: int, off: int) -> AccessPattern:
+        return AccessPattern(Space.SBUF, p0, rows, off, ((1, 512),), "bf16")
+
+    ins = []
+    for j in range(12):
+        ins += [DmaCopy(hbm(j << 20, 128), sb(0, 128, 1024 * (j % 4)), queue=j % 3),
+                DmaCopy(hbm((j << 20) + (1 << 30), 9), sb(0, 9, 8192), queue=1),
+                DmaCopy(hbm((j << 20) + (2 << 30), 100), sb(8, 100, 16384), queue=2),
+                DmaCopy(hbm((j << 20) + (3 << 30), 1, 0), hbm((j << 20) + (4 << 30), 1, 0))]
+    prog = Program(ins)
+    assert {tuple(tcore.dma_cost(i.src, i.dst, TRN2).engines) for i in ins} >= \
+        {tuple(range(16)), (0, 1), tuple(range(1, 14))}
+    _busy_both_ways(prog)
+
+
+@pytest.mark.parametrize("prog", _products()[:2])
+def test_busy_by_groups_on_products(prog: Program) -> None:
+    _busy_both_ways(prog)
 
 
 def test_lazy_what_if_equals_each_re_run() -> None:
