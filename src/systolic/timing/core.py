@@ -210,6 +210,7 @@ class _Scheduler:
         self.pending = -1  # the load op since the previous MatMul
         # memos, on frozen patterns and instructions
         self.region_ids: dict[int, tuple[AccessPattern, int]] = {}
+        self.region_vals: dict[object, int] = {}
         self.dma_ids: dict[tuple[int, int], tuple[AccessPattern, AccessPattern,
                                                   _DmaPlan]] = {}
         self.pe_costs: dict[object, tuple[int, int, int]] = {}
@@ -225,11 +226,15 @@ class _Scheduler:
         """The tracker's id of the region an access pattern touches, memoised on the
         pattern object (by id, the pattern kept in the entry so that its id stays its own:
         hashing a frozen pattern's seven fields at every lookup cost more than the rest of
-        a small program's lookups)."""
+        a small program's lookups), then on its value (an equal pattern made again, as a
+        Program built in a loop makes them: no region to compute and intern)."""
         got = self.region_ids.get(id(ap))
         if got is not None and got[0] is ap:
             return got[1]
-        rid = self.tracker.intern(region(ap))
+        key = ap  # every field: two dtypes of one offset and dims touch different bytes
+        rid = self.region_vals.get(key)
+        if rid is None:
+            rid = self.region_vals[key] = self.tracker.intern(region(ap))
         self.region_ids[id(ap)] = (ap, rid)
         return rid
 
