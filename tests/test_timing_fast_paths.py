@@ -12,6 +12,8 @@ never moves a figure).
 * The tracker's answer to an op of the pipelined (Tensor) queue without that queue's
   writers (``Tracker.deps(..., pipelined=True)``) against the whole answer, whose Tensor-queue
   dependencies the scheduler then drops.
+* Access patterns equal by value but distinct objects against shared ones (the region memo
+  keyed by value).
 * A timeline forgetting its oldest gaps ``KEEP`` at a time against one at a time.
 * The records and plans the scheduler keeps as flat lists of ints against the NamedTuples
   that document their fields.
@@ -20,6 +22,7 @@ never moves a figure).
 from __future__ import annotations
 
 import bisect
+import dataclasses
 
 import numpy as np
 import pytest
@@ -320,3 +323,28 @@ def test_forgetting_gaps_in_batches_answers_as_one_at_a_time(
             (plain.lo, plain.hi, plain.op)
     finally:
         timeline.KEEP = old
+
+
+def _fresh_patterns(prog: Program) -> Program:
+    """The same Program with every access pattern a new object of the same value."""
+    out = []
+    for ins in prog:
+        changes = {f.name: dataclasses.replace(v) for f in dataclasses.fields(ins)
+                   if isinstance(v := getattr(ins, f.name), AccessPattern)}
+        out.append(dataclasses.replace(ins, **changes))
+    return Program(out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(programs())
+def test_patterns_equal_by_value_give_the_schedule_of_shared_ones(prog: Program) -> None:
+    """The region memo keyed by value (a pattern made again) against each pattern's own
+    region: sharing the pattern objects or not changes no figure."""
+    fresh = _fresh_patterns(prog)
+    pairs = [(getattr(x, f.name), getattr(y, f.name)) for x, y in zip(prog, fresh, strict=True)
+             for f in dataclasses.fields(x)]
+    aps = [(a, b) for a, b in pairs if isinstance(a, AccessPattern)]
+    assert aps and all(a is not b and a == b for a, b in aps)
+    for schedule in tcore.SCHEDULES:
+        _same(time_program(fresh, TRN2, schedule=schedule),
+              time_program(prog, TRN2, schedule=schedule))
