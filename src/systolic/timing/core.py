@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import gc
 from array import array
+from collections.abc import Sequence
 from itertools import pairwise
 from math import ceil
 
@@ -133,19 +134,19 @@ def time_prefixes(program: Program, arch: Arch | str, cuts: tuple[int, ...], *,
     if schedule not in SCHEDULES:
         raise SystolicError(f"schedule must be one of {', '.join(SCHEDULES)}, not "
                             f"{schedule!r}")
-    sch = _Scheduler(arch, schedule, what_if)
     collecting = gc.isenabled()
-    gc.disable()  # a few tuples and lists of ints per op, none cyclic: a collection (every
-    try:  # few thousand ops, of every object the process holds) would only cost time
-        sch.run(program)
+    gc.disable()  # ints in lists and a few objects per region, none cyclic: a collection
+    try:  # (every few thousand ops, of every object the process holds) would only cost time
+        sch = _Scheduler(arch, schedule, what_if)
+        sch.run(program, cuts)
+        if fmt is None:
+            fmt, mode = _program_format(program)
+        else:
+            mode = perf_mode or "none"
+        return [sch.assemble(cut, fmt, perf_mode or mode) for cut in cuts]
     finally:
         if collecting:
             gc.enable()
-    if fmt is None:
-        fmt, mode = _program_format(program)
-    else:
-        mode = perf_mode or "none"
-    return [sch.assemble(cut, fmt, perf_mode or mode) for cut in cuts]
 
 
 # op kinds of the what-if plans (timing/whatif.py) and the causes records carry, as ints
@@ -217,9 +218,9 @@ class _Scheduler:
         self.dma_bytes = self.hbm_bytes = 0
         self.arrays: tuple[np.ndarray, ...] | None = None  # _arrays()
         self.macs2 = 0  # 2 x useful MACs (two-pass halves count half)
-        self.macs_at: list[int] = []  # macs2 after each instruction
-        self.dma_at: list[int] = []  # DMA bytes after each instruction
-        self.hbm_at: list[int] = []  # HBM bytes after each instruction
+        # (macs2, DMA bytes, HBM bytes) after the first ``cut`` instructions, for each cut
+        # run() was given
+        self.totals: dict[int, tuple[int, int, int]] = {0: (0, 0, 0)}
 
     # -- helpers ----------------------------------------------------------------------
     def _reg(self, ap: AccessPattern) -> int:
@@ -557,11 +558,16 @@ class _Scheduler:
         self.tracker.commit(op, rd, ())
 
     # -- the pass ---------------------------------------------------------------------
-    def run(self, program: Program) -> None:
+    def run(self, program: Program, cuts: Sequence[int] | None = None) -> None:
+        """Schedule every instruction; keep the totals of the prefixes ``cuts`` (None:
+        every prefix) for :meth:`assemble`."""
         arch = self.arch
         reg = self._reg
         rids = self.region_ids
-        macs_at, dma_at, hbm_at = self.macs_at, self.dma_at, self.hbm_at
+        totals = self.totals
+        stops = sorted({c for c in cuts if c > 0}) if cuts is not None else []
+        every, k = cuts is None, 0
+        stop = stops[0] - 1 if stops else -1  # the next instruction that ends a prefix
         for i, ins in enumerate(program.instructions):
             tp = type(ins)
             rf, wf = ACCESS[tp]
@@ -605,9 +611,11 @@ class _Scheduler:
                 name = str(getattr(getattr(ins, "engine", None), "value", "?"))
                 raise SystolicError(f"instruction {i}: the whole-core timing does not know "
                                     f"{tp.__name__} on the {name} engine")
-            macs_at.append(self.macs2)
-            dma_at.append(self.dma_bytes)
-            hbm_at.append(self.hbm_bytes)
+            if every or i == stop:
+                totals[i + 1] = (self.macs2, self.dma_bytes, self.hbm_bytes)
+                if not every:
+                    k += 1
+                    stop = stops[k] - 1 if k < len(stops) else -1
 
     def _arrays(self) -> tuple[np.ndarray, ...]:
         """Per op: instruction, start, end, queue, queues held, own cause (built once)."""
@@ -682,8 +690,7 @@ class _Scheduler:
         instr, starts, ends = a_instr[:n].copy(), a_starts[:n].copy(), a_ends[:n].copy()
         queue, nqs, own = a_queue[:n].copy(), a_nqs[:n].copy(), a_own[:n].copy()
         latency = int(ends.max()) if n else 0
-        macs2 = self.macs_at[cut - 1] if cut else 0
-        dma_bytes, hbm_bytes = (self.dma_at[cut - 1], self.hbm_at[cut - 1]) if cut else (0, 0)
+        macs2, dma_bytes, hbm_bytes = self.totals[cut]
         names = queue_names(arch)
         b, c = self._busy(starts, ends, queue, nqs, latency, len(names))
         busy = dict(zip(names, b, strict=True))
