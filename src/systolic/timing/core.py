@@ -130,13 +130,13 @@ def time_prefixes(program: Program, arch: Arch | str, cuts: tuple[int, ...], *,
     Every decision depends only on earlier instructions, so the prefix's summary is exactly
     what :func:`time_program` gives for the prefix alone (tested); extrapolating a long
     regular program from its first blocks uses this (systolic.extrapolate)."""
-    arch = get_arch(arch)
     if schedule not in SCHEDULES:
         raise SystolicError(f"schedule must be one of {', '.join(SCHEDULES)}, not "
                             f"{schedule!r}")
     collecting = gc.isenabled()
     gc.disable()  # ints in lists and a few objects per region, none cyclic: a collection
     try:  # (every few thousand ops, of every object the process holds) would only cost time
+        arch = get_arch(arch)
         sch = _Scheduler(arch, schedule, what_if)
         sch.run(program, cuts)
         if fmt is None:
