@@ -298,7 +298,9 @@ def core_bench(large: bool, runs: int = 5) -> dict[str, object]:
 # (4096 x 8192 operands: 100,352 NKI ops, 133,120 instructions), the command itself run
 # in-process with its stages timed (CPU = user + sys of this process, wall): recording,
 # the build (placement and emission), verify, time_program, the three what-if latencies
-# (read by the JSON), the Tensor Engine's own view (pe_alone) and the rest.
+# (read by the JSON), the Tensor Engine's own view (pe_alone) and the rest; then the floor of
+# the timing side: a bare loop over the ops doing only the cost lookup (each op's duration)
+# and one max per dependency, over the dependencies the scheduler found.
 NKI_KERNEL = "examples/kernels/tiled_matmul.py:tiled_matmul"
 NKI_ARGS = ["--arg", "lhsT=bf16[4096,8192]", "--arg", "rhs=bf16[4096,8192]"]
 NKI_STAGES = r"""
@@ -321,7 +323,12 @@ def timed(name, f):
 nb.verify = timed("verify", nb.verify)
 nb.build = timed("build", nb.build)
 nr.build = nb.build
-nr.time_program = timed("time_program", nr.time_program)
+got = []
+def keep(f):
+    def g(*a, **k):
+        r = f(*a, **k); got.append(r); return r
+    return g
+nr.time_program = timed("time_program", keep(nr.time_program))
 ck.pe_alone = timed("pe_view", ck.pe_alone)
 record = timed("record", nr.record)
 nr.record = record
@@ -337,6 +344,21 @@ out["record"] = [a - b for a, b in zip(out["record"], out["build"])]
 out["build"] = [a - b for a, b in zip(out["build"], out["verify"])]
 out["command"] = [c1 - c0, w1 - w0]
 out["latency_us"] = json.loads(buf.getvalue())["latency_us"]
+plans = getattr(got[0].what_if, "_plans", None)  # the ops' durations and dependencies
+if hasattr(plans, "dep_end"):  # timing/whatif.py's Plans (not in trees before issue 20)
+    dur, dep_end, dep_op, dep_lat = plans.dur, plans.dep_end, plans.dep_op, plans.dep_lat
+    c0, w0 = cpu_wall()
+    ends = []
+    for op in range(len(dur)):
+        t = 0
+        for k in range(dep_end[op - 1] if op else 0, dep_end[op]):
+            e = ends[dep_op[k]] + dep_lat[k]
+            if e > t:
+                t = e
+        ends.append(t + dur[op])
+    c1, w1 = cpu_wall()
+    out["floor"] = [c1 - c0, w1 - w0]
+    out["ops"], out["deps"] = len(dur), len(dep_op)
 print(json.dumps(out))
 """
 NKI_ORDER = ("record", "build", "verify", "time_program", "what_if", "pe_view")
@@ -361,7 +383,8 @@ def nki_bench(runs: int, base: str | None) -> dict[str, object]:
         def med(key: str, i: int, rs: list[dict[str, object]] = rs) -> float:
             return sorted(float(r[key][i]) for r in rs)[len(rs) // 2]  # type: ignore[index]
 
-        parts = {k: (med(k, 0), med(k, 1)) for k in (*NKI_ORDER, "command")}
+        parts = {k: (med(k, 0), med(k, 1)) for k in (*NKI_ORDER, "command")
+                 if all(k in r for r in rs)}
         env = dict(_env(), PYTHONPATH=src)
         wall, cpu = _median([sys.executable, "-m", "systolic", "kernel", NKI_KERNEL, *NKI_ARGS,
                              "--json"], env, runs)
@@ -372,6 +395,9 @@ def nki_bench(runs: int, base: str | None) -> dict[str, object]:
               f"{sum(parts[k][0] for k in ('verify', 'time_program', 'what_if')):.2f} CPU; "
               f"cold command {cpu:.2f} CPU / {wall:.2f} wall; latency_us {sorted(lat)}",
               flush=True)
+        if all("floor" in r for r in rs):
+            print(f"  floor ({rs[0]['ops']:,} ops, {rs[0]['deps']:,} dependencies): "
+                  f"{med('floor', 0):.3f} s CPU", flush=True)
         out[name] = {"stages": parts, "cold_wall_s": wall, "cold_cpu_s": cpu}
     print(f"load average after {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return out

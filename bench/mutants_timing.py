@@ -17,6 +17,7 @@ RULES = ("tests/test_dma_rules.py",)
 REF = ("tests/test_reference_scheduler.py",)
 T = (NEW, *RULES, *REF, "tests/test_core_timing.py")
 EX = (NEW, "tests/test_extrapolate.py")
+FAST = "tests/test_timing_fast_paths.py"  # each issue-20 shortcut against the path it replaced
 
 MUTANTS: tuple[Mutant, ...] = (
     M("core-pe-no-sync", "timing/core.py",
@@ -86,7 +87,7 @@ MUTANTS: tuple[Mutant, ...] = (
       "(false waits)"),
     M("deps-fine-bucket-lookup", "timing/deps.py",
       "            out.extend(self.fine.get((kind, pitch, rb, cb), ()))",
-      "            pass", T,
+      "            pass", (*T, FAST),
       "the H6 index: a wide region not looking at the narrow regions filed in its cells"),
     M("costs-tt-always-n", "timing/costs.py",
       "    return _floor(arch, n if one_psum or fast else 2 * n)",
@@ -139,16 +140,16 @@ MUTANTS: tuple[Mutant, ...] = (
       " missed (RAW)"),
     M("deps-fine-coarse-cell-off", "timing/deps.py",
       "                coarse = (bk[0], bk[1], bk[3], bk[4] // FINE)",
-      "                coarse = (bk[0], bk[1], bk[3], (bk[4] + 1) // FINE)", (NEW, *RULES),
+      "                coarse = (bk[0], bk[1], bk[3], (bk[4] + 1) // FINE)", (NEW, *RULES, FAST),
       "a narrow region in a coarse cell's last fine bucket filed under the next cell"),
     M("deps-wide-looks-only-wide", "timing/deps.py",
       "            return tuple(self.kinds.get((kind, pitch), ())), _KINDS",
-      "            return ((kind, pitch, 0, -1, -1),), _FIXED", (*RULES, NEW),
+      "            return ((kind, pitch, 0, -1, -1),), _FIXED", (*RULES, NEW, FAST),
       "a wide region looking only at the wide list, not at the narrow regions it covers"),
     M("deps-keys-cache-stale", "timing/deps.py",
       "        if hit is not None and hit[0] == len(self.pitches) and \\\n"
       "                hit[2] == self.versions[hit[1]]:",
-      "        if hit is not None and hit[0] == len(self.pitches):", (*RULES, NEW),
+      "        if hit is not None and hit[0] == len(self.pitches):", (*RULES, NEW, FAST),
       "a region's bucket lookup kept after new buckets were filed (issue 20 cache)"),
     M("dma-wrap-two-full-bands", "timing/dma.py",
       "    held[(nb - 1) % n_eng] -= per - last",
@@ -203,4 +204,22 @@ MUTANTS: tuple[Mutant, ...] = (
       "    return num > 1 and abs(step) * ap.itemsize > _FAST_STRIDE_BYTES",
       "    return num > 1 and abs(step) * ap.itemsize >= _FAST_STRIDE_BYTES", (NEW, *REF),
       "a minor stride of exactly 16 bytes taken as slow (the rule is above 16)"),
+    # issue 20's shortcuts (tests/test_timing_fast_paths.py holds each to the path it replaced)
+    M("deps-pipelined-skips-readers", "timing/deps.py",
+      "                order.update(rec.readers)",
+      "                if not pipelined:\n                    order.update(rec.readers)",
+      (NEW, FAST, *REF),
+      "an op of the Tensor queue answered without the readers of what it overwrites (WAR)"),
+    M("deps-answers-stale-on-first-writer", "timing/deps.py",
+      "                self._changed(w, False, True)",
+      "                pass", (FAST, *REF),
+      "a kept answer for records with writers not renewed when a record gets its first"),
+    M("timeline-finds-forgotten-gaps", "timing/timeline.py",
+      "            i = bisect_right(his, t, self.base)",
+      "            i = bisect_right(his, t)", (FAST,),
+      "gaps forgotten past KEEP still found by the search"),
+    M("whatif-load-ignores-previous-matmul", "timing/whatif.py",
+      "            if ps0 > t0:\n                t0 = ps0\n",
+      "", (FAST,),
+      "a weight load in the DMA-free what-if not waiting for the previous MatMul's start"),
 )

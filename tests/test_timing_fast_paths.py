@@ -14,6 +14,7 @@ never moves a figure).
   dependencies the scheduler then drops.
 * Access patterns equal by value but distinct objects against shared ones (the region memo
   keyed by value).
+* The bucket index, with its answers kept between ops, against a scan of every bucket.
 * A timeline forgetting its oldest gaps ``KEEP`` at a time against one at a time.
 * The records and plans the scheduler keeps as flat lists of ints against the NamedTuples
   that document their fields.
@@ -33,7 +34,16 @@ from test_reference_scheduler import programs
 from systolic.api import make_spec
 from systolic.arch import get_arch
 from systolic.compiler import lower
-from systolic.isa import AccessPattern, DmaCopy, Program, Space
+from systolic.isa import (
+    AccessPattern,
+    CalcFlags,
+    DmaCopy,
+    LoadStationary,
+    MatMul,
+    Program,
+    Space,
+    TensorCopy,
+)
 from systolic.timing import core as tcore
 from systolic.timing import deps, timeline, whatif
 from systolic.timing.core import time_program
@@ -348,3 +358,74 @@ def test_patterns_equal_by_value_give_the_schedule_of_shared_ones(prog: Program)
     for schedule in tcore.SCHEDULES:
         _same(time_program(fresh, TRN2, schedule=schedule),
               time_program(prog, TRN2, schedule=schedule))
+
+
+@st.composite
+def _pattern(draw: st.DrawFn) -> AccessPattern:
+    """SBUF patterns narrow and wide (fine and coarse buckets, the wide list) and device
+    memory patterns of a few pitches."""
+    if draw(st.booleans()):
+        p0 = draw(st.integers(0, 127))
+        return AccessPattern(Space.SBUF, p0, draw(st.integers(1, 128 - p0)),
+                             draw(st.integers(0, 300)) * 64 + draw(st.sampled_from([0, 60])),
+                             ((1, draw(st.sampled_from([1, 2, 30, 1000, 70000]))),), "bf16")
+    rows = draw(st.sampled_from([1, 2, 128, 300]))
+    pitch = draw(st.sampled_from([64, 4096, -4096]))
+    off = draw(st.integers(0, 40)) * draw(st.sampled_from([2, 2048, 1 << 20])) + \
+        (rows * 4096 if pitch < 0 else 0)
+    return AccessPattern(Space.DRAM, 0, rows, off, ((1, draw(st.sampled_from([1, 16, 2048]))),),
+                         "bf16", partition_step=pitch)
+
+
+class _Scan(deps.Tracker):
+    """The bucket index's reference: every bucket of the index looked at, every time."""
+
+    def _keys(self, rid: int) -> tuple[deps.Key, ...]:
+        return tuple(self.index)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.lists(_pattern(), max_size=2), st.lists(_pattern(), max_size=2),
+                          st.integers(0, 3)), min_size=1, max_size=60))
+def test_the_bucket_index_with_kept_answers_finds_what_a_scan_finds(
+        ops: list[tuple[list[AccessPattern], list[AccessPattern], int]]) -> None:
+    """Buckets from the first region (FLAT_REGIONS 0), answers kept between ops (the
+    tracker's ``answers``), against every bucket scanned at every lookup, op for op."""
+    old = deps.FLAT_REGIONS
+    deps.FLAT_REGIONS = 0
+    try:
+        queues: list[int] = []
+        fast, slow = deps.Tracker(queues), _Scan(queues)
+        for op, (rd, wr, q) in enumerate(ops):
+            got = []
+            for tr in (fast, slow):
+                r = tuple(tr.intern(deps.region(ap)) for ap in rd)
+                w = tuple(tr.intern(deps.region(ap)) for ap in wr)
+                got.append((tr.deps(r, w, q == 0), r, w))
+            assert got[0][0] == got[1][0], op
+            queues.append(q)
+            for tr, (_, r, w) in zip((fast, slow), got, strict=True):
+                tr.commit(op, r, w)
+    finally:
+        deps.FLAT_REGIONS = old
+
+
+def test_what_if_loads_wait_for_the_previous_matmul_start() -> None:
+    """Four weight loads between two MatMuls, the first MatMul late (it waits for a Vector
+    copy): the loads' shadow latches free only when it starts, so with DMA free too the
+    second MatMul starts 4 loads (4 x 32 cycles) after the first, not one issue interval."""
+    def sbp(off: int, n: int, dtype: str = "bf16") -> AccessPattern:
+        return AccessPattern(Space.SBUF, 0, 128, off, ((1, n),), dtype)
+
+    ps = AccessPattern(Space.PSUM, 0, 128, 0, ((1, 64),), "fp32")
+    one = CalcFlags.START | CalcFlags.STOP
+    prog = Program([TensorCopy(sbp(0, 8192), sbp(20000, 8192)), LoadStationary(sbp(40000, 128)),
+                    MatMul(sbp(20000, 64), ps, one, "bf16"),
+                    *(LoadStationary(sbp(40000 + 256 * k, 128)) for k in range(1, 5)),
+                    MatMul(sbp(60000, 64), ps, one, "bf16")])
+    _what_ifs_equal_re_runs(prog, "list")
+    ct = time_program(prog, TRN2)
+    r = TRN2.tick_hz // int(TRN2.clock_hz)
+    mm0, mm1 = 2, 7
+    assert ct.starts[mm1] - ct.starts[mm0] == 4 * 32 * r  # the real schedule
+    assert ct.what_if["dma_free"] == ct.latency  # nothing here is a DMA
