@@ -47,7 +47,6 @@ constraint that set its start; the parts sum to the latency exactly).
 from __future__ import annotations
 
 import gc
-from array import array
 from collections.abc import Sequence
 from itertools import pairwise
 from math import ceil
@@ -164,7 +163,8 @@ class _Scheduler:
     object (133,120 instructions make 133,120 ops, and objects that outlive the pass are
     what the garbage collector scans later, issue 20): ``queue`` and ``ends``, a record
     (:class:`~systolic.timing.critical_path.OpRecord`'s fields, ``RECORD`` ints an op in
-    ``records``) and, for the what-ifs, a plan (:class:`~systolic.timing.whatif.Plans`)."""
+    ``records``, a list: extending an ``array('q')`` cost four times as much) and, for the
+    what-ifs, a plan (:class:`~systolic.timing.whatif.Plans`)."""
 
     def __init__(self, arch: Arch, mode: str, what_if: bool) -> None:
         self.arch = arch
@@ -187,7 +187,7 @@ class _Scheduler:
                           for q in range(nq)]
         # per op
         self.queue: list[int] = []  # its (first) queue id
-        self.records = array("q")  # OpRecord's fields, RECORD an op
+        self.records: list[int] = []  # OpRecord's fields, RECORD an op
         self.ends: list[int] = []
         self.plans = Plans()  # what_if only
         self.tracker = Tracker(self.queue, _TENSOR)
@@ -622,7 +622,8 @@ class _Scheduler:
         got = self.arrays
         if got is None or len(got[0]) != len(self.queue):
             n = len(self.queue)
-            recs = np.frombuffer(self.records, dtype=np.int64).reshape(n, RECORD)
+            recs = np.fromiter(self.records, dtype=np.int64,
+                               count=len(self.records)).reshape(n, RECORD)
             got = self.arrays = (
                 recs[:, 0].copy(), recs[:, 2].copy(), np.array(self.ends, dtype=np.int64),
                 np.array(self.queue, dtype=np.int64), recs[:, 1].copy(), recs[:, 3].copy())
