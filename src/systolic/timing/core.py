@@ -696,7 +696,7 @@ class _Scheduler:
         b, c = self._busy(starts, ends, queue, nqs, latency, len(names))
         busy = dict(zip(names, b, strict=True))
         counts = dict(zip(names, c, strict=True))
-        # each what-if latency is a re-run of the schedule, done when first read
+        # the what-if latencies: one longest-path pass over the plans, when first read
         what = (LazyWhatIf(tuple(WHAT_IF), self.plans, a_starts, n, self.fixed,
                            arch.dma_engines) if self.what_if else {})
         return CoreTiming(
