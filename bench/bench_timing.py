@@ -5,6 +5,8 @@
     python bench/bench_timing.py --json out.json
     python bench/bench_timing.py --core      # the whole-core timing path (timing/core.py)
     python bench/bench_timing.py --core --large   # also the full schedule at 16384^3
+    python bench/bench_timing.py --nki --runs 3   # the full-size NKI tiled kernel, by stage
+    python bench/bench_timing.py --nki --base /tmp/old/src   # ... beside another tree
 
 Every measurement runs in its own child process, so that wall time and peak memory
 (``ru_maxrss`` of that child, from :func:`os.wait4`) are measured the same way for both
@@ -292,6 +294,115 @@ def core_bench(large: bool, runs: int = 5) -> dict[str, object]:
     return out
 
 
+# The NKI row of issue 20: `systolic kernel tiled_matmul.py:tiled_matmul` at full size
+# (4096 x 8192 operands: 100,352 NKI ops, 133,120 instructions), the command itself run
+# in-process with its stages timed (CPU = user + sys of this process, wall): recording,
+# the build (placement and emission), verify, time_program, the three what-if latencies
+# (read by the JSON), the Tensor Engine's own view (pe_alone) and the rest; then the floor of
+# the timing side: a bare loop over the ops doing only the cost lookup (each op's duration)
+# and one max per dependency, over the dependencies the scheduler found.
+NKI_KERNEL = "examples/kernels/tiled_matmul.py:tiled_matmul"
+NKI_ARGS = ["--arg", "lhsT=bf16[4096,8192]", "--arg", "rhs=bf16[4096,8192]"]
+NKI_STAGES = r"""
+import contextlib, io, json, os, sys, time
+t_start = os.times()
+import systolic.cli as cli
+import systolic.commands.kernel as ck
+import systolic.nki.build as nb
+import systolic.nki.run as nr
+import systolic.timing.whatif as tw
+spent = {}
+def cpu_wall():
+    t = os.times(); return t.user + t.system, time.perf_counter()
+def timed(name, f):
+    def g(*a, **k):
+        c0, w0 = cpu_wall(); r = f(*a, **k); c1, w1 = cpu_wall()
+        c, w = spent.get(name, (0.0, 0.0)); spent[name] = (c + c1 - c0, w + w1 - w0)
+        return r
+    return g
+nb.verify = timed("verify", nb.verify)
+nb.build = timed("build", nb.build)
+nr.build = nb.build
+got = []
+def keep(f):
+    def g(*a, **k):
+        r = f(*a, **k); got.append(r); return r
+    return g
+nr.time_program = timed("time_program", keep(nr.time_program))
+ck.pe_alone = timed("pe_view", ck.pe_alone)
+record = timed("record", nr.record)
+nr.record = record
+cls = tw.LazyWhatIf
+cls.__getitem__ = timed("what_if", cls.__getitem__)
+c0, w0 = cpu_wall()
+with contextlib.redirect_stdout(io.StringIO()) as buf:
+    cli.main(["kernel", sys.argv[1], *sys.argv[2:], "--json"])
+c1, w1 = cpu_wall()
+out = {k: list(v) for k, v in spent.items()}
+# record() includes the build, the build its verify
+out["record"] = [a - b for a, b in zip(out["record"], out["build"])]
+out["build"] = [a - b for a, b in zip(out["build"], out["verify"])]
+out["command"] = [c1 - c0, w1 - w0]
+out["latency_us"] = json.loads(buf.getvalue())["latency_us"]
+plans = getattr(got[0].what_if, "_plans", None)  # the ops' durations and dependencies
+if hasattr(plans, "dep_end"):  # timing/whatif.py's Plans (not in trees before issue 20)
+    dur, dep_end, dep_op, dep_lat = plans.dur, plans.dep_end, plans.dep_op, plans.dep_lat
+    c0, w0 = cpu_wall()
+    ends = []
+    for op in range(len(dur)):
+        t = 0
+        for k in range(dep_end[op - 1] if op else 0, dep_end[op]):
+            e = ends[dep_op[k]] + dep_lat[k]
+            if e > t:
+                t = e
+        ends.append(t + dur[op])
+    c1, w1 = cpu_wall()
+    out["floor"] = [c1 - c0, w1 - w0]
+    out["ops"], out["deps"] = len(dur), len(dep_op)
+print(json.dumps(out))
+"""
+NKI_ORDER = ("record", "build", "verify", "time_program", "what_if", "pe_view")
+
+
+def nki_bench(runs: int, base: str | None) -> dict[str, object]:
+    """The NKI row by stage, for this tree and (``base``) another ``src`` directory, the
+    runs of the two interleaved; then the whole command cold (``/usr/bin/time``'s view)."""
+    trees = {"ours": str(ROOT / "src")} | ({"base": base} if base else {})
+    print(f"load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}; medians of {runs} "
+          f"fresh processes; CPU = user + sys / wall, s", flush=True)
+    got: dict[str, list[dict[str, object]]] = {k: [] for k in trees}
+    for _ in range(runs):
+        for name, src in trees.items():
+            env = dict(_env(), PYTHONPATH=src)
+            got[name].append(popen_rusage([sys.executable, "-c", NKI_STAGES, NKI_KERNEL,
+                                           *NKI_ARGS], env))
+    out: dict[str, object] = {}
+    for name, src in trees.items():
+        rs = got[name]
+
+        def med(key: str, i: int, rs: list[dict[str, object]] = rs) -> float:
+            return sorted(float(r[key][i]) for r in rs)[len(rs) // 2]  # type: ignore[index]
+
+        parts = {k: (med(k, 0), med(k, 1)) for k in (*NKI_ORDER, "command")
+                 if all(k in r for r in rs)}
+        env = dict(_env(), PYTHONPATH=src)
+        wall, cpu = _median([sys.executable, "-m", "systolic", "kernel", NKI_KERNEL, *NKI_ARGS,
+                             "--json"], env, runs)
+        lat = {float(r["latency_us"]) for r in rs}  # type: ignore[arg-type]
+        print(f"{name} ({src}): " + ", ".join(f"{k} {c:.2f}/{w:.2f}" for k, (c, w) in
+                                              parts.items())
+              + f"; timing side (verify + time_program + what-if) "
+              f"{sum(parts[k][0] for k in ('verify', 'time_program', 'what_if')):.2f} CPU; "
+              f"cold command {cpu:.2f} CPU / {wall:.2f} wall; latency_us {sorted(lat)}",
+              flush=True)
+        if all("floor" in r for r in rs):
+            print(f"  floor ({rs[0]['ops']:,} ops, {rs[0]['deps']:,} dependencies): "
+                  f"{med('floor', 0):.3f} s CPU", flush=True)
+        out[name] = {"stages": parts, "cold_wall_s": wall, "cold_cpu_s": cpu}
+    print(f"load average after {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--large", action="store_true", help="also SCALE-Sim on 2048^3")
@@ -299,8 +410,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scalesim", type=int, nargs="*", default=[512, 1024])
     ap.add_argument("--json", type=Path, help="write the figures here too")
     ap.add_argument("--core", action="store_true", help="the whole-core timing path only")
-    ap.add_argument("--runs", type=int, default=5, help="--core: medians of this many (5)")
+    ap.add_argument("--runs", type=int, default=5,
+                    help="--core, --nki: medians of this many (5)")
+    ap.add_argument("--nki", action="store_true",
+                    help="the full-size NKI tiled kernel by stage (issue 20's NKI row)")
+    ap.add_argument("--base", help="--nki: also this src directory (an unchanged tree)")
     args = ap.parse_args(argv)
+    if args.nki:
+        res = nki_bench(args.runs, args.base)
+        if args.json:
+            args.json.write_text(json.dumps(res, indent=1))
+        return 0
     if args.core:
         res = core_bench(args.large, args.runs)
         if args.json:

@@ -17,6 +17,7 @@ RULES = ("tests/test_dma_rules.py",)
 REF = ("tests/test_reference_scheduler.py",)
 T = (NEW, *RULES, *REF, "tests/test_core_timing.py")
 EX = (NEW, "tests/test_extrapolate.py")
+FAST = "tests/test_timing_fast_paths.py"  # each issue-20 shortcut against the path it replaced
 
 MUTANTS: tuple[Mutant, ...] = (
     M("core-pe-no-sync", "timing/core.py",
@@ -29,20 +30,13 @@ MUTANTS: tuple[Mutant, ...] = (
       " else 0)\n", T,
       "engine_dep_overhead charged on a cross-engine read after write"),
     M("core-hbm-during-fixed", "timing/core.py",
-      "sh, hbind = self.hbm.fit(t, hb) if hb else (t, -1)",
-      "sh, hbind = self.hbm.fit(max(0, t - self.fixed), hb) if hb else (t, -1)", T,
+      "sh, hbind = hbm.fit(t, hb) if hb else (t, -1)",
+      "sh, hbind = hbm.fit(max(0, t - self.fixed), hb) if hb else (t, -1)", T,
       "HBM bytes served during the DMA fixed latency"),
     M("core-region-memo-no-dtype", "timing/core.py",
-      "        got = self.region_ids.get(id(ap))\n"
-      "        if got is not None and got[0] is ap:\n            return got[1]\n"
-      "        rid = self.tracker.intern(region(ap))\n"
-      "        self.region_ids[id(ap)] = (ap, rid)",
-      "        k = (ap.space, ap.partition, ap.partitions, ap.offset, ap.dims,\n"
-      "             ap.partition_step)\n"
-      "        got = self.region_ids.get(k)  # type: ignore[call-overload]\n"
-      "        if got is not None:\n            return got[1]\n"
-      "        rid = self.tracker.intern(region(ap))\n"
-      "        self.region_ids[k] = (ap, rid)  # type: ignore[index]",
+      "        key = ap  # every field: two dtypes of one offset and dims touch different bytes",
+      "        key = (ap.space, ap.partition, ap.partitions, ap.offset, ap.dims,\n"
+      "               ap.partition_step)",
       ("tests/test_reference_scheduler.py::"
        "test_a_bf16_read_waits_for_the_fp32_dma_writing_those_bytes", *T),
       "the region memo keyed without the dtype: a bf16 read misses the fp32 write"),
@@ -93,7 +87,7 @@ MUTANTS: tuple[Mutant, ...] = (
       "(false waits)"),
     M("deps-fine-bucket-lookup", "timing/deps.py",
       "            out.extend(self.fine.get((kind, pitch, rb, cb), ()))",
-      "            pass", T,
+      "            pass", (*T, FAST),
       "the H6 index: a wide region not looking at the narrow regions filed in its cells"),
     M("costs-tt-always-n", "timing/costs.py",
       "    return _floor(arch, n if one_psum or fast else 2 * n)",
@@ -146,16 +140,16 @@ MUTANTS: tuple[Mutant, ...] = (
       " missed (RAW)"),
     M("deps-fine-coarse-cell-off", "timing/deps.py",
       "                coarse = (bk[0], bk[1], bk[3], bk[4] // FINE)",
-      "                coarse = (bk[0], bk[1], bk[3], (bk[4] + 1) // FINE)", (NEW, *RULES),
+      "                coarse = (bk[0], bk[1], bk[3], (bk[4] + 1) // FINE)", (NEW, *RULES, FAST),
       "a narrow region in a coarse cell's last fine bucket filed under the next cell"),
     M("deps-wide-looks-only-wide", "timing/deps.py",
       "            return tuple(self.kinds.get((kind, pitch), ())), _KINDS",
-      "            return ((kind, pitch, 0, -1, -1),), _FIXED", (*RULES, NEW),
+      "            return ((kind, pitch, 0, -1, -1),), _FIXED", (*RULES, NEW, FAST),
       "a wide region looking only at the wide list, not at the narrow regions it covers"),
     M("deps-keys-cache-stale", "timing/deps.py",
       "        if hit is not None and hit[0] == len(self.pitches) and \\\n"
       "                hit[2] == self.versions[hit[1]]:",
-      "        if hit is not None and hit[0] == len(self.pitches):", (*RULES, NEW),
+      "        if hit is not None and hit[0] == len(self.pitches):", (*RULES, NEW, FAST),
       "a region's bucket lookup kept after new buckets were filed (issue 20 cache)"),
     M("dma-wrap-two-full-bands", "timing/dma.py",
       "    held[(nb - 1) % n_eng] -= per - last",
@@ -183,8 +177,9 @@ MUTANTS: tuple[Mutant, ...] = (
       "    run = max(1, min(run_s, nbytes))", (*RULES, NEW, *REF),
       "the descriptor size taken from the source alone (a scattering store at full speed)"),
     M("core-fifo-pays-fixed-again", "timing/core.py",
-      "            if fe > t:\n                t, fifo_op = fe, fo",
-      "            if fe + self.fixed > t:\n                t, fifo_op = fe + self.fixed, fo",
+      "            if fe > t:\n                t, fifo_op = fe, fops[fends.index(fe, e0, e1)]",
+      "            if fe + self.fixed > t:\n"
+      "                t, fifo_op = fe + self.fixed, fops[fends.index(fe, e0, e1)]",
       (*RULES, NEW, *REF),
       "the fixed cost not overlapped with the previous transfer of the queue"),
     M("core-psum-bank-end-inclusive", "timing/core.py",
@@ -209,4 +204,22 @@ MUTANTS: tuple[Mutant, ...] = (
       "    return num > 1 and abs(step) * ap.itemsize > _FAST_STRIDE_BYTES",
       "    return num > 1 and abs(step) * ap.itemsize >= _FAST_STRIDE_BYTES", (NEW, *REF),
       "a minor stride of exactly 16 bytes taken as slow (the rule is above 16)"),
+    # issue 20's shortcuts (tests/test_timing_fast_paths.py holds each to the path it replaced)
+    M("deps-pipelined-skips-readers", "timing/deps.py",
+      "                order.update(rec.readers)",
+      "                if not pipelined:\n                    order.update(rec.readers)",
+      (NEW, FAST, *REF),
+      "an op of the Tensor queue answered without the readers of what it overwrites (WAR)"),
+    M("deps-answers-stale-on-first-writer", "timing/deps.py",
+      "                self._changed(w, False, True)",
+      "                pass", (FAST, *REF),
+      "a kept answer for records with writers not renewed when a record gets its first"),
+    M("timeline-finds-forgotten-gaps", "timing/timeline.py",
+      "            i = bisect_right(his, t, self.base)",
+      "            i = bisect_right(his, t)", (FAST,),
+      "gaps forgotten past KEEP still found by the search"),
+    M("whatif-load-ignores-previous-matmul", "timing/whatif.py",
+      "            if ps0 > t0:\n                t0 = ps0\n",
+      "", (FAST,),
+      "a weight load in the DMA-free what-if not waiting for the previous MatMul's start"),
 )

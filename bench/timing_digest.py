@@ -2,6 +2,7 @@
 no figure (house rule: never change a latency figure by speeding up).
 
     python bench/timing_digest.py > after.txt      # one line per case
+    python bench/timing_digest.py --nki-full       # also the full-size NKI tiled kernel
     PYTHONPATH=/path/to/old/src python bench/timing_digest.py > before.txt
     diff before.txt after.txt                      # empty: every figure is identical
 
@@ -10,7 +11,8 @@ program-order schedules), the example NKI kernels at small sizes, random program
 (derandomized) from tests/test_reference_scheduler.py's strategy, and the ``systolic
 matmul M K N --json`` output of products on the extrapolation path. Each line hashes
 every per-op start and end, queue, cause, the critical path, busy times, counts, bytes
-and the what-if latencies.
+and the what-if latencies. ``--nki-full`` adds the NKI tiled kernel at the size of issue
+20's NKI row (133,120 instructions, both schedules; about a minute).
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--random", type=int, default=300, help="random programs (300)")
     ap.add_argument("--no-cli", action="store_true", help="skip the CLI products")
+    ap.add_argument("--nki-full", action="store_true",
+                    help="also the NKI tiled kernel at 4096 x 8192 (issue 20's NKI row)")
     args = ap.parse_args()
     from systolic.api import make_spec
     from systolic.arch import get_arch
@@ -87,6 +91,14 @@ def main() -> int:
         ct = time_program(rec.program, "trn2")
         print(f"kernel {file}:{fn} {kargs}: {len(rec.program)} instr latency {ct.latency} "
               f"{digest_timing(ct)}")
+    if args.nki_full:
+        kargs = ["bf16[4096,8192]", "bf16[4096,8192]"]
+        rec = snki.record_kernel(str(ROOT / "examples" / "kernels" / "tiled_matmul.py"),
+                                 "tiled_matmul", kargs, {}, arch="trn2")
+        for sched in ("list", "program-order"):
+            ct = time_program(rec.program, "trn2", schedule=sched)
+            print(f"kernel tiled_matmul.py:tiled_matmul {kargs} {sched}: {len(rec.program)} "
+                  f"instr latency {ct.latency} {digest_timing(ct)}")
     sys.path.insert(0, str(ROOT / "tests"))
     from hypothesis import HealthCheck, given, settings
     from test_reference_scheduler import programs

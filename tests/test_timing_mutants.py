@@ -16,9 +16,12 @@ from reference_core import Reference
 from systolic.arch import get_arch
 from systolic.isa import (
     AccessPattern,
+    CalcFlags,
     DmaCopy,
     DmaLoad,
     Engine,
+    LoadStationary,
+    MatMul,
     Memset,
     Program,
     ReadOut,
@@ -102,10 +105,13 @@ def test_rows_stored_bottom_up_hold_their_first_row_and_nothing_below_the_last()
         assert ct.starts.tolist() == [o.start for o in Reference(prog, TRN2).ops]
 
 
-def test_a_narrow_region_in_a_cells_last_fine_bucket_is_found_from_that_cell():
+@pytest.mark.parametrize("flat", [64, 0])  # deps.FLAT_REGIONS: the default; buckets at once
+def test_a_narrow_region_in_a_cells_last_fine_bucket_is_found_from_that_cell(monkeypatch,
+                                                                              flat):
     # SBUF bytes 2000..2003 of partition 0 sit in fine bucket 31 (64 B each) of coarse
     # bucket 0 (2 KiB); a read of bytes 0..2047 looks at coarse bucket 0's narrow regions
     # and must find the write (RAW), as a scan of every record does
+    monkeypatch.setattr("systolic.timing.deps.FLAT_REGIONS", flat)
     queues: list[int] = [1]
     tr = Tracker(queues)
     w = tr.intern(region(sb(0, 1, 2000, 2)))
@@ -194,3 +200,22 @@ def test_a_minor_stride_halves_bandwidth_only_above_16_bytes(dtype, step, cycles
     ins = TensorCopy(sb(0, 128, 0, 256, dtype, step), sb(0, 128, 16384, 256, dtype),
                      Engine.GPSIMD)
     assert engine_cycles(ins, TRN2) == cycles
+
+
+def test_a_matmul_starting_a_bank_waits_for_the_vector_read_of_its_last_group():
+    # write after read from the Tensor queue on a Vector reader (docs/timing.md: the
+    # START-after-read-out rule is an ordinary WAR on the PSUM region): the second group's
+    # START waits for the TensorCopy of the first group's result, + 64 ns sync (308 ticks)
+    # + the Vector's 60-cycle access latency; the first MatMul's other readers (none) and
+    # its own queue's writers (the PE orders them) add nothing
+    ps = AccessPattern(Space.PSUM, 0, 128, 0, ((1, 512),), "fp32")
+    w, mv = sb(0, 128, 0, 128), sb(0, 128, 4096, 512)
+    prog = Program([LoadStationary(w), MatMul(mv, ps, CalcFlags.START | CalcFlags.STOP, "bf16"),
+                    TensorCopy(ps, sb(0, 128, 8192, 512, "fp32")),
+                    MatMul(mv, ps, CalcFlags.START | CalcFlags.STOP, "bf16")])
+    ct = time_program(prog, TRN2)
+    sync = ceil(64 * 4.8)
+    copy = 2  # the op of the TensorCopy (the load is op 0, the first MatMul op 1)
+    assert ct.starts[3] == ct.ends[copy] + sync + ACCESS_V
+    assert ct.starts[3] > ct.ends[1]  # the PE alone would have started it at once
+    assert ct.starts.tolist() == [o.start for o in Reference(prog, TRN2).ops]

@@ -9,47 +9,53 @@ the parts telescope, so they sum to the latency exactly.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from .result import Cause
 
-__all__ = ["OpRecord", "critical_path"]
+__all__ = ["RECORD", "OpRecord", "critical_path"]
 
 
 class OpRecord(NamedTuple):
     """One timed op of the real schedule: its instruction, how many queues it holds, its
-    start, the cause of its own time, its binder (-1: a root) with the time ``ref`` on the
-    binder the constraint refers to, when it entered (``enter``) and the cause of the wait
-    ``ref -> enter``."""
+    start, the cause of its own time (a :class:`Cause` value), its binder (-1: a root) with
+    the time ``ref`` on the binder the constraint refers to, when it entered (``enter``)
+    and the cause of the wait ``ref -> enter``. The scheduler keeps these fields, in this
+    order, in one flat list of ints (``RECORD`` an op; no object per op)."""
 
     instr: int
     queues: int
     start: int
-    own: Cause
+    own: int
     binder: int
     ref: int
     enter: int
-    lag: Cause
+    lag: int
 
 
-def critical_path(records: list[OpRecord], ends: np.ndarray, latency: int) -> dict[str, int]:
-    """Ticks of the latency by cause (:data:`systolic.timing.result.CAUSES` keys)."""
+RECORD = len(OpRecord._fields)  # ints a record
+
+
+def critical_path(records: Sequence[int], ends: np.ndarray, latency: int) -> dict[str, int]:
+    """Ticks of the latency by cause (:data:`systolic.timing.result.CAUSES` keys);
+    ``records`` are the ops' :class:`OpRecord` fields, ``RECORD`` ints an op."""
     parts = [0] * len(Cause)
     if not len(ends):
         return {c.key: 0 for c in Cause}
     op = int(np.argmax(ends))
     t = latency
     while op >= 0:
-        r = records[op]
-        lo = r.ref if r.binder >= 0 else 0
+        _, _, _, own, binder, ref, enter, lag = records[RECORD * op:RECORD * op + RECORD]
+        lo = ref if binder >= 0 else 0
         if lo > t:
             lo = t
-        ent = min(max(r.enter, lo), t)
-        parts[r.own] += t - ent
-        parts[r.lag] += ent - lo
+        ent = min(max(enter, lo), t)
+        parts[own] += t - ent
+        parts[lag] += ent - lo
         t = lo
-        op = r.binder
+        op = binder
     parts[Cause.IDLE] += t  # a root that does not start at 0
     return {c.key: parts[c] for c in Cause}

@@ -22,7 +22,10 @@ write that covers a region replaces its record: anything that waited on the old 
 readers now waits on the new writer, which itself waited on them. The one exception is the
 Tensor Engine's accumulation: MatMuls into one PSUM region are ordered by the PE's own
 queue, not by waiting for each other's end, so a covering MatMul keeps the earlier MatMuls
-of its group as writers until something reads the region.
+of its group as writers until something reads the region. A record keeps the writers on that
+queue apart (``pipe``), so an op of the queue itself, which never waits on them, is answered
+without them (``deps(..., pipelined=True)``): a group of K MatMuls then costs K lookups, not
+K^2 / 2 skipped dependencies (issue 20).
 
 Buckets follow the overlap rule. SBUF and PSUM: ``BUCKET`` bytes of a partition. Device
 memory: a row-strided region sits in cells of its pitch's grid (``GRID_ROWS`` rows x
@@ -203,11 +206,12 @@ def _filed(layout: Layout) -> tuple[Key, ...]:
     return tuple((kind, pitch, 0, rb, cb) for rb, cb in cells)
 
 class _Record:
-    __slots__ = ("readers", "rid", "writers")
+    __slots__ = ("pipe", "readers", "rid", "writers")
 
     def __init__(self, rid: int) -> None:
         self.rid = rid
-        self.writers: list[int] = []  # writes since the last read (module docstring)
+        self.writers: list[int] = []  # the latest writes, off the pipelined queue
+        self.pipe: list[int] = []  # ... and on it (module docstring)
         self.readers: list[int] = []  # reads since the last write
 
 
@@ -235,6 +239,7 @@ class Tracker:
         self.layouts: list[tuple[Layout, ...]] = []
         self.buckets: list[tuple[Key, ...]] = []  # where each region's record is filed
         self.ids: dict[Region, int] = {}
+        self.live: dict[int, _Record] = {}  # the live record of each region that has one
         self.index: dict[Key, dict[int, _Record]] = {}
         self.windex: dict[Key, dict[int, _Record]] = {}  # records with writers
         self.kinds: dict[tuple[str, int], set[Key]] = {}  # the buckets filed, per layout
@@ -250,12 +255,27 @@ class Tracker:
         # reads of commit() made a record since)
         self.wnear: tuple[tuple[int, ...], list[_Record]] | None = None
         self.made = False
+        # _near's answers, kept per (region, written) with the version of its memory space
+        # they were found at: two versions per space, one moving whenever a record there is
+        # made or dropped (the answers for every record), one whenever a record with
+        # writers is dropped or a record gets its first writers (the answers for records
+        # with writers); nothing else alters an answer (the records' lists of ops change in
+        # place)
+        self.space_of: list[int] = []  # per region, 2 x its space's index in space_versions
+        self.spaces: dict[str, int] = {}
+        self.space_versions: list[int] = []
+        self.answers: dict[int, tuple[int, list[_Record]]] = {}
 
     def intern(self, r: Region) -> int:
         rid = self.ids.get(r)
         if rid is None:
             rid = self.ids[r] = len(self.regions)
             self.regions.append(r)
+            sp = self.spaces.get(r[0])
+            if sp is None:
+                sp = self.spaces[r[0]] = len(self.space_versions)
+                self.space_versions += (0, 0)
+            self.space_of.append(sp)
             self.extents.append(_flat(r) if r[0] == "DRAM" else (0, 0))
             if self.flat is None:
                 self._file_region(r)
@@ -278,12 +298,14 @@ class Tracker:
         flat = self.flat
         assert flat is not None
         self.flat = None
+        self.answers.clear()
+        self.live.clear()  # filed again below
         for r in self.regions:
             self._file_region(r)
         live = [rec for recs in flat.values() for rec in recs.values()]
         for rec in sorted(live, key=lambda x: x.rid):
             self._record(rec.rid, rec)
-            if rec.writers:
+            if rec.writers or rec.pipe:
                 for bk in self.buckets[rec.rid]:
                     self.windex.setdefault(bk, {})[rec.rid] = rec
 
@@ -342,6 +364,29 @@ class Tracker:
         return ans
 
     def _near(self, rid: int, written: bool = False) -> list[_Record]:
+        """The live records whose regions overlap region ``rid`` (``written``: only those
+        with writers), as :meth:`_scan` finds them, kept while its space does not change
+        (callers do not modify the list)."""
+        key = rid + rid + written
+        version = self.space_versions[self.space_of[rid] + written]
+        got = self.answers.get(key)
+        if got is not None and got[0] == version:
+            return got[1]
+        out = self._scan(rid, written)
+        self.answers[key] = (version, out)
+        return out
+
+    def _changed(self, rid: int, every: bool, written: bool) -> None:
+        """A record of region ``rid``'s space was made or dropped (``every``: the kept
+        answers for every record there are stale) or dropped with writers or given its
+        first writers (``written``: the kept answers for records with writers are)."""
+        sp = self.space_of[rid]
+        if every:
+            self.space_versions[sp] += 1
+        if written:
+            self.space_versions[sp + 1] += 1
+
+    def _scan(self, rid: int, written: bool = False) -> list[_Record]:
         flat = self.flat
         if flat is not None:
             regions = self.regions
@@ -355,7 +400,7 @@ class Tracker:
             x = ra[2]
             x0, x1, y0, y1 = x.row, x.row + x.rows, x.col, x.col + x.cols
             for other, rec in live.items():
-                if written and not rec.writers:
+                if written and not rec.writers and not rec.pipe:
                     continue
                 rb = regions[other]
                 if simple and rb[3] is None and rb[1] == ra[1]:  # two rectangles of one grid
@@ -381,15 +426,19 @@ class Tracker:
                         seen[other] = rec
         return list(seen.values())
 
-    def deps(self, reads: tuple[int, ...], writes: tuple[int, ...]
+    def deps(self, reads: tuple[int, ...], writes: tuple[int, ...], pipelined: bool = False
              ) -> tuple[set[int], set[int]]:
         """(raw, order): earlier ops whose writes this op reads, and earlier ops it must
-        follow because it overwrites what they wrote or read (WAW, WAR)."""
+        follow because it overwrites what they wrote or read (WAW, WAR). ``pipelined``: the
+        op is on the pipelined queue, and its writers there are left out (the queue orders
+        them; its readers there are not)."""
         raw: set[int] = set()
         order: set[int] = set()
         for r in reads:
             for rec in self._near(r, written=True):
                 raw.update(rec.writers)
+                if not pipelined:
+                    raw.update(rec.pipe)
         self.wnear = None
         for w in writes:
             near = self._near(w)
@@ -397,30 +446,28 @@ class Tracker:
                 self.wnear = (writes, near)
             for rec in near:
                 order.update(rec.writers)
+                if not pipelined:
+                    order.update(rec.pipe)
                 order.update(rec.readers)
         return raw, order
 
     def _record(self, rid: int, rec: _Record | None = None) -> _Record:
         """The live record of region ``rid``, made (or ``rec`` filed) if it has none."""
+        got = self.live.get(rid)
+        if got is not None:
+            return got
+        rec = _Record(rid) if rec is None else rec
+        self.made = True
+        self._changed(rid, True, bool(rec.writers or rec.pipe))
+        self.live[rid] = rec
         flat = self.flat
         if flat is not None:
             live = flat.get(self.regions[rid][0])
             if live is None:
                 live = flat[self.regions[rid][0]] = {}
-            got = live.get(rid)
-            if got is None:
-                got = live[rid] = _Record(rid)
-                self.made = True
-            return got
-        bks = self.buckets[rid]
-        first = self.index.get(bks[0])
-        if first is not None:
-            got = first.get(rid)
-            if got is not None:
-                return got
-        rec = _Record(rid) if rec is None else rec
-        self.made = True
-        for bk in bks:
+            live[rid] = rec
+            return rec
+        for bk in self.buckets[rid]:
             self.index.setdefault(bk, {})[rid] = rec
             filed = self.kinds.setdefault(bk[:2], set())
             if bk not in filed:
@@ -435,6 +482,8 @@ class Tracker:
         return rec
 
     def _drop(self, rec: _Record) -> None:
+        self._changed(rec.rid, True, bool(rec.writers or rec.pipe))
+        del self.live[rec.rid]
         if self.flat is not None:
             del self.flat[self.regions[rec.rid][0]][rec.rid]
             return
@@ -452,11 +501,11 @@ class Tracker:
         for r in reads:
             self._record(r).readers.append(op)
         pipe = self.queue[op] == self.pipelined
-        queue = self.queue
         first = self.wnear
         self.wnear = None
         for w in writes:
-            kept: list[int] = []
+            kept: list[int] = []  # the pipelined writers an accumulation keeps
+            merged = 0  # records whose pipelined writers are in kept
             keep = None  # the record of w itself, reused in place
             if first is not None and first[0] is writes and not self.made:
                 near = first[1]
@@ -466,17 +515,25 @@ class Tracker:
             for rec in near:
                 if rec.rid != w and not self._covers(w, rec.rid):
                     continue
-                if pipe and not rec.readers:  # an accumulation: the PE orders its writes
-                    kept.extend(x for x in rec.writers if queue[x] == self.pipelined)
+                if pipe and not rec.readers and rec.pipe:  # an accumulation: the PE
+                    kept.extend(rec.pipe)  # orders its writes
+                    merged += 1
                 if rec.rid == w:
                     keep = rec
                 else:
                     self._drop(rec)
             rec = keep if keep is not None else self._record(w)
-            if not rec.writers and self.flat is None:
-                for bk in self.buckets[w]:
-                    self.windex.setdefault(bk, {})[w] = rec
-            rec.writers = [*dict.fromkeys(kept), op]
+            if not rec.writers and not rec.pipe:
+                self._changed(w, False, True)
+                if self.flat is None:
+                    for bk in self.buckets[w]:
+                        self.windex.setdefault(bk, {})[w] = rec
+            if pipe:
+                # one record's writers hold no op twice; the writers of several might
+                rec.pipe = [*(dict.fromkeys(kept) if merged > 1 else kept), op]
+                rec.writers = []
+            else:
+                rec.writers, rec.pipe = [op], []
             rec.readers = []
 
     def _covers(self, a: int, b: int) -> bool:

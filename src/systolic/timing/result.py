@@ -71,7 +71,7 @@ class CoreTiming:
     by cause (sums to ``latency``); ``busy_ticks`` the union of each queue's busy
     intervals; ``instructions`` ops per queue; ``what_if`` the latency in ticks of the same
     schedule with one set of costs at zero (:data:`WHAT_IF`; empty when not asked for;
-    each computed when first read: ``timing.whatif.LazyWhatIf``);
+    the three computed together when one is first read: ``timing.whatif.LazyWhatIf``);
     ``schedule`` the scheduling mode (``list`` or ``program-order``).
     """
 

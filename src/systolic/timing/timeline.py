@@ -11,7 +11,9 @@ ended where the answer starts, so the critical path can name what held the resou
 
 Gaps are kept in start order. The search looks at most ``WINDOW`` gaps forward, and a
 timeline keeps at most ``KEEP`` gaps (the oldest are forgotten): a window, as a compiler's
-list scheduler has; both bounds keep the cost per op constant.
+list scheduler has; both bounds keep the cost per op constant. Forgotten gaps leave the
+lists ``KEEP`` at a time (``base`` counts those forgotten but still there), not one per new
+gap (issue 20: moving 512 entries down at every reservation).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ KEEP = 512
 class Timeline:
     """Reservations of one resource (module docstring). ``fill`` allows gap filling."""
 
-    __slots__ = ("end", "fill", "gap_hi", "gap_lo", "gap_op", "last")
+    __slots__ = ("base", "end", "fill", "gap_hi", "gap_lo", "gap_op", "last")
 
     def __init__(self, fill: bool = True) -> None:
         self.fill = fill
@@ -36,13 +38,14 @@ class Timeline:
         self.gap_lo: list[int] = []
         self.gap_hi: list[int] = []
         self.gap_op: list[int] = []  # the op whose reservation ends where the gap starts
+        self.base = 0  # the gaps before this index are forgotten
 
     def fit(self, t: int, d: int) -> tuple[int, int]:
         """(start, binder): the earliest start >= t with [start, start + d) free, and the op
         whose reservation ends at that start when the resource delayed it (else -1)."""
-        if self.fill and self.gap_lo and d >= 0:
+        if self.fill and len(self.gap_lo) > self.base and d >= 0:
             his = self.gap_hi
-            i = bisect_right(his, t)
+            i = bisect_right(his, t, self.base)
             stop = min(len(his), i + WINDOW)
             lo = self.gap_lo
             while i < stop:
@@ -58,7 +61,8 @@ class Timeline:
         """A timeline with the same reservations, booked apart from now on."""
         tl = Timeline(self.fill)
         tl.end, tl.last = self.end, self.last
-        tl.gap_lo, tl.gap_hi, tl.gap_op = self.gap_lo[:], self.gap_hi[:], self.gap_op[:]
+        b = self.base
+        tl.gap_lo, tl.gap_hi, tl.gap_op = self.gap_lo[b:], self.gap_hi[b:], self.gap_op[b:]
         return tl
 
     def reserve(self, s: int, e: int, op: int) -> None:
@@ -68,13 +72,17 @@ class Timeline:
                 self.gap_lo.append(self.end)
                 self.gap_hi.append(s)
                 self.gap_op.append(self.last)
-                if len(self.gap_lo) > KEEP:
-                    del self.gap_lo[0], self.gap_hi[0], self.gap_op[0]
+                if len(self.gap_lo) - self.base > KEEP:  # forget the oldest
+                    self.base += 1
+                    if self.base >= KEEP:
+                        b = self.base
+                        del self.gap_lo[:b], self.gap_hi[:b], self.gap_op[:b]
+                        self.base = 0
             if e >= self.end:
                 self.end, self.last = e, op
             return
         # inside a gap (only a filling timeline places ops before its end)
-        i = bisect_right(self.gap_hi, s)
+        i = bisect_right(self.gap_hi, s, self.base)
         lo, hi, before = self.gap_lo[i], self.gap_hi[i], self.gap_op[i]
         pieces = []
         if s > lo:
