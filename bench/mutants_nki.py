@@ -86,8 +86,8 @@ MUTANTS: tuple[Mutant, ...] = (
       ERR, "memset without value: KeyError 'value'"),
     M("nki_tt_need_dropped", "nki/isa.py",
       '        _need(vals, names, "tensor_tensor", where)\n        _tt_op(vals["op"], where)\n'
-      '        record_tensor_tensor(',
-      '        record_tensor_tensor(',
+      '        with applying(',
+      '        with applying(',
       ERR, "tensor_tensor without op: KeyError 'op'"),
     M("nki_perf_mode_unchecked", "nki/isa.py",
       "        perf = _perf_mode(kw.pop(\"perf_mode\", None), where)\n        acc = ",
