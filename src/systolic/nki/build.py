@@ -26,7 +26,7 @@ from typing import Any
 
 from ..arch import Arch
 from ..errors import FormatError, KernelError, SystolicError, VerifyError
-from ..isa import AccessPattern, Instruction, Program, Space, writes
+from ..isa import ACCESS, AccessPattern, Instruction, Program, Space
 from ..verify import verify
 from .alloc import DEFAULT_BUFFERS, OnChip, Rotation
 from .lower import LOWER, UNMERGED_SOURCES, Placed, new_state
@@ -456,6 +456,7 @@ def lower(rec: Recorder, grp: Groups, addr: dict[int, int]) -> Lowered:
     lines: list[tuple[str, int]] = []
     st = new_state(rec.arch)
     starts, stops, dead = grp.starts, grp.stops, grp.dead
+    written = {t: fields[1] for t, fields in ACCESS.items()}
     for i, op in enumerate(rec.ops):
         if i in dead:
             continue
@@ -468,8 +469,9 @@ def lower(rec: Recorder, grp: Groups, addr: dict[int, int]) -> Lowered:
             i in starts, i in stops)
         insts = LOWER[op.kind](op, placed, st)
         for ins in insts:
-            for ap in writes(ins):
-                if ap.space is Space.SBUF:
+            for f in written[type(ins)]:  # isa writes(), without a tuple per instruction
+                ap = getattr(ins, f)
+                if ap is not None and ap.space is Space.SBUF:
                     st.invalidate(ap)
         out.extend(insts)
         lines.extend([w] * len(insts))

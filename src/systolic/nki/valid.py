@@ -261,11 +261,22 @@ def check_values(ops: list[Op], valid: list[Tensor], accumulates: set[int]) -> N
     tr = _Tracker(valid)
     state = tr.state
     for i, op in enumerate(ops):
-        # the common case first: every source tensor and dst wholly valid already
-        if i not in accumulates and all(
-                (st := state.get(v.tensor.id)) is not None and st.cells is None
-                for v in (op.dst, *op.outs, *op.srcs)):
-            continue
+        # the common case first, in plain loops (a generator per op cost ~0.3 s of a
+        # 100,000-op kernel): every source wholly valid, so whatever the op writes is valid
+        # (an accumulating matmul: when its dst is wholly valid too)
+        for v in op.srcs:
+            st = state.get(v.tensor.id)
+            if st is None or st.cells is not None:
+                break
+        else:
+            st = state.get(op.dst.tensor.id)
+            whole_dst = st is not None and st.cells is None
+            if i not in accumulates or whole_dst:
+                if not whole_dst:
+                    tr.write(op.dst, None, None)
+                for v in op.outs:
+                    tr.write(v, None, None)
+                continue
         cells = [tr.read(v) for v in op.srcs]
         if any(c is not None for c in cells):
             dst, outs = RULES.get(op.kind, _whole_or_none)(op, cells)
