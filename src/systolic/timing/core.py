@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 from math import ceil
 
@@ -158,6 +159,61 @@ _C_SYNC, _C_IDLE = int(Cause.SYNC), int(Cause.IDLE)
 _DmaPlan = tuple[tuple[int, ...], int, int, int, int, int, int]
 
 
+@dataclass(frozen=True, slots=True)
+class _ArchTables:
+    """The scheduler's figures that depend on the Arch alone, in ticks."""
+
+    tick: int
+    r_pe: int  # ticks per PE cycle
+    sync: int  # a cross-engine semaphore
+    fixed: int  # a DMA's fixed latency
+    hbm_rate: float  # bytes per tick
+    per: dict[int, int]  # ticks per cycle, per compute queue
+    access: dict[int, int]  # engine access overhead, per compute queue
+    dep_overhead: dict[int, int]  # a same-engine read-after-write, per compute queue
+    # ticks between a dependency on queue qd and an op on queue q: lat_raw[q][qd] for a
+    # read after write, lat_order[q][qd] otherwise (see _latency)
+    lat_raw: list[list[int]]
+    lat_order: list[list[int]]
+
+
+def _latency(t: _ArchTables, qd: int, q: int, raw: bool) -> int:
+    """Ticks between the end of a dependency on queue ``qd`` and an op on queue ``q``
+    (module docstring: sync, access and dependency overheads; a DMA consumer's fixed cost
+    is added by the caller). The scheduler reads it from its tables."""
+    if qd == q and q < _DQ:
+        return t.dep_overhead.get(q, 0) if raw else 0
+    if q >= _DQ:
+        return t.access.get(qd, 0)
+    return t.sync + t.access.get(qd, 0)
+
+
+_ARCH_TABLES: dict[int, tuple[Arch, _ArchTables]] = {}
+"""Per Arch (by id, the Arch kept so that the id stays its own): its tables, read only and
+shared (building the latency tables was 800 calls, a fifth of a small product's timing)."""
+
+
+def _arch_tables(arch: Arch) -> _ArchTables:
+    got = _ARCH_TABLES.get(id(arch))
+    if got is not None and got[0] is arch:
+        return got[1]
+    tick = arch.tick_hz
+    per = {q: tick // engine_hz(arch, e) for e, q in _ENGINE_Q.items()}
+    base = _ArchTables(
+        tick, tick // int(arch.clock_hz), ceil(arch.sync_ns * tick / 1e9),
+        ceil(arch.dma_fixed_ns * tick / 1e9), arch.hbm_bytes_per_s / tick, per,
+        {q: arch.engine_access_overhead * per[q] for q in (1, 2, 3)},
+        {q: arch.engine_dep_overhead * per[q] for q in (1, 2, 3)}, [], [])
+    nq = _DQ + arch.dma_engines
+    for q in range(nq):
+        base.lat_raw.append([_latency(base, qd, q, True) for qd in range(nq)])
+        base.lat_order.append([_latency(base, qd, q, False) for qd in range(nq)])
+    if len(_ARCH_TABLES) >= 64:  # a sweep over Arch fields makes an Arch per point
+        _ARCH_TABLES.clear()
+    _ARCH_TABLES[id(arch)] = (arch, base)
+    return base
+
+
 class _Scheduler:
     """One pass over a Program (module docstring). Per op it keeps ints in flat lists, no
     object (133,120 instructions make 133,120 ops, and objects that outlive the pass are
@@ -171,20 +227,10 @@ class _Scheduler:
         self.mode = mode
         self.what_if = what_if
         self.fill = mode == "list"
-        self.tick = arch.tick_hz
-        self.r_pe = self.tick // int(arch.clock_hz)
-        self.sync = ceil(arch.sync_ns * self.tick / 1e9)
-        self.fixed = ceil(arch.dma_fixed_ns * self.tick / 1e9)
-        self.hbm_rate = arch.hbm_bytes_per_s / self.tick  # bytes per tick
-        self.per = {q: self.tick // engine_hz(arch, e) for e, q in _ENGINE_Q.items()}
-        self.access = {q: arch.engine_access_overhead * self.per[q] for q in (1, 2, 3)}
-        self.dep_overhead = {q: arch.engine_dep_overhead * self.per[q] for q in (1, 2, 3)}
-        nq = _DQ + arch.dma_engines
-        # ticks between a dependency on queue qd and an op on queue q: lat_raw[q][qd] for
-        # a read after write, lat_order[q][qd] otherwise (see _latency)
-        self.lat_raw = [[self._latency(qd, q, True) for qd in range(nq)] for q in range(nq)]
-        self.lat_order = [[self._latency(qd, q, False) for qd in range(nq)]
-                          for q in range(nq)]
+        t = _arch_tables(arch)
+        self.tick, self.r_pe, self.sync, self.fixed = t.tick, t.r_pe, t.sync, t.fixed
+        self.hbm_rate, self.per, self.access = t.hbm_rate, t.per, t.access
+        self.dep_overhead, self.lat_raw, self.lat_order = t.dep_overhead, t.lat_raw, t.lat_order
         # per op
         self.queue: list[int] = []  # its (first) queue id
         self.records: list[int] = []  # OpRecord's fields, RECORD an op
@@ -244,16 +290,6 @@ class _Scheduler:
         if tl is None:
             tl = self.timelines[key] = Timeline(self.fill)
         return tl
-
-    def _latency(self, qd: int, q: int, raw: bool) -> int:
-        """Ticks between the end of a dependency on queue ``qd`` and an op on queue ``q``
-        (module docstring: sync, access and dependency overheads; a DMA consumer's fixed
-        cost is added by the caller). The scheduler reads it from its tables."""
-        if qd == q and q < _DQ:
-            return self.dep_overhead.get(q, 0) if raw else 0
-        if q >= _DQ:
-            return self.access.get(qd, 0)
-        return self.sync + self.access.get(qd, 0)
 
     def _deps(self, raw: set[int], order: set[int], q: int, skip_own: bool
               ) -> tuple[int, int]:
