@@ -148,6 +148,19 @@ def test_json_program_is_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert data["instructions"]["MatMul"] == data["program"].count("MatMul")
 
 
+def test_kernel_json_program_is_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the CLI fuzzer: `kernel --json --program` printed the text, then JSON."""
+    argv = ["kernel", "examples/kernels/tiled_matmul.py:tiled_matmul",
+            "--arg", "lhsT=bf16[256,128]", "--arg", "rhs=bf16[256,512]"]
+    assert main([*argv, "--program"]) == 0
+    text = capsys.readouterr().out
+    assert main([*argv, "--program", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["program"] + "\n" == text  # the same text, in a field
+    assert data["program"].count("\nMatMul") + data["program"].startswith("MatMul") == (
+        data["opcodes"]["MatMul"])
+
+
 def test_format_names_any_case(capsys: pytest.CaptureFixture[str]) -> None:
     """One rule for the CLI and the YAML: format names are case-insensitive."""
     assert main(["matmul", "128", "128", "128", "--dtype", "BF16", "--json"]) == 0

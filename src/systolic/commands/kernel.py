@@ -312,7 +312,9 @@ def run(args: argparse.Namespace) -> int:
         with stage(f"drawing the timeline of {len(rec.program):,} instructions", args):
             core_timeline_plot(core, args.timeline, width=args.width or PLOT_WIDTH,
                                title=f"{os.path.basename(path)}:{func}")
-    if args.program:
+    if args.program and args.json:  # one JSON object, the text in it (as matmul does)
+        info["program"] = rec.program.text()
+    elif args.program:
         print(rec.program.text())
     if args.json:
         print(json.dumps(info, indent=2))
