@@ -284,7 +284,9 @@ class Activation:
 class TensorScalar:
     """``nisa.tensor_scalar``: dst = (src op0 operand0) op1 operand1 in fp32, each operand a
     constant (``operand0``) or one value per partition (``operand0_ap``, [P, 1]); ``reverse0``
-    puts the operand on the left of ``op0``. ``op1`` is optional."""
+    puts the operand on the left of ``op0``. ``op1`` is optional. With ``acc`` ([P, 1], Vector
+    engine) the instruction also reduces each partition's fp32 results with ``acc_op`` into
+    it (``reduce_res`` of nki.isa.tensor_scalar_reduce)."""
 
     src: AccessPattern
     dst: AccessPattern
@@ -297,6 +299,8 @@ class TensorScalar:
     operand1: float = 0.0
     operand1_ap: AccessPattern | None = None
     reverse1: bool = False
+    acc: AccessPattern | None = None
+    acc_op: AluOp = AluOp.ADD
 
 
 @dataclass(frozen=True, slots=True)
@@ -646,7 +650,7 @@ ACCESS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
     Memset: ((), ("dst",)),
     Activation: (("src", "bias", "scales"), ("dst", "acc")),
     QuantizeMx: (("src",), ("dst", "scale")),
-    TensorScalar: (("src", "operand0_ap", "operand1_ap"), ("dst",)),
+    TensorScalar: (("src", "operand0_ap", "operand1_ap"), ("dst", "acc")),
     TensorReduce: (("src",), ("dst",)),
     Transpose: (("src",), ("dst",)),
     BnStats: (("src",), ("dst",)),

@@ -38,7 +38,7 @@ from .types import BUFFERS, Buffer, fill_value, to_dtype
 
 __all__ = ["activation", "activation_reduce", "dma_copy", "engine", "matmul_perf_mode",
            "memset", "nc_matmul", "nc_matmul_mx", "quantize_mx", "reduce_cmd", "tensor_copy",
-           "tensor_reduce", "tensor_scalar", "tensor_tensor"]
+           "tensor_reduce", "tensor_scalar", "tensor_scalar_reduce", "tensor_tensor"]
 
 class engine:
     """``nisa.engine``: which engine runs an instruction (``unknown`` lets us choose)."""
@@ -380,6 +380,48 @@ def tensor_scalar(*args: Any, **kw: Any) -> Pending | None:
     return Pending(LazyKind.TENSOR_SCALAR, where, src=vals["data"], dtype=dtype, engine=eng,
                    op0=vals["op0"], operand0=vals["operand0"], reverse0=rev0, op1=vals.get("op1"),
                    operand1=vals.get("operand1"), reverse1=rev1, mask=m)
+
+
+def tensor_scalar_reduce(*args: Any, **kw: Any) -> Pending | None:
+    """Older API ``tensor_scalar_reduce(data=, op0=, operand0=, reduce_op=, reduce_res=,
+    reverse0=False, dtype=, mask=)`` returns the new tile data op0 operand0; current API
+    ``tensor_scalar_reduce(dst, data, op0, operand0, reduce_op, reduce_res, reverse0=)``
+    writes it into dst. Either way each partition's results are also reduced with
+    reduce_op into ``reduce_res`` ([P, 1]) on the Vector engine (NKI docs,
+    nki.isa.tensor_scalar_reduce)."""
+    what = "tensor_scalar_reduce"
+    where = here()
+    kw.pop("name", None)
+    m = check_mask(kw.pop("mask", None), what, where)
+    if kw.pop("engine", None) not in (None, Engine.VECTOR):
+        raise fail(f"{what} runs on the Vector engine (NKI docs)", where)
+    cmd = kw.pop("reduce_cmd", None)
+    if cmd not in (None, reduce_cmd.idle, reduce_cmd.reset_reduce):
+        raise fail(f"{what} reduce_cmd={cmd}: accumulating across instructions is not "
+                   f"modelled; use reduce_cmd.reset_reduce (one instruction's reduction)",
+                   where)
+    for opt, default in (("reduce_init", None), ("reduce_res_negate", False)):
+        if kw.pop(opt, default) != default:
+            raise fail(f"{what} {opt}= is not modelled", where)
+    current_api = _current_api(args, kw, 2)
+    names: tuple[str, ...] = (("dst",) if current_api else ()) + (
+        "data", "op0", "operand0", "reduce_op", "reduce_res", "reverse0")
+    vals = dict(zip(names, args, strict=False))
+    vals.update({k: kw.pop(k) for k in names if k in kw})
+    dtype = kw.pop("dtype", None)
+    _no_extra(kw, what, where)
+    _need(vals, names[:-1], what, where)
+    rev0 = bool(vals.get("reverse0", False))
+    if current_api:
+        with applying(m, what, where):
+            record_tensor_scalar(as_view(vals["dst"]), as_view(vals["data"]), vals["op0"],
+                                 vals["operand0"], rev0, None, None, False, None, where,
+                                 vals["reduce_op"], vals["reduce_res"])
+        return None
+    return Pending(LazyKind.TENSOR_SCALAR, where, src=vals["data"], dtype=dtype, engine=None,
+                   op0=vals["op0"], operand0=vals["operand0"], reverse0=rev0, op1=None,
+                   operand1=None, reverse1=False, reduce_op=vals["reduce_op"],
+                   reduce_res=vals["reduce_res"], mask=m)
 
 
 def tensor_reduce(*args: Any, **kw: Any) -> Pending | None:

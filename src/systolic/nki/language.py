@@ -479,6 +479,32 @@ __all__ += ["dropout", "equal", "greater", "greater_equal", "less", "less_equal"
             "not_equal", "rand", "random_seed", "where"]
 
 
+def floor(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Pending:
+    """``nl.floor(x, dtype=None, mask=None)``: the largest integer <= x, element-wise, in
+    ``dtype`` (default x's). The NKI docs name no engine or instruction for it and neither
+    the ALU operators nor the activation functions have a floor (nki.api.shared.rst,
+    aws-neuron-sdk 7c165a3e), so the model computes it from two Vector-engine operators it
+    has: frac = x mod 1.0 (tensor_scalar, numpy's fp32 np.mod, in [0, 1)) into an fp32 tile,
+    then x - frac (tensor_tensor), exact for every finite fp32 x (unsure: the hardware's
+    lowering and so its cost; +-inf gives NaN here, docs/NUMERICS.md)."""
+    from .results import materialize
+
+    where = here()
+    m = check_mask(mask, "nl.floor", where)
+    kw.pop("name", None)
+    if kw:
+        raise fail(f"nl.floor: argument(s) {', '.join(sorted(kw))} not modelled", where)
+    src = as_view(x)
+    frac = materialize(Pending(
+        LazyKind.TENSOR_SCALAR, where, src=src, op0=mod, operand0=1.0, reverse0=False,
+        op1=None, operand1=None, reverse1=False, dtype="float32", mask=m))
+    return Pending(LazyKind.TENSOR_TENSOR, where, a=src, b=frac.full, op=subtract,
+                   dtype=dtype, engine=None, mask=m)
+
+
+__all__ += ["floor"]
+
+
 def finfo(dtype: Any) -> Any:
     """``nl.finfo(dtype)``: numpy's ``finfo`` of a float dtype (ml_dtypes' for bfloat16 and
     the fp8 formats), so ``nl.finfo(nl.bfloat16).min`` is that format's lowest finite

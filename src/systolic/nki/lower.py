@@ -221,7 +221,8 @@ def _tensor_scalar(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
     return [TensorScalar(p.srcs[0], p.dst, a.op0, 1.0 if a.c0 is None else a.c0, a.engine,
                          operand0_ap=c0, reverse0=a.reverse0, op1=a.op1,
                          operand1=0.0 if a.c1 is None else a.c1, operand1_ap=c1,
-                         reverse1=a.reverse1)]
+                         reverse1=a.reverse1, acc=p.outs[0] if p.outs else None,
+                         acc_op=a.acc_op)]
 
 
 def _tensor_reduce(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:

@@ -118,7 +118,9 @@ class TensorTensorArgs:
 @dataclass(frozen=True, slots=True)
 class TensorScalarArgs:
     """``tensor_scalar``: (data op0 operand0) op1 operand1. ``c0`` / ``c1`` are the constant
-    operands, None where a [P, 1] tile gives it (then that tile is the next of srcs[1:])."""
+    operands, None where a [P, 1] tile gives it (then that tile is the next of srcs[1:]);
+    outs holds ``reduce_res`` of ``tensor_scalar_reduce`` (the results also reduced with
+    ``acc_op``)."""
 
     KIND: ClassVar[OpKind] = OpKind.TENSOR_SCALAR
     engine: Engine
@@ -128,6 +130,7 @@ class TensorScalarArgs:
     op1: AluOp | None
     c1: float | None
     reverse1: bool
+    acc_op: AluOp = AluOp.ADD
 
 
 @dataclass(frozen=True, slots=True)

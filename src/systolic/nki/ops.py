@@ -233,11 +233,15 @@ def record_activation(dst: View, src: View, op: object, scale: Any,
 
 def record_tensor_scalar(dst: View, src: View, op0: object, operand0: Any, reverse0: bool,
                          op1: object, operand1: Any, reverse1: bool, eng: object,
-                         where: tuple[str, int]) -> None:
+                         where: tuple[str, int], reduce_op: Any = None,
+                         reduce_res: Any = None) -> None:
+    """``tensor_scalar``; with ``reduce_res`` it is ``tensor_scalar_reduce`` (one operator,
+    Vector engine: NKI docs), each partition's results also reduced with ``reduce_op``."""
+    what = "tensor_scalar" if reduce_res is None else "tensor_scalar_reduce"
     e = _engine(eng, Engine.VECTOR)
-    _on_chip(src, "data", "tensor_scalar", where)
-    _on_chip(dst, "dst", "tensor_scalar", where)
-    _match(dst, src, "tensor_scalar", where)
+    _on_chip(src, "data", what, where)
+    _on_chip(dst, "dst", what, where)
+    _match(dst, src, what, where)
     srcs: list[View] = [src]
     alu0 = _alu(op0)
     alu1 = None
@@ -245,17 +249,24 @@ def record_tensor_scalar(dst: View, src: View, op0: object, operand0: Any, rever
     for k, operand in enumerate((operand0, operand1)):
         if k == 1 and op1 is None:
             if operand1 is not None:
-                raise fail("tensor_scalar: operand1 without op1", where)
+                raise fail(f"{what}: operand1 without op1", where)
             continue
         if k == 1:
             alu1 = _alu(op1)
         if isinstance(operand, int | float) and not isinstance(operand, bool):
             consts[k] = float(operand)
         else:
-            srcs.append(_vector(operand, src, f"operand{k}", "tensor_scalar", where))
-    _gpsimd(e, (dst, *srcs), "tensor_scalar", where)
+            srcs.append(_vector(operand, src, f"operand{k}", what, where))
+    _gpsimd(e, (dst, *srcs), what, where)
+    outs: tuple[View, ...] = ()
+    acc = AluOp.ADD
+    if reduce_res is not None:
+        if e is not Engine.VECTOR or alu1 is not None:
+            raise fail(f"{what} is one operator on the Vector engine (NKI docs)", where)
+        outs = (_vector(reduce_res, src, "reduce_res", what, where),)
+        acc = _reduce_alu(reduce_op, what, where)
     _add(TensorScalarArgs(e, alu0, consts[0], bool(reverse0), alu1, consts[1],
-                          bool(reverse1)), dst, tuple(srcs), where)
+                          bool(reverse1), acc), dst, tuple(srcs), where, outs)
 
 
 def record_tensor_reduce(dst: View, src: View, op: object, axis: Any, negate: bool,

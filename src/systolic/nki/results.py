@@ -122,7 +122,8 @@ def _write_ts(p: Pending, dst: View, acc: bool | None) -> None:
     a = p.args
     record_tensor_scalar(dst, as_view(a["src"]), a["op0"], a["operand0"],
                          a.get("reverse0", False), a.get("op1"), a.get("operand1"),
-                         a.get("reverse1", False), a.get("engine"), p.where)
+                         a.get("reverse1", False), a.get("engine"), p.where,
+                         a.get("reduce_op"), a.get("reduce_res"))
 
 
 def _write_reduce(p: Pending, dst: View, acc: bool | None) -> None:

@@ -17,7 +17,8 @@ pattern with numpy. Semantics (NKI docs, nki.isa.*):
   functions"); with ``acc`` each partition's fp32 results are reduced (add, max, min) into
   it, rounded to its format.
 * ``TensorScalar`` computes (x op0 c0) op1 c1 in fp32, each c a constant or one value per
-  partition (``reverse``: c on the left).
+  partition (``reverse``: c on the left); with ``acc`` (tensor_scalar_reduce) each
+  partition's fp32 results are reduced into it as Activation's are.
 * ``TensorReduce`` reduces each partition's free elements (the innermost runs, one per dst
   element of the partition) with op in fp32 (negated when
   asked), rounded to dst's format.
@@ -154,9 +155,15 @@ def activation(mem: Memory, ins: Activation) -> None:
             x = x + _per_partition(mem, ins.bias, shape)
         y = _FUNCS[ins.func](x.astype(np.float64)).astype(np.float32)
         mem.write(ins.dst, y, overflow=_CAST)
-        if ins.acc is not None:
-            red = _REDUCE[ins.acc_op](y.reshape(shape[0], -1), axis=1)
-            mem.write(ins.acc, red.astype(np.float32).reshape(ins.acc.shape), overflow=_CAST)
+        _reduce_into(mem, ins.acc, ins.acc_op, y)
+
+
+def _reduce_into(mem: Memory, acc: AccessPattern | None, op: AluOp, y: np.ndarray) -> None:
+    """``reduce_res``: each partition's fp32 results (y, before they are rounded to dst's
+    format) reduced with ``op`` in fp32, rounded to acc's format."""
+    if acc is not None:
+        red = _REDUCE[op](y.reshape(y.shape[0], -1), axis=1)
+        mem.write(acc, red.astype(np.float32).reshape(acc.shape), overflow=_CAST)
 
 
 def _operand(mem: Memory, c: float, ap: AccessPattern | None, shape: tuple[int, ...]
@@ -175,7 +182,9 @@ def tensor_scalar(mem: Memory, ins: TensorScalar) -> None:
         if ins.op1 is not None:
             c1 = _operand(mem, ins.operand1, ins.operand1_ap, shape)
             y = _ALU[ins.op1](c1, y) if ins.reverse1 else _ALU[ins.op1](y, c1)
-        mem.write(ins.dst, np.asarray(y, dtype=np.float32), overflow=_CAST)
+        y = np.asarray(y, dtype=np.float32)
+        mem.write(ins.dst, y, overflow=_CAST)
+        _reduce_into(mem, ins.acc, ins.acc_op, y)
 
 
 def tensor_reduce(mem: Memory, ins: TensorReduce) -> None:

@@ -158,7 +158,13 @@ def activation(ins: Activation, arch: Arch, engine: Engine) -> int:
 
 def tensor_scalar(ins: TensorScalar, arch: Arch, engine: Engine) -> int:
     """``max(MIN_II, N)`` Vector or Scalar engine cycles (nki.isa.tensor_scalar), over the
-    trn2 Vector perf mode of tensor_copy / tensor_scalar (trainium2_arch.rst)."""
+    trn2 Vector perf mode of tensor_copy / tensor_scalar (trainium2_arch.rst). With a
+    reduction into ``reduce_res`` (``acc``): ``max(MIN_II, N) + MIN_II`` Vector cycles
+    (nki.isa.tensor_scalar_reduce), no perf mode (unsure: its page names none, and FACTS
+    "Hardware" gives the trn2 perf mode for tensor_copy / tensor_scalar only)."""
+    if ins.acc is not None:
+        return _floor(arch, _n(ins.src) * _stride_factor(ins.src, ins.dst)) \
+            + arch.engine_min_ii
     sp = _copy_speedup(arch, engine, ins.src, ins.dst)
     return _floor(arch, _n(ins.src) * _stride_factor(ins.src, ins.dst) / sp)
 
@@ -338,8 +344,9 @@ ROWS: tuple[Row, ...] = (
         f"{_ISA} activation, activation_reduce"),
     Row(Activation, (_V, _G), activation, "max(MIN_II, N)",
         "trainium_inferentia2_arch.rst: one input tile, about N"),
-    Row(TensorScalar, (_V, _S, _G), tensor_scalar, "max(MIN_II, N) / perf mode",
-        f"{_ISA} tensor_scalar; trainium2_arch.rst Vector perf mode"),
+    Row(TensorScalar, (_V, _S, _G), tensor_scalar, "max(MIN_II, N) / perf mode; "
+        "max(MIN_II, N) + MIN_II with reduce_res",
+        f"{_ISA} tensor_scalar, tensor_scalar_reduce; trainium2_arch.rst Vector perf mode"),
     Row(TensorReduce, (_V, _G), tensor_reduce, "N/2 for bf16 add/max, else N (>= MIN_II)",
         f"{_ISA} tensor_reduce"),
     Row(QuantizeMx, (_V,), quantize_mx, "max(MIN_II, N/4)",

@@ -102,6 +102,9 @@ def check_engine(c: Checker, i: int, ins: Instruction) -> None:
         c._fail(i, f"{type(ins).__name__} runs on Vector, Scalar or GpSimd, not {eng.value}")
     if isinstance(ins, Activation) and eng is not Engine.SCALAR:
         c._fail(i, "Activation runs on the Scalar engine")
+    if isinstance(ins, TensorScalar) and ins.acc is not None and eng is not Engine.VECTOR:
+        c._fail(i, "TensorScalar with acc (tensor_scalar_reduce) runs on the Vector engine "
+                   "(NKI docs)")
     srcs = _sources(ins)
     if srcs is None:  # pragma: no cover - the dispatcher sends only the kinds above
         c._fail(i, f"unknown engine instruction {type(ins).__name__}")
@@ -147,7 +150,8 @@ def _vectors(ins: Instruction) -> tuple[tuple[str, AccessPattern], ...]:
     if isinstance(ins, Activation):
         named = (("bias", ins.bias), ("scales", ins.scales), ("acc", ins.acc))
     elif isinstance(ins, TensorScalar):
-        named = (("operand0", ins.operand0_ap), ("operand1", ins.operand1_ap))
+        named = (("operand0", ins.operand0_ap), ("operand1", ins.operand1_ap),
+                 ("acc", ins.acc))
     elif isinstance(ins, TensorReduce):
         return (("dst", ins.dst),)
     else:
