@@ -96,6 +96,12 @@ def _partitions(a: View, b: View) -> tuple[View, View]:
     if (a.partitions == 1 and b.partitions > 1 and len(a.shape) == len(b.shape)
             and a.shape[0] == 1):
         return a.broadcast_to((b.partitions, *a.shape[1:])).full, b
+    if not a.shape and b.partitions > 1:
+        # a 0-d tile (one element, ``nl.load(sinks[b, h])``) broadcasts to any shape, numpy's
+        # rule that nl.add & co. follow ("x.shape and y.shape must be broadcastable to a
+        # common shape", nki.language.add): read as [1, 1] on every partition, a [P, 1]
+        # column that the operation then broadcasts along the free axis
+        return a.broadcast_to((b.partitions, 1)).full, b
     return a, b
 
 

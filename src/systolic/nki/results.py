@@ -97,9 +97,32 @@ def _write_load(p: Pending, dst: View, acc: bool | None) -> None:
 
 def _write_matmul(p: Pending, dst: View, acc: bool | None) -> None:
     a = p.args
-    record_matmul(dst, as_view(a["stationary"]), as_view(a["moving"]), acc,
-                  a.get("tile_position", ()), a.get("tile_size", ()), a.get("perf_mode"),
+    pos = a.get("tile_position", ())
+    stat, mov = (_to_sbuf(as_view(a[k]), pos, p.where) for k in ("stationary", "moving"))
+    record_matmul(dst, stat, mov, acc, pos, a.get("tile_size", ()), a.get("perf_mode"),
                   p.where, a.get("transpose", False))
+
+
+def _to_sbuf(v: View, pos: tuple[int, ...], where: tuple[str, int]) -> View:
+    """An older-API matmul operand (``nisa.nc_matmul(stationary, moving)``, ``nl.matmul``)
+    that lies in PSUM, staged into a fresh SBUF tile by a recorded Vector engine
+    tensor_copy (timed like any copy), the one the compiler must insert: "The nc_matmul
+    instruction must read inputs from SBUF" (nki.isa.nc_matmul), while a Tensor Engine
+    nc_transpose "must ... write the transposed result to PSUM" (nki.isa.nc_transpose,
+    NKI docs 2.21-2.26), and flash attention backward (nki-samples) feeds one to the other.
+    Which engine the compiler uses for that copy is not documented (unsure): the Vector
+    engine, nisa.tensor_copy's default. The current API's ``nc_matmul(dst, stationary,
+    moving)`` is the instruction itself and keeps refusing a PSUM operand."""
+    if v.buffer.name != "psum":
+        return v
+    if v.outside is not None:
+        v.outside.check(where)
+    t = Tensor(v.shape, v.dtype, BUFFERS["sbuf"], where)
+    if pos:  # where a tile_position row reads it (as for a lazy operand, nki/isa.py)
+        t.at_partition(int(pos[0]))
+    current().add_tensor(t)
+    record_copy(t.full, v, None, where)
+    return t.full
 
 
 def _write_copy(p: Pending, dst: View, acc: bool | None) -> None:

@@ -294,8 +294,17 @@ class View(Arithmetic):
             i = keys.index(Ellipsis)
             keys[i:i + 1] = [slice(None)] * (len(axes) - (len(keys) - 1))
         if len(keys) > len(axes):
-            raise fail(f"{len(keys)} indices for a tensor of {len(axes)} dimensions "
-                       f"(shape {list(self.shape)})")
+            if len(keys) != 2 or len(axes) != 1 or not axes[0].part or not self.buffer.on_chip:
+                raise fail(f"{len(keys)} indices for a tensor of {len(axes)} dimensions "
+                           f"(shape {list(self.shape)})")
+            # A [P] view on chip (a free dimension dropped by an integer index, as NKI's
+            # "Basic Tensor Indexing" documents) still lies in memory as partitions x one
+            # element: "NKI expects tile indices to have at least two dimensions to match
+            # the underlying memory (SBUF or PSUM)" (nki.errors, err_1d_arange_not_supported,
+            # whose workaround indexes ``tmp[0:64, 0]``). So it takes a second index as a
+            # [P, 1] tile: flash attention passes ``l_buffer[:, i]`` to a helper that reads
+            # and writes ``l_buffer[:, 0]`` (docstring: "l_buffer: (B_P_SIZE, 1)").
+            axes = (*axes, Axis(1, 1))
         offset, p0 = self.offset, self.p0
         out: list[tuple[float, Axis]] = []
         exprs = False
