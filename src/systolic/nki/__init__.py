@@ -144,15 +144,23 @@ class BenchmarkResult:
 
 
 class _Benchmarked:
-    def __init__(self, kernel: Any, warmup: int, iters: int, arch: Any) -> None:
+    def __init__(self, kernel: Any, warmup: int, iters: int, arch: Any,
+                 trace: str | None = None) -> None:
         self.kernel, self.warmup, self.iters, self.arch = kernel, warmup, iters, arch
+        self.trace = trace
         self.benchmark_result: BenchmarkResult | None = None
 
     def __getitem__(self, grid: Any) -> _Benchmarked:
         """``benchmark(...)(kernel)[grid](...)``: the SPMD launch, benchmarked."""
-        return _Benchmarked(self.kernel[grid], self.warmup, self.iters, self.arch)
+        return _Benchmarked(self.kernel[grid], self.warmup, self.iters, self.arch,
+                            self.trace)
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
+        if self.trace is not None:  # refused when run, so the rest of its file still loads
+            raise SystolicError(
+                f"nki.benchmark(save_trace_name={self.trace!r}) writes a Neuron device "
+                f"profile (NTFF), which the model does not; leave it out, or use "
+                f"`systolic kernel --trace F.json` for a Perfetto trace of every engine")
         rec = record(self.kernel, args, kwargs, arch=self.arch)
         # a launch on several NeuronCores takes its longest core's time (nki/cores.py)
         self.benchmark_result = BenchmarkResult(rec, time_recorded(rec), self.warmup,
@@ -171,6 +179,8 @@ def benchmark(kernel: Any = None, *, warmup: int = 5, iters: int = 10,
         raise SystolicError(f"nki.benchmark needs warmup >= 0 and iters >= 1, got "
                             f"warmup={warmup}, iters={iters}")
     arch = options.get("arch")
+    trace = options.get("save_trace_name")
+    trace = None if trace is None else str(trace)
     if kernel is None:
-        return lambda k: _Benchmarked(k, warmup, iters, arch)
-    return _Benchmarked(kernel, warmup, iters, arch)
+        return lambda k: _Benchmarked(k, warmup, iters, arch, trace)
+    return _Benchmarked(kernel, warmup, iters, arch, trace)
