@@ -68,3 +68,18 @@ class KernelError(SystolicError):
         self.line = line
         self.message = message
         super().__init__(f"{path}:{line}: {message}")
+
+
+class IndirectIndexError(SystolicError):
+    """An indirect DMA's index outside the rows of its device-memory table, found when the
+    instruction executes (the indices are values in SBUF, unknown until then). Besides the
+    message it carries where: ``partition`` (the index tile's partition holding it),
+    ``value``, ``rows`` (the table's rows, valid indices 0..rows-1), and the table's first
+    byte ``offset``, ``row_step`` bytes between rows and ``itemsize``, so a front end can
+    restate it in its own terms."""
+
+    def __init__(self, message: str, *, partition: int, value: int, rows: int, offset: int,
+                 row_step: int, itemsize: int) -> None:
+        self.partition, self.value, self.rows = partition, value, rows
+        self.offset, self.row_step, self.itemsize = offset, row_step, itemsize
+        super().__init__(message)

@@ -39,6 +39,7 @@ __all__ = [
     "BnStats",
     "CopyPredicated",
     "DmaCopy",
+    "DmaIndirect",
     "DmaLoad",
     "Dropout",
     "FindIndex8",
@@ -228,6 +229,55 @@ class DmaCopy:
     queue: int = 0
 
     engine = Engine.DMA
+
+
+@dataclass(frozen=True, slots=True)
+class DmaIndirect:
+    """An indirect DMA: the software DGE's gather or scatter of rows of a device-memory
+    table by a tile of indices in SBUF (NKI docs, nki.isa.dma_copy: "When sw_dge is
+    selected, nisa.dma_copy can also perform a gather or scatter operation, using a list of
+    dynamic indices from SBUF"; nki.language.load / store with ``x[idx_tile, ...]``).
+
+    ``table`` is every row the indices may name: device memory, rows 0..``table.partitions``
+    - 1 at ``table.partition_step`` bytes apart, each row's elements by ``table.dims``.
+    ``data`` is the SBUF side [K, ...]: its partition k is the row named by the int32 (or
+    uint32) value at partition k of ``index`` [K, 1]. The Program carries where the indices
+    are, never their values: the rows are resolved when the instruction executes.
+
+    * ``scatter`` False, a gather: data[k] = table[index[k]] (repeated indices allowed).
+    * ``scatter`` True: table[index[k]] = data[k], k in order (a repeated index: the last
+      write wins; unsure, the hardware's order is not published); ``accumulate``: table[
+      index[k]] += data[k] in fp32, rounded to the table's format (``dst_rmw_op=np.add``;
+      repeated indices add up, the docs' "the compiler automatically adds
+      synchronization").
+
+    An index outside 0..rows-1 is an error when executed, or with ``skip_oob``
+    (``oob_mode.skip``) its row is left out: not read, not written."""
+
+    data: AccessPattern
+    table: AccessPattern
+    index: AccessPattern
+    scatter: bool = False
+    accumulate: bool = False
+    skip_oob: bool = False
+    queue: int = 0
+
+    engine = Engine.DMA
+
+    @property
+    def src(self) -> AccessPattern:
+        """What the transfer reads: the table (gather) or the SBUF rows (scatter)."""
+        return self.data if self.scatter else self.table
+
+    @property
+    def dst(self) -> AccessPattern:
+        """What the transfer writes: the SBUF rows (gather) or the table (scatter)."""
+        return self.table if self.scatter else self.data
+
+    @property
+    def table_read(self) -> AccessPattern | None:
+        """The table when a scatter also reads it (``accumulate``), else None."""
+        return self.table if self.scatter and self.accumulate else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -607,7 +657,7 @@ Instruction = (LoadStationary | MatMul | LdWeightMx | MatmultMx | DmaLoad | Read
                | TensorReduce | Transpose | BnStats | BnAggr | Iota | Reciprocal
                | TensorTensorScan | AffineSelect | RangeSelect | Select | CopyPredicated
                | PartitionReduce | Max8 | FindIndex8 | MatchReplace8 | StreamShuffle
-               | LocalGather | SequenceBounds | Rand | Dropout)
+               | LocalGather | SequenceBounds | Rand | Dropout | DmaIndirect)
 # Every instruction class, in the union's order (opcode order of counts() and the text form).
 OPCODES: tuple[type, ...] = typing.get_args(Instruction)
 
@@ -622,7 +672,7 @@ class Group:
     PE: tuple[type, ...] = LOAD + COMPUTE  # the Tensor Engine's own instructions
     MX: tuple[type, ...] = (LdWeightMx, MatmultMx)  # gen4 MX pair
     DENSE: tuple[type, ...] = (LoadStationary, MatMul)
-    DMA: tuple[type, ...] = (DmaLoad, DmaCopy)  # transfers on the DMA queues
+    DMA: tuple[type, ...] = (DmaLoad, DmaCopy, DmaIndirect)  # transfers on the DMA queues
     ELEMENTWISE: tuple[type, ...] = (TensorCopy, TensorTensor, Memset, Activation, QuantizeMx,
                                      TensorScalar, TensorReduce, Transpose, BnStats, BnAggr,
                                      Iota, Reciprocal, TensorTensorScan, AffineSelect,
@@ -645,6 +695,10 @@ ACCESS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
     DmaLoad: (("src",), ("dst",)),
     ReadOut: (("src",), ("dst",)),
     DmaCopy: (("src",), ("dst",)),
+    # the DRAM side is the whole table, every row an index may name, not the rows the
+    # indices do name (their values are unknown until it executes): a conservative region
+    # (unsure how the hardware's DGE orders it against other accesses of the table)
+    DmaIndirect: (("src", "index", "table_read"), ("dst",)),
     TensorCopy: (("src",), ("dst",)),
     TensorTensor: (("a", "b"), ("dst",)),
     Memset: ((), ("dst",)),

@@ -239,8 +239,9 @@ def groups(ops: list[Op]) -> Groups:
 # The kinds whose dst and outs are written and whose srcs are read, whole (the MX kinds
 # write or read scale rows in quadrants, and kinds added later are not checked until they
 # are listed here).
-_PLAIN = frozenset({OpKind.DMA, OpKind.COPY, OpKind.TENSOR_TENSOR, OpKind.TENSOR_SCALAR,
-                    OpKind.TENSOR_REDUCE, OpKind.ACTIVATION, OpKind.MATMUL, OpKind.MEMSET,
+_PLAIN = frozenset({OpKind.DMA, OpKind.INDIRECT_DMA, OpKind.COPY, OpKind.TENSOR_TENSOR,
+                    OpKind.TENSOR_SCALAR, OpKind.TENSOR_REDUCE, OpKind.ACTIVATION,
+                    OpKind.MATMUL, OpKind.MEMSET,
                     OpKind.AFFINE_SELECT, OpKind.RANGE_SELECT, OpKind.SELECT,
                     OpKind.COPY_PREDICATED, OpKind.PARTITION_REDUCE, OpKind.MAX8,
                     OpKind.FIND_INDEX8, OpKind.MATCH_REPLACE8, OpKind.STREAM_SHUFFLE,

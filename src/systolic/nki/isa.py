@@ -16,13 +16,14 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import get_format
-from ..isa import Engine
+from ..isa import AluOp, Engine
 from .index import check_mask, reduce_axis
 from .lazy import LazyKind
 from .mask import applying, whole_only
 from .opkind import MatmulMxArgs, QuantizeMxArgs
 from .ops import (
     _add,
+    _alu_of,
     record_activation,
     record_copy,
     record_dma,
@@ -37,8 +38,9 @@ from .tensor import Pending, Tensor, View, as_view
 from .types import BUFFERS, Buffer, fill_value, to_dtype
 
 __all__ = ["activation", "activation_reduce", "dma_copy", "engine", "matmul_perf_mode",
-           "memset", "nc_matmul", "nc_matmul_mx", "quantize_mx", "reduce_cmd", "tensor_copy",
-           "tensor_reduce", "tensor_scalar", "tensor_scalar_reduce", "tensor_tensor"]
+           "memset", "nc_matmul", "nc_matmul_mx", "oob_mode", "quantize_mx", "reduce_cmd",
+           "tensor_copy", "tensor_reduce", "tensor_scalar", "tensor_scalar_reduce",
+           "tensor_tensor"]
 
 class engine:
     """``nisa.engine``: which engine runs an instruction (``unknown`` lets us choose)."""
@@ -71,12 +73,38 @@ class matmul_perf_mode:
 
 
 # -- the public functions ------------------------------------------------------------------
+class oob_mode:
+    """``nisa.oob_mode``: what an indirect DMA (``x[idx_tile, ...]``) does with an index
+    outside its tensor when it runs (NKI docs, nki.isa.dma_copy): ``error`` (the default)
+    fails, ``skip`` leaves that row out. A DMA with no tile of indices is bounds-checked
+    when it is recorded."""
+
+    error = "error"
+    skip = "skip"
+
+
 def dma_copy(dst: Any = None, src: Any = None, **kw: Any) -> None:
+    """``dma_copy(dst, src, dst_rmw_op=None, oob_mode=oob_mode.error, dge_mode=...)``: the
+    descriptor generator (``dge_mode``) makes no difference to the values or the model's
+    time; ``dst_rmw_op`` (np.add only, NKI docs) and ``oob_mode`` act on an indirect DMA."""
     where = here()
     if dst is None or src is None:
         raise fail("dma_copy needs dst= and src=", where)
+    skip = dma_oob_mode(kw.pop("oob_mode", None), "dma_copy", where)
+    rmw = kw.pop("dst_rmw_op", None)
+    if rmw is not None and _alu_of(rmw) is not AluOp.ADD:
+        raise fail(f"dma_copy dst_rmw_op={rmw!r}: only np.add (nl.add) is supported (NKI "
+                   f"docs)", where)
     with applying(check_mask(kw.pop("mask", None), "dma_copy", where), "dma_copy", where):
-        record_dma(as_view(dst), as_view(src), where)
+        record_dma(as_view(dst), as_view(src), where, skip_oob=skip,
+                   accumulate=rmw is not None)
+
+
+def dma_oob_mode(mode: object, what: str, where: tuple[str, int]) -> bool:
+    """Whether ``oob_mode`` skips out-of-range indices (None and ``error``: no)."""
+    if mode not in (None, oob_mode.error, oob_mode.skip):
+        raise fail(f"{what} oob_mode={mode!r} is oob_mode.error or oob_mode.skip", where)
+    return mode == oob_mode.skip
 
 
 def nc_matmul(*args: Any, **kw: Any) -> Pending | None:

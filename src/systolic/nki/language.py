@@ -17,6 +17,7 @@ from .types import BUFFERS, DTYPE_ALIASES, DTYPES, Buffer, ParDim, TileSize, to_
 __all__ = [
     "affine_range",
     "arange",
+    "atomic_rmw",
     "copy",
     "device_print",
     "empty_like",
@@ -246,6 +247,20 @@ def store(dst: Any, value: Any, mask: Any = None, **kw: Any) -> None:
     target = as_view(dst)
     with applying(m, "nl.store", where):
         _isa.record_dma(target, as_view(value), where)
+
+
+def atomic_rmw(dst: Any, value: Any, op: Any, mask: Any = None, **kw: Any) -> None:
+    """``nl.atomic_rmw(dst, value, op)``: dst = op(dst, value) in device memory, as one
+    read-modify-write DMA (NKI docs, nki.language.atomic_rmw). Modelled for ``op`` np.add /
+    nl.add on ``dst`` indexed by a tile of indices (``x[idx_tile, ...]``: a scatter that
+    adds, repeated indices adding up); refused otherwise, in one line."""
+    where = here()
+    if _isa._alu_of(op) is not AluOp.ADD:
+        raise fail(f"nl.atomic_rmw op={op!r} is not modelled; np.add (nl.add) is", where)
+    m = check_mask(mask, "nl.atomic_rmw", where)
+    target = as_view(dst)
+    with applying(m, "nl.atomic_rmw", where):
+        _isa.record_dma(target, as_view(value), where, accumulate=True)
 
 
 def matmul(x: Any, y: Any, transpose_x: bool = False, **kw: Any) -> Pending:

@@ -50,6 +50,7 @@ from .opkind import (
     CopyArgs,
     CopyPredicatedArgs,
     DropoutArgs,
+    IndirectDmaArgs,
     IotaArgs,
     LocalGatherArgs,
     MatchReplace8Args,
@@ -182,6 +183,15 @@ def _matmul_mx(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
 def _dma(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
     # the compiler's queue assignment (timing/dma.py queue_for)
     return [DmaCopy(p.srcs[0], p.dst, queue_for(p.srcs[0], p.dst))]
+
+
+def _indirect_dma(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, IndirectDmaArgs)
+    data, table = (p.srcs[0], p.dst) if a.scatter else (p.dst, p.srcs[0])
+    src, dst = (data, table) if a.scatter else (table, data)
+    return [isa_.DmaIndirect(data, table, p.srcs[1], a.scatter, a.accumulate, a.skip_oob,
+                             queue_for(src, dst))]
 
 
 def _copy(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
@@ -351,6 +361,7 @@ def _dropout(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
 
 LOWER: dict[OpKind, Rule] = {
     OpKind.DMA: _dma,
+    OpKind.INDIRECT_DMA: _indirect_dma,
     OpKind.COPY: _copy,
     OpKind.TENSOR_TENSOR: _tensor_tensor,
     OpKind.TENSOR_SCALAR: _tensor_scalar,

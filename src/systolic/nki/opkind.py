@@ -26,6 +26,7 @@ __all__ = [
     "DmaArgs",
     "DropoutArgs",
     "FindIndex8Args",
+    "IndirectDmaArgs",
     "IotaArgs",
     "LocalGatherArgs",
     "MatchReplace8Args",
@@ -55,6 +56,7 @@ class OpKind(enum.Enum):
     """What a recorded operation is; the value is the NKI call's name, for messages."""
 
     DMA = "dma_copy"
+    INDIRECT_DMA = "indirect dma_copy"  # x[idx_tile, ...]: a gather or a scatter
     COPY = "tensor_copy"
     TENSOR_TENSOR = "tensor_tensor"
     TENSOR_SCALAR = "tensor_scalar"
@@ -96,6 +98,20 @@ class DmaArgs:
     """``dma_copy``: dst = srcs[0], bytes as they are (a cast is recorded as a copy)."""
 
     KIND: ClassVar[OpKind] = OpKind.DMA
+
+
+@dataclass(frozen=True, slots=True)
+class IndirectDmaArgs:
+    """A DMA through a tile of indices (``nl.load(x[idx_tile, ...])``, ``nl.store``,
+    ``dma_copy``): a gather has dst the SBUF rows and srcs (table, index); a scatter has dst
+    the table (every row an index may name) and srcs (the SBUF rows, index), then the table
+    again when it ``accumulate``s (``dst_rmw_op=np.add``). ``skip_oob``: out-of-range
+    indices leave their row out (``oob_mode.skip``) instead of failing."""
+
+    KIND: ClassVar[OpKind] = OpKind.INDIRECT_DMA
+    scatter: bool
+    accumulate: bool = False
+    skip_oob: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,8 +363,9 @@ class DropoutArgs:
     seed: int
 
 
-OpArgs = (DmaArgs | CopyArgs | TensorTensorArgs | TensorScalarArgs | TensorReduceArgs
-          | MemsetArgs | ActivationArgs | MatmulArgs | MatmulMxArgs | QuantizeMxArgs
+OpArgs = (DmaArgs | IndirectDmaArgs | CopyArgs | TensorTensorArgs | TensorScalarArgs
+          | TensorReduceArgs | MemsetArgs | ActivationArgs | MatmulArgs | MatmulMxArgs
+          | QuantizeMxArgs
           | VectorTransposeArgs | BnStatsArgs | BnAggrArgs | IotaArgs | ReciprocalArgs
           | ScanArgs | AffineSelectArgs | RangeSelectArgs | SelectArgs | CopyPredicatedArgs
           | PartitionReduceArgs | Max8Args | FindIndex8Args | MatchReplace8Args

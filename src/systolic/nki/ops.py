@@ -15,6 +15,7 @@ from .opkind import (
     ActivationArgs,
     CopyArgs,
     DmaArgs,
+    IndirectDmaArgs,
     MatmulArgs,
     MemsetArgs,
     OpArgs,
@@ -23,10 +24,11 @@ from .opkind import (
     TensorTensorArgs,
 )
 from .record import Op, current, fail
-from .tensor import NlOp, Pending, Tensor, View, as_view, same_shape
+from .tensor import IndirectView, NlOp, Pending, Tensor, View, as_view, same_shape
 from .types import BUFFERS
 
-__all__ = ["record_activation", "record_copy", "record_dma", "record_matmul", "record_memset",
+__all__ = ["record_activation", "record_copy", "record_dma", "record_indirect_dma",
+           "record_matmul", "record_memset",
            "record_tensor_reduce", "record_tensor_scalar", "record_tensor_tensor"]
 
 
@@ -109,9 +111,13 @@ _DMA = DmaArgs()
 
 
 # -- recording, shared by both API generations -------------------------------------------
-def record_dma(dst: View, src: View, where: tuple[str, int]) -> None:
+def record_dma(dst: View, src: View, where: tuple[str, int], *, skip_oob: bool = False,
+               accumulate: bool = False) -> None:
+    """dst = src by DMA (``accumulate``: dst += src, ``dst_rmw_op=np.add``); either side may
+    be ``x[idx_tile, ...]`` (:class:`IndirectView`: :func:`record_indirect_dma`, where
+    ``skip_oob`` leaves out-of-range indices' rows out)."""
     if src.dtype != dst.dtype:
-        _casting_dma(dst, src, where)
+        _casting_dma(dst, src, where, skip_oob, accumulate)
         return
     if src.buffer.name == "psum" and not dst.buffer.on_chip:
         # nl.store: "If the tile is in PSUM, an extra copy will be performed to move the tile
@@ -120,18 +126,26 @@ def record_dma(dst: View, src: View, where: tuple[str, int]) -> None:
         tmp.at_partition(src.p0)  # the copy keeps each element on its partition
         current().add_tensor(tmp)
         record_copy(tmp.full, src, None, where)
-        record_dma(dst, tmp.full, where)
+        record_dma(dst, tmp.full, where, skip_oob=skip_oob, accumulate=accumulate)
         return
     if src.buffer.name == "psum" or dst.buffer.name == "psum":
         raise fail("dma_copy to or from PSUM is not modelled; copy PSUM to SBUF with "
                    "nisa.tensor_copy", where)
+    if isinstance(src, IndirectView) or isinstance(dst, IndirectView):
+        record_indirect_dma(dst, src, where, skip_oob, accumulate)
+        return
+    if accumulate:
+        raise fail("dst_rmw_op (a read-modify-write DMA) is modelled on an indirect store "
+                   "only (dst x[idx_tile, ...]); add the tiles with nisa.tensor_tensor and "
+                   "store the sum", where)
     _match(dst, src, "dma_copy", where)
     _add(_DMA, dst, (src,), where)
     if dst.buffer.on_chip and not src.buffer.on_chip and dst.size == dst.tensor.full.size:
         dst.tensor.loaded_from = src
 
 
-def _casting_dma(dst: View, src: View, where: tuple[str, int]) -> None:
+def _casting_dma(dst: View, src: View, where: tuple[str, int], skip_oob: bool = False,
+                 accumulate: bool = False) -> None:
     """NKI's dma_copy casts when the dtypes differ (NKI docs, nki.isa.dma_copy: "A cast
     will happen if the src and dst have different dtype"). The model's DmaCopy moves bytes,
     so the cast is a Vector-engine copy through an SBUF staging tile on the SBUF side."""
@@ -139,15 +153,52 @@ def _casting_dma(dst: View, src: View, where: tuple[str, int]) -> None:
         tmp = Tensor(src.shape, dst.dtype, BUFFERS["sbuf"], where, "dma_cast")
         current().add_tensor(tmp)
         record_copy(tmp.full, src, None, where)
-        record_dma(dst, tmp.full, where)
+        record_dma(dst, tmp.full, where, skip_oob=skip_oob, accumulate=accumulate)
     elif dst.buffer.on_chip:
         tmp = Tensor(dst.shape, src.dtype, BUFFERS["sbuf"], where, "dma_cast")
         current().add_tensor(tmp)
-        record_dma(tmp.full, src, where)
+        record_dma(tmp.full, src, where, skip_oob=skip_oob, accumulate=accumulate)
         record_copy(dst, tmp.full, None, where)
     else:
         raise fail(f"dma_copy from HBM to HBM cannot cast {src.dtype} -> {dst.dtype} in this "
                    f"model; stage it through an SBUF tile", where)
+
+
+def record_indirect_dma(dst: View, src: View, where: tuple[str, int], skip_oob: bool,
+                        accumulate: bool) -> None:
+    """An indirect DMA (one side ``x[idx_tile, ...]``): a gather of device-memory rows into
+    the partitions of an SBUF tile, or a scatter of its partitions into rows (nki/opkind.py
+    IndirectDmaArgs). The rows are resolved when the kernel runs (isa DmaIndirect)."""
+    if current().mask is not None:
+        raise fail("a mask= that leaves out part of an indirect DMA is not modelled; index "
+                   "a tile of the rows to move", where)
+    gather = isinstance(src, IndirectView)
+    if gather and isinstance(dst, IndirectView):
+        raise fail("an indirect DMA moves rows between device memory and SBUF; index one "
+                   "side with a tile of indices, not both", where)
+    ind = src if gather else dst
+    assert isinstance(ind, IndirectView)
+    data = dst if gather else src
+    if data.buffer.name != "sbuf":
+        raise fail(f"an indirect DMA moves rows between a device-memory tensor and an SBUF "
+                   f"tile; the other side is in {data.buffer.name.upper()} (stage it through "
+                   f"an SBUF tile)", where)
+    if accumulate and gather:
+        raise fail("dst_rmw_op adds into the destination: an indirect store (scatter) only",
+                   where)
+    if accumulate and skip_oob:
+        raise fail("dst_rmw_op takes oob_mode.error only (NKI docs, nki.isa.dma_copy)", where)
+    _match(dst, src, "dma_copy", where)
+    k = ind.index.partitions
+    if not data.axes or not data.axes[0].part or data.partitions != k:
+        raise fail(f"an indirect DMA moves row k of the tensor to or from partition k of the "
+                   f"SBUF tile: the tile needs the index tile's {k} partitions first, not "
+                   f"shape {list(data.shape)}", where)
+    args = IndirectDmaArgs(not gather, accumulate, skip_oob)
+    if gather:
+        _add(args, dst, (ind.table, ind.index), where)
+    else:
+        _add(args, ind.table, (src, ind.index, *((ind.table,) if accumulate else ())), where)
 
 
 def record_copy(dst: View, src: View, eng: object, where: tuple[str, int]) -> None:

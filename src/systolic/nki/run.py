@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..arch import Arch, get_arch
-from ..errors import KernelError, SystolicError
+from ..errors import IndirectIndexError, KernelError, SystolicError
 from ..isa import AccessPattern, Program, Space
 from ..schema import BOUND_KINDS
 from ..schema import bound_kind as schema_bound_kind
@@ -227,7 +227,10 @@ def values(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = Non
     """Run ``kernel`` on numpy arrays; returns its output array(s) as NKI would."""
     rec = record(kernel, args, kwargs, arch=arch)
     arrays = [a for a in (*args, *(kwargs or {}).values()) if isinstance(a, np.ndarray)]
-    return execute(rec, arrays, order=order)
+    try:
+        return execute(rec, arrays, order=order)
+    except IndirectIndexError as exc:  # a kernel called as NKI calls it: NKI's error
+        raise _index_error(rec, exc) from exc
 
 
 def execute(rec: Recorded, arrays: Sequence[np.ndarray], *, order: str = "fast",
@@ -269,6 +272,24 @@ def execute(rec: Recorded, arrays: Sequence[np.ndarray], *, order: str = "fast",
     if isinstance(res, tuple | list):
         return type(res)(outs[r.id] if isinstance(r, Tensor) else r for r in res)
     return outs[res.id] if isinstance(res, Tensor) else res
+
+
+def _index_error(rec: Recorded, exc: IndirectIndexError) -> IndexError:
+    """An indirect DMA's index out of range, as NKI's simulator reports it to a kernel
+    called from Python (:func:`values`: ``@nki.jit``, ``simulate_kernel``): a plain
+    IndexError naming the flat element of the tensor the row starts at and the tensor's
+    elements, numpy's words (the vendor's own tests, test_nki_isa_dma_copy.py, compare the
+    type and the text: 'index 66048 is out of bounds for axis 0 with size 65536'). The
+    simulator's one-line IndirectIndexError (which partition, which rows) is its cause, and
+    is what :func:`execute` (the CLI) raises."""
+    for t in (*rec.inputs, *rec.outputs):
+        at = rec.addresses.get(t.id)
+        size = t.free_elems * t.dtype.itemsize
+        if at is not None and not t.buffer.on_chip and at <= exc.offset < at + size:
+            flat = (exc.offset + exc.value * exc.row_step - at) // exc.itemsize
+            return IndexError(f"index {flat} is out of bounds for axis 0 with size "
+                              f"{t.free_elems}")
+    return IndexError(f"index {exc.value} is out of bounds for axis 0 with size {exc.rows}")
 
 
 def _read_output(sim: Any, at: int, t: Tensor) -> np.ndarray:

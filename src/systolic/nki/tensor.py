@@ -25,8 +25,8 @@ from .lazy import Arithmetic, LazyKind, NlOp, Pending, as_view, binary
 from .record import Loop, current, fail, here
 from .types import BUFFERS, Buffer, DType, ParDim, fill_value
 
-__all__ = ["Axis", "Expr", "Grid", "LazyKind", "NlOp", "Outside", "Pending", "Tensor", "View",
-           "as_view",
+__all__ = ["Axis", "Expr", "Grid", "IndirectView", "LazyKind", "NlOp", "Outside", "Pending",
+           "Tensor", "View", "as_view",
            "binary", "same_shape"]
 
 _IDS = itertools.count()
@@ -367,9 +367,7 @@ class View(Arithmetic):
                         raise fail(f"index {k!r} is not an int, a slice or an index "
                                    f"expression")
                     if isinstance(k, Tensor | View | Pending):  # a tile of indices
-                        raise fail("indexing with a tile of indices (indirect DMA, "
-                                   "x[idx_tile, ...]) is not modelled; the model takes ints, "
-                                   "slices and index expressions")
+                        return _indirect(self, keys, d)
                     try:
                         k = int(k)  # type: ignore[call-overload,arg-type]  # numpy integers
                     except (TypeError, ValueError):
@@ -397,6 +395,11 @@ class View(Arithmetic):
         if not why:
             if exprs:
                 out.sort(key=lambda t: t[0])
+                if len(out) == 1 and out[0][0] < 0:
+                    # only a partition-axis expression (nl.arange(n)[:, None], an [n, 1]
+                    # index array) left an axis: NKI's index arrays broadcast, so the view
+                    # is [n, 1] (x[i_p] of a 1-D tensor, x[i_p, 0]), as NKI's tile shape
+                    out.append((0.5, Axis(1, 1)))
             return View(self.tensor, offset, p0, tuple([a for _, a in out]), self.dt)
         marked = [(o, a, inside.get(j)) for j, (o, a) in enumerate(out)]
         if exprs:
@@ -457,6 +460,68 @@ class View(Arithmetic):
         rec.add_tensor(out)
         rec.recording.dma(out.full, rows, where)
         return out
+
+
+_INDIRECT_ONLY = ("a view indexed by a tile of indices (x[idx_tile, ...]) is the source or "
+                  "destination of a DMA only: nl.load, nl.store, nl.atomic_rmw or "
+                  "nisa.dma_copy; load the rows into a tile first")
+
+
+class IndirectView(View):
+    """``x[idx_tile, ...]`` of a device-memory tensor: the rows the int32 values of
+    ``index`` (an SBUF tile [K, 1]) name along ``x``'s first dimension, resolved when the
+    kernel runs (an indirect DMA: NKI docs, nki.language.load / store "indirect"). Its shape
+    is [K, ...]; ``table`` is the plain view of every row an index may name (the other
+    indices applied). Only a DMA may use it (nki/ops.py record_dma): it carries an
+    :class:`Outside` whose message says so, which every other operation, a further index and
+    a reshape raise (and a mask= cut never clears: no row is inside)."""
+
+    __slots__ = ("index", "table")
+
+    def __init__(self, table: View, index: View) -> None:
+        head = table.axes[0]
+        inside: tuple[tuple[int, int] | None, ...] = ((0, 0), *([None] * (len(table.axes) - 1)))
+        super().__init__(table.tensor, table.offset, table.p0,
+                         (Axis(head.stride, index.partitions), *table.axes[1:]), table.dt,
+                         Outside(inside, _INDIRECT_ONLY))
+        self.table, self.index = table, index
+
+
+_INDEX_FORMATS = ("int32", "uint32")
+
+
+def _indirect(v: View, keys: list[object], d: int) -> IndirectView:
+    """``v[idx_tile, ...]``: the rows of device-memory view ``v`` named by the values of an
+    SBUF tile of int32 indices, one per partition ([K, 1]; NKI docs: "indices have to be in
+    SBUF"), along ``v``'s first dimension; the other keys index the rest as usual."""
+    if d != 0 or any(isinstance(k, Tensor | View | Pending) for k in keys[1:]):
+        raise fail("a tile of indices indexes the first dimension only (x[idx_tile, i_f]: "
+                   "an indirect DMA of whole rows); other dimensions take ints, slices and "
+                   "index expressions")
+    if v.buffer.on_chip:
+        raise fail(f"indexing a {v.buffer.name.upper()} tile with a tile of indices is not "
+                   f"modelled; an indirect DMA gathers or scatters rows of a device-memory "
+                   f"(HBM) tensor")
+    idx = as_view(keys[0])
+    if idx.outside is not None:
+        idx.outside.check()
+    if idx.buffer.name != "sbuf":
+        raise fail(f"the indices of an indirect DMA are an SBUF tile (NKI docs: indices have "
+                   f"to be in SBUF), not {idx.buffer.name.upper()}; load them with nl.load")
+    if idx.dtype.fmt not in _INDEX_FORMATS:
+        raise fail(f"the indices of an indirect DMA are int32 or uint32, not {idx.dtype}")
+    if not idx.axes or not idx.axes[0].part or idx.size != idx.partitions:
+        raise fail(f"the indices of an indirect DMA are one per partition ([K, 1]), not a "
+                   f"{list(idx.shape)} tile")
+    table = v[(_ALL, *keys[1:])]
+    if table.outside is not None:
+        table.outside.check()
+    head = v.axes[0]
+    if not table.axes or table.axes[0] != Axis(head.stride, head.num):
+        raise fail("with a tile of indices in the first dimension, the other indices must "
+                   "keep the rows outermost (x[idx_tile, i_f]); this arrangement is not "
+                   "modelled")
+    return IndirectView(table, idx)
 
 
 def _slice_text(k: slice) -> str:

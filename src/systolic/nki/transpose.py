@@ -254,6 +254,8 @@ def record_dma_transpose(dst: View, src: View, where: tuple[str, int],
     gets the transposed bytes through an SBUF staging tile and a Vector copy, as a casting
     dma_copy does. The hardware DGE transpose's own speed is not published (unsure): it is
     timed as a DMA of one-element runs. ``what``: the NKI call, for messages."""
+    if src.outside is not None:  # past its tensor, or x[idx_tile, ...]: the view is rebuilt
+        src.outside.check(where)  # below without it, so its refusal is raised here
     if src.buffer.on_chip:
         raise fail(f"{what} from {src.buffer.name} is not modelled (only device memory to "
                    f"SBUF); use nisa.nc_transpose for an on-chip tile", where)

@@ -21,6 +21,13 @@ starts invalid. How an operation combines its elements (:data:`RULES`):
 * the Tensor Engine (nc_matmul): out[m, n] is valid when column m of the stationary and
   column n of the moving tile are valid over the whole contraction (a NaN or garbage value
   times anything is garbage), and an accumulating matmul keeps what was there;
+* an indirect DMA: a gather's row k is valid where the index at partition k is and, for
+  each element of a row, that element is valid in every row of the source tensor an index
+  may name (which rows they name is known only when the kernel runs); a scatter must write
+  valid values (its rows and indices wholly valid, and with ``dst_rmw_op`` the whole
+  table, whose rows it reads), and leaves the table's validity as it was: the rows it
+  writes are unknown here, so none is counted written (a kernel that scatters into fresh
+  memory and then stores those rows elsewhere is refused, conservatively);
 * memset and iota write valid elements; any other kind: all dst elements valid only when
   everything it reads is (the conservative rule, for kinds added later).
 
@@ -38,7 +45,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..errors import KernelError
-from .opkind import OpKind
+from .opkind import IndirectDmaArgs, OpKind
 from .record import Op, Where
 from .tensor import Tensor, View
 
@@ -235,8 +242,22 @@ def _transpose(op: Op, cells: list[Cells]) -> tuple[Cells, list[Cells]]:
     return _whole_or_none(op, cells)
 
 
+def _gather(op: Op, cells: list[Cells]) -> tuple[Cells, list[Cells]]:
+    table, index = cells[0], cells[1]
+    k = op.dst.partitions
+    out = np.ones((k, op.dst.size // k), dtype=bool)
+    if table is not None:  # an element of a row: valid in every row an index may name
+        cols: np.ndarray = np.asarray(table.reshape(table.shape[0], -1).all(axis=0))
+        out &= cols[None, :]
+    if index is not None:  # row k: its index valid
+        rows: np.ndarray = np.asarray(index.reshape(k, -1).all(axis=1))
+        out &= rows[:, None]
+    return out.reshape(op.dst.shape), []
+
+
 RULES: dict[OpKind, Rule] = {
     OpKind.DMA: _elementwise,
+    OpKind.INDIRECT_DMA: _gather,  # a scatter never gets here (check_values)
     OpKind.COPY: _elementwise,
     OpKind.TENSOR_TENSOR: _elementwise,
     OpKind.TENSOR_SCALAR: _elementwise,
@@ -261,6 +282,9 @@ def check_values(ops: list[Op], valid: list[Tensor], accumulates: set[int]) -> N
     tr = _Tracker(valid)
     state = tr.state
     for i, op in enumerate(ops):
+        if isinstance(op.args, IndirectDmaArgs) and op.args.scatter:
+            _scatter(tr, op)
+            continue
         # the common case first, in plain loops (a generator per op cost ~0.3 s of a
         # 100,000-op kernel): every source wholly valid, so whatever the op writes is valid
         # (an accumulating matmul: when its dst is wholly valid too)
@@ -297,6 +321,15 @@ def check_values(ops: list[Op], valid: list[Tensor], accumulates: set[int]) -> N
         tr.write(op.dst, dst, origin)
         for v, c in zip(op.outs, outs, strict=True):
             tr.write(v, c, origin)
+
+
+def _scatter(tr: _Tracker, op: Op) -> None:
+    """An indirect store (module docstring): refused when what it writes, or with
+    ``dst_rmw_op`` the table it adds onto, is not wholly valid; the table's validity is left
+    as it was (the rows written are known only when the kernel runs)."""
+    for v in op.srcs:
+        if tr.read(v) is not None:
+            _refuse(op, tr.origin(v, op.where))
 
 
 def _refuse(op: Op, origin: tuple[Tensor, Where] | None) -> None:

@@ -1,11 +1,16 @@
-"""Values of the engine instructions: DmaCopy, TensorCopy, TensorTensor, Memset, Activation,
-TensorScalar, TensorReduce, QuantizeMx.
+"""Values of the engine instructions: DmaCopy, DmaIndirect, TensorCopy, TensorTensor,
+Memset, Activation, TensorScalar, TensorReduce, QuantizeMx.
 
 Each handler is a function of (memory, instruction) (wrapped as (state, instruction) for the
 simulator's handler table), vectorised over the whole access
 pattern with numpy. Semantics (NKI docs, nki.isa.*):
 
 * ``DmaCopy`` moves bytes: element for element, no cast (the formats must match).
+* ``DmaIndirect`` reads its indices from SBUF when it executes, then moves whole rows:
+  gathers table rows into the SBUF partitions, or scatters the partitions into table rows
+  (in partition order; with ``accumulate`` each row is added in fp32 and rounded to the
+  table's format). An index outside the table is a one-line
+  :class:`~systolic.errors.IndirectIndexError`, or with ``skip_oob`` its row is left out.
 * ``TensorCopy`` casts through fp32 when the formats differ: the source is decoded to fp32
   (integers to int64), then rounded to the destination's format.
 * ``TensorTensor`` computes op(a, b) in fp32 (integer add, subtract, multiply of integer
@@ -41,13 +46,15 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ..dtypes import OverflowPolicy
+from ..dtypes import OverflowPolicy, decode, encode
+from ..errors import IndirectIndexError
 from ..isa import (
     AccessPattern,
     Activation,
     ActivationFunc,
     AluOp,
     DmaCopy,
+    DmaIndirect,
     Engine,
     Instruction,
     Memset,
@@ -114,6 +121,39 @@ def _read(mem: Memory, ap: AccessPattern, shape: tuple[int, ...]) -> np.ndarray:
 
 def dma_copy(mem: Memory, ins: DmaCopy) -> None:
     mem.copy(ins.src, ins.dst)
+
+
+def dma_indirect(mem: Memory, ins: DmaIndirect) -> None:
+    """Gather or scatter rows by the index values in SBUF now (module docstring)."""
+    idx = mem.read(ins.index).reshape(-1)  # int64
+    rows = ins.table.partitions
+    table, data = mem.view(ins.table), mem.view(ins.data)  # [rows, ...], [K, ...]
+    bad = (idx < 0) | (idx >= rows)
+    if bad.any() and not ins.skip_oob:
+        k = int(np.flatnonzero(bad)[0])
+        v = int(idx[k])
+        kind = "scatter" if ins.scatter else "gather"
+        raise IndirectIndexError(
+            f"indirect DMA ({kind}): index {v} at partition {k} of the index tile is outside "
+            f"the table's {rows} rows (0..{rows - 1}); keep the indices in range, or skip "
+            f"such rows with oob_mode.skip", partition=k, value=v, rows=rows,
+            offset=ins.table.offset, row_step=ins.table.partition_step,
+            itemsize=ins.table.itemsize)
+    keep = np.flatnonzero(~bad)
+    at = idx[keep]
+    row_shape = (len(keep), *table.shape[1:])
+    if not ins.scatter:
+        data[keep] = table[at].reshape((len(keep), *data.shape[1:]))
+        return
+    if not ins.accumulate:  # numpy assigns in index order: a repeated index's last row wins
+        table[at] = data[keep].reshape(row_shape)
+        return
+    fmt = ins.table.dtype
+    for k, r in zip(keep.tolist(), at.tolist(), strict=True):  # in order: repeats add up
+        old = decode(table[r], fmt)
+        new = decode(data[k], fmt).reshape(old.shape)
+        with np.errstate(invalid="ignore", over="ignore"):
+            table[r] = encode(old + new, fmt, overflow=_CAST)
 
 
 def tensor_copy(mem: Memory, ins: TensorCopy) -> None:
@@ -220,6 +260,7 @@ def quantize_mx(mem: Memory, ins: QuantizeMx) -> None:
 
 _ON_MEMORY: dict[type, Callable[[Memory, Instruction], None]] = {
     DmaCopy: dma_copy,  # type: ignore[dict-item]
+    DmaIndirect: dma_indirect,  # type: ignore[dict-item]
     TensorCopy: tensor_copy,  # type: ignore[dict-item]
     TensorTensor: tensor_tensor,  # type: ignore[dict-item]
     Memset: memset,  # type: ignore[dict-item]

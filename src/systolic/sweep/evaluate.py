@@ -244,7 +244,7 @@ def _ops(target: WorkloadTarget, inputs: dict[str, Any]) -> list[Op]:
 
 # Opcodes that are (or end in) one DMA transfer each: a ReadOut is the PSUM evacuation then
 # a DMA store of its bytes (timing/core.py).
-_DMA_OPCODES = ("DmaLoad", "DmaCopy", "ReadOut")
+_DMA_OPCODES = ("DmaLoad", "DmaCopy", "DmaIndirect", "ReadOut")
 
 
 def workload_figures(target: WorkloadTarget, inputs: dict[str, Any]) -> dict[str, Any]:

@@ -61,6 +61,7 @@ from ..isa import (
     ACCESS,
     AccessPattern,
     DmaCopy,
+    DmaIndirect,
     DmaLoad,
     Engine,
     LdWeightMx,
@@ -77,7 +78,7 @@ from . import pe as pe_rules
 from .costs import engine_cycles, engine_hz
 from .critical_path import RECORD, critical_path
 from .deps import Tracker, region
-from .dma import dma_cost, queue_for
+from .dma import dma_cost, indirect_rows, queue_for
 from .result import CAUSES, QUEUE_NAMES, WHAT_IF, Cause, CoreTiming, queue_names
 from .timeline import Timeline
 from .whatif import PLAN_KINDS, LazyWhatIf, Plans
@@ -628,6 +629,12 @@ class _Scheduler:
                 wr = tuple([reg(ap) for f in wf if (ap := getattr(ins, f)) is not None])
             if isinstance(ins, DmaCopy):
                 self._dma_op(i, ins.src, ins.dst, ins.queue, rd, wr)
+            elif isinstance(ins, DmaIndirect):
+                # the bytes of K rows, a descriptor per row at least (timing/dma.py); the
+                # dependencies are ACCESS's: the index tile and the whole table
+                rows = indirect_rows(ins.table, ins.data.partitions)
+                src, dst = (ins.data, rows) if ins.scatter else (rows, ins.data)
+                self._dma_op(i, src, dst, ins.queue, rd, wr)
             elif isinstance(ins, _COMPUTE):
                 self._compute_op(i, ins, rd, wr)
             elif isinstance(ins, _LOADS):

@@ -31,8 +31,15 @@ HBM). The model:
 * **HBM.** Every engine of the core shares ``hbm_bytes_per_s``: the scheduler reserves the
   HBM bytes of each transfer on one shared server, so no interval ever moves more.
 * **Descriptors.** Static patterns use host-generated descriptors ("dge none: zero on-device
-  overhead", nki-dge.rst), which is what every instruction of this ISA is; the Arch keeps
-  the hardware and software DGE costs for instructions that will ask for them.
+  overhead", nki-dge.rst), which is what every instruction of this ISA but DmaIndirect is;
+  the Arch keeps the hardware and software DGE costs for instructions that will ask for
+  them.
+* **Indirect DMA** (``DmaIndirect``, a gather or scatter by a tile of indices): timed as
+  a DMA of the same bytes, K rows between the table and K SBUF partitions, whose rows are
+  not contiguous with one another (the indices put them anywhere): no run crosses a row,
+  so it takes at least one descriptor per row (:func:`indirect_rows`). The software DGE's
+  descriptor generation on GpSimd is not charged (unsure: ``dge_sw_cycles`` has no
+  published source).
 
 A contiguous run is the longest byte range the pattern touches in order: the innermost
 dims merge while each dim's stride equals the run so far; in device memory the partition
@@ -43,7 +50,8 @@ memory).
 from __future__ import annotations
 
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from math import ceil, log2
 
 import numpy as np
@@ -52,7 +60,7 @@ from ..arch import Arch
 from ..isa import AccessPattern, Space
 
 __all__ = ["DmaCost", "contiguous_run", "curve_fraction", "dma_cost", "engines_for",
-           "queue_for"]
+           "indirect_rows", "queue_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,3 +175,12 @@ def queue_for(src: AccessPattern, dst: AccessPattern) -> int:
     if d and not s:
         return 1
     return 2 if not s else 3
+
+
+@lru_cache(maxsize=1 << 12)
+def indirect_rows(table: AccessPattern, rows: int) -> AccessPattern:
+    """The device-memory side of an indirect DMA as the cost rules see it: ``rows`` rows of
+    ``table``'s row pattern that never merge into one run (row pitch 0: the partition axis
+    of :func:`contiguous_run` never continues a run), so each row is its own descriptor(s).
+    The transfer is then :func:`dma_cost` of this and the SBUF side."""
+    return replace(table, partition=0, partitions=rows, partition_step=0)

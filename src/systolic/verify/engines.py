@@ -21,6 +21,7 @@ from ..isa import (
     AccessPattern,
     Activation,
     DmaCopy,
+    DmaIndirect,
     Engine,
     Instruction,
     Memset,
@@ -36,7 +37,7 @@ from ..memory import check_bounds
 if TYPE_CHECKING:
     from . import Checker
 
-__all__ = ["check_engine", "replay_engines"]
+__all__ = ["check_engine", "check_indirect", "replay_engines"]
 
 _ON_CHIP = (Space.SBUF, Space.PSUM)
 _ELEMENTWISE_ENGINES = (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD)
@@ -167,6 +168,42 @@ def _sources(ins: Instruction) -> tuple[AccessPattern, ...] | None:
     if isinstance(ins, Memset):
         return ()
     return None
+
+
+# the index formats of an indirect DMA (NKI docs, tile-grid indexing: "an SBUF tensor of
+# int32 or uint32")
+_INDEX_FORMATS = ("int32", "uint32")
+
+
+def check_indirect(c: Checker, i: int, ins: DmaIndirect) -> None:
+    """An indirect DMA (isa DmaIndirect): the table in device memory, the rows and the
+    indices in SBUF, one int32/uint32 index per row's partition, a row of the table as many
+    elements as a partition of ``data``, no cast; ``accumulate`` only on a scatter and not
+    with ``skip_oob`` (NKI docs, nki.isa.dma_copy: "If dst_rmw_op is specified, only
+    oob_mode=oob_mode.error is allowed"). The index values are not checked here: they exist
+    only when the instruction executes (systolic.sim)."""
+    _bounds(c, i, ins.table, "DmaIndirect table", (Space.DRAM,))
+    _bounds(c, i, ins.data, "DmaIndirect data", (Space.SBUF,))
+    _bounds(c, i, ins.index, "DmaIndirect index", (Space.SBUF,))
+    if ins.index.dtype not in _INDEX_FORMATS:
+        c._fail(i, f"DmaIndirect index must be int32 or uint32, not {ins.index.dtype}")
+    k = ins.data.partitions
+    if ins.index.partitions != k or ins.index.free_elems != 1:
+        c._fail(i, f"DmaIndirect index must be one element on each of the {k} partitions of "
+                   f"data ([{k}, 1]), not [{ins.index.partitions}, {ins.index.free_elems}]")
+    if ins.data.dtype != ins.table.dtype:
+        c._fail(i, f"DmaIndirect moves bytes and does not cast: {ins.table.dtype} table, "
+                   f"{ins.data.dtype} data")
+    if ins.data.free_elems != ins.table.free_elems:
+        c._fail(i, f"DmaIndirect moves whole rows: a table row has {ins.table.free_elems} "
+                   f"elements, a partition of data {ins.data.free_elems}")
+    if ins.accumulate and not ins.scatter:
+        c._fail(i, "DmaIndirect accumulate adds into the table: a scatter only")
+    if ins.accumulate and ins.skip_oob:
+        c._fail(i, "DmaIndirect accumulate takes no skip_oob (NKI docs: with dst_rmw_op only "
+                   "oob_mode.error is allowed)")
+    if ins.queue < 0:
+        c._fail(i, f"DmaIndirect queue {ins.queue} must be >= 0")
 
 
 def _dma_state(c: Checker, i: int, ins: DmaCopy, _memo: None) -> None:

@@ -23,6 +23,7 @@ from ..isa import (
     AccessPattern,
     CalcFlags,
     DmaCopy,
+    DmaIndirect,
     DmaLoad,
     Fp32Pass,
     Group,
@@ -42,7 +43,7 @@ from ..isa import (
 )
 from ..isa.generation import rules
 from ..memory import check_bounds, psum_bank
-from .engines import check_engine, replay_engines
+from .engines import check_engine, check_indirect, replay_engines
 from .mx import check_ld_weight_mx, check_matmult_mx
 from .select import CHECKS as SELECT_CHECKS
 
@@ -210,6 +211,9 @@ class Checker:
                 memo = self._readout(i, ins)
             elif type(ins) in SELECT_CHECKS:  # selection, top-8, gather, random kinds
                 SELECT_CHECKS[type(ins)](self, i, ins)
+                memo = None
+            elif isinstance(ins, DmaIndirect):
+                check_indirect(self, i, ins)
                 memo = None
             elif isinstance(ins, (*Group.ELEMENTWISE, DmaCopy)):
                 check_engine(self, i, ins)
