@@ -83,3 +83,19 @@ def test_a_call_outside_a_kernel_is_a_clear_error() -> None:
 
     with pytest.raises(SystolicError, match="only inside a kernel"):
         nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+
+
+def test_benchmark_save_trace_name_is_refused_when_run(tmp_path: Path) -> None:
+    """A device profile (NTFF) is not made: `save_trace_name=` is refused in one line when
+    the kernel runs, not silently left unwritten (nki-samples' perf tests then stat it)."""
+    import neuronxcc.nki as nki
+    import neuronxcc.nki.language as nl
+    import neuronxcc.nki.typing as nt
+
+    kern = snki.load_kernel(str(EX / "tiled_matmul_legacy.py"), "tiled_matmul_legacy")
+    trace = tmp_path / "local_trace.ntff"
+    bench = nki.benchmark(warmup=1, iters=1, save_trace_name=str(trace))(kern)
+    with pytest.raises(SystolicError, match=r"save_trace_name=.*NTFF.*--trace") as exc:
+        bench(nt.tensor[[512, 256], nl.bfloat16], nt.tensor[[512, 1024], nl.bfloat16])
+    assert "\n" not in str(exc.value)
+    assert bench.benchmark_result is None and not trace.exists()

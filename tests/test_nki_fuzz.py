@@ -300,6 +300,32 @@ def test_a_read_of_unwritten_memory_is_refused_before_it_runs(tmp_path: Path) ->
         snki.values(snki.load_kernel(str(path), dr.function), arrays)
 
 
+def test_execute_fills_unwritten_memory_with_the_byte_asked(tmp_path: Path) -> None:
+    """The oracle's second fill reaches device memory: the elements of an output that the
+    kernel never writes (allowed from Python; the CLI refuses them) hold the fill byte, so
+    two fills tell them apart (a fill ignored would leave the oracle blind)."""
+    path = tmp_path / "half.py"
+    path.write_text(
+        "import neuronxcc.nki as nki\n"
+        "import neuronxcc.nki.isa as nisa\n"
+        "import neuronxcc.nki.language as nl\n\n\n"
+        "@nki.jit\n"
+        "def half(x):\n"
+        "    out = nl.ndarray((128, 8), dtype=nl.float32, buffer=nl.shared_hbm)\n"
+        "    t = nl.ndarray((64, 8), dtype=nl.float32, buffer=nl.sbuf)\n"
+        "    nisa.dma_copy(dst=t, src=x[0:64, :])\n"
+        "    nisa.dma_copy(dst=out[0:64, :], src=t)\n"
+        "    return out\n")
+    x = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    rec = snki.record(snki.load_kernel(str(path), "half"), [x])
+    for fill in (0xFF, 0x00, 0x3F):
+        out = np.asarray(execute(rec, [x], fill=fill))
+        assert np.array_equal(out[:64], x[:64])
+        want = np.frombuffer(bytes([fill]) * 4, dtype=np.float32)[0]
+        assert np.array_equal(out[64:].view(np.uint32),
+                              np.full((64, 8), want, np.float32).view(np.uint32))
+
+
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(name=st.sampled_from(sorted(EXAMPLES)), site=st.integers(-3, 400),
