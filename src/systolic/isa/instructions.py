@@ -60,6 +60,7 @@ __all__ = [
     "RangeSelect",
     "ReadOut",
     "Reciprocal",
+    "ScalarTensorTensor",
     "Select",
     "SequenceBounds",
     "StreamShuffle",
@@ -460,6 +461,28 @@ class TensorTensorScan:
     engine: Engine = Engine.VECTOR
 
 
+@dataclass(frozen=True, slots=True)
+class ScalarTensorTensor:
+    """``nisa.scalar_tensor_tensor`` (Vector engine): dst = (data op0 operand0) op1 operand1
+    in fp32, rounded to dst's format; ``operand0`` a constant or one value per partition
+    (``operand0_ap``, [P, 1]), ``operand1`` a tile of data's shape; ``reverse0`` /
+    ``reverse1`` put the operand on the left of its operator (NKI docs,
+    nki.isa.scalar_tensor_tensor). Its own instruction, not a TensorScalar variant: its
+    second operand is a whole tile, not [P, 1], and its cost is its own (N or 2N, no
+    MIN_II, no perf mode: timing/costs.py)."""
+
+    data: AccessPattern
+    operand1: AccessPattern
+    dst: AccessPattern
+    op0: AluOp = AluOp.SUBTRACT
+    operand0: float = 0.0
+    operand0_ap: AccessPattern | None = None
+    op1: AluOp = AluOp.MULTIPLY
+    reverse0: bool = False
+    reverse1: bool = False
+    engine: Engine = Engine.VECTOR
+
+
 # --- selection, top-8, gather and random instructions (issue 19, second part) ----------
 # Values: systolic.sim.functional_select; checks: systolic.verify.select; costs: the rows
 # of systolic.timing.costs.
@@ -655,9 +678,9 @@ ReadOut.engine = Engine.VECTOR  # type: ignore[attr-defined]
 Instruction = (LoadStationary | MatMul | LdWeightMx | MatmultMx | DmaLoad | ReadOut | DmaCopy
                | TensorCopy | TensorTensor | Memset | Activation | QuantizeMx | TensorScalar
                | TensorReduce | Transpose | BnStats | BnAggr | Iota | Reciprocal
-               | TensorTensorScan | AffineSelect | RangeSelect | Select | CopyPredicated
-               | PartitionReduce | Max8 | FindIndex8 | MatchReplace8 | StreamShuffle
-               | LocalGather | SequenceBounds | Rand | Dropout | DmaIndirect)
+               | TensorTensorScan | ScalarTensorTensor | AffineSelect | RangeSelect | Select
+               | CopyPredicated | PartitionReduce | Max8 | FindIndex8 | MatchReplace8
+               | StreamShuffle | LocalGather | SequenceBounds | Rand | Dropout | DmaIndirect)
 # Every instruction class, in the union's order (opcode order of counts() and the text form).
 OPCODES: tuple[type, ...] = typing.get_args(Instruction)
 
@@ -675,7 +698,8 @@ class Group:
     DMA: tuple[type, ...] = (DmaLoad, DmaCopy, DmaIndirect)  # transfers on the DMA queues
     ELEMENTWISE: tuple[type, ...] = (TensorCopy, TensorTensor, Memset, Activation, QuantizeMx,
                                      TensorScalar, TensorReduce, Transpose, BnStats, BnAggr,
-                                     Iota, Reciprocal, TensorTensorScan, AffineSelect,
+                                     Iota, Reciprocal, TensorTensorScan, ScalarTensorTensor,
+                                     AffineSelect,
                                      RangeSelect, Select, CopyPredicated, PartitionReduce,
                                      Max8, FindIndex8, MatchReplace8, StreamShuffle,
                                      LocalGather, SequenceBounds, Rand, Dropout)
@@ -712,6 +736,7 @@ ACCESS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
     Iota: ((), ("dst",)),
     Reciprocal: (("src",), ("dst",)),
     TensorTensorScan: (("data0", "data1", "initial_ap"), ("dst",)),
+    ScalarTensorTensor: (("data", "operand0_ap", "operand1"), ("dst",)),
     AffineSelect: (("src",), ("dst",)),
     RangeSelect: (("src", "bound0", "bound1"), ("dst", "acc")),
     Select: (("predicate", "on_true", "on_false_ap"), ("dst", "acc")),

@@ -452,6 +452,50 @@ def tensor_scalar_reduce(*args: Any, **kw: Any) -> Pending | None:
                    reduce_res=vals["reduce_res"], mask=m)
 
 
+def scalar_tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
+    """Older API ``scalar_tensor_tensor(*, data, op0, operand0, op1, operand1,
+    reverse0=False, reverse1=False, dtype=None, mask=None)`` returns a new tile (data's
+    shape, in dtype or data's); current API ``scalar_tensor_tensor(dst, data, op0, operand0,
+    op1, operand1, reverse0=False, reverse1=False)`` writes dst. (data op0 operand0) op1
+    operand1 on the Vector engine, operand0 a number or a [P, 1] tile, operand1 a tile of
+    data's shape (NKI docs, nki.isa.scalar_tensor_tensor; nki/vector.py)."""
+    from .vector import record_scalar_tensor_tensor
+
+    what = "scalar_tensor_tensor"
+    where = here()
+    kw.pop("name", None)
+    m = check_mask(kw.pop("mask", None), what, where)
+    if kw.pop("engine", None) not in (None, Engine.VECTOR):
+        raise fail(f"{what} runs on the Vector engine (NKI docs)", where)
+    # the newest pages add an optional reduce_res (reduce_cmd=reset_reduce by default):
+    # without reduce_res nothing is reduced, so only reduce_res itself is refused (below)
+    if kw.get("reduce_res") is None:
+        kw.pop("reduce_res", None)
+        kw.pop("reduce_op", None)
+        kw.pop("reduce_cmd", None)
+    current_api = _current_api(args, kw, 2)
+    names: tuple[str, ...] = (("dst",) if current_api else ()) + (
+        "data", "op0", "operand0", "op1", "operand1", "reverse0", "reverse1")
+    vals = dict(zip(names, args, strict=False))
+    vals.update({k: kw.pop(k) for k in names if k in kw})
+    dtype = kw.pop("dtype", None)
+    _no_extra(kw, what, where)
+    _need(vals, names[:-2], what, where)
+    rev0, rev1 = bool(vals.get("reverse0", False)), bool(vals.get("reverse1", False))
+    if current_api:
+        with applying(m, what, where):
+            record_scalar_tensor_tensor(as_view(vals["dst"]), as_view(vals["data"]),
+                                        vals["op0"], vals["operand0"], vals["op1"],
+                                        vals["operand1"], rev0, rev1, where)
+        return None
+    return Pending(LazyKind.SCALAR_TENSOR_TENSOR, where, data=vals["data"], dtype=dtype,
+                   op0=vals["op0"], operand0=vals["operand0"], op1=vals["op1"],
+                   operand1=vals["operand1"], reverse0=rev0, reverse1=rev1, mask=m)
+
+
+__all__ += ["scalar_tensor_tensor"]
+
+
 def tensor_reduce(*args: Any, **kw: Any) -> Pending | None:
     """Current API ``tensor_reduce(dst, op, data, axis, negate=False, keepdims=False)``;
     older ``tensor_reduce(op, data, axis, negate=False, keepdims=False, dtype=)`` returns a

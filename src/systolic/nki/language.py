@@ -520,6 +520,38 @@ def floor(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Pending:
 __all__ += ["floor"]
 
 
+# nl.loop_reduce's operators: commutative, so which side the destination takes does not
+# matter (the docs say both: "The destination tile is also the rhs input to op", and give
+# nisa.tensor_tensor(data1=b, data2=a) as its meaning, b the destination)
+_LOOP_REDUCE_OPS = (AluOp.ADD, AluOp.MULTIPLY, AluOp.MAXIMUM, AluOp.MINIMUM)
+
+
+def loop_reduce(x: Any, op: Any, loop_indices: Any, *, dtype: Any = None, mask: Any = None,
+                **kw: Any) -> Pending:
+    """``t[...] = nl.loop_reduce(x, op, loop_indices, dtype=, mask=)``: t = t op x, one
+    Vector-engine tensor_tensor into the tile it is assigned to, as the NKI docs define it
+    (nki.language.loop_reduce, aws-neuron-sdk 7c165a3e: ``b = nl.loop_reduce(a, op=np.add,
+    loop_indices=[k_i])`` "is the same as" ``b = nisa.tensor_tensor(data1=b, data2=a,
+    op=np.add)``). ``loop_indices`` only let the compiler reorder those loops (the model
+    unrolls them: nothing to do); the result takes the destination's dtype, as the current
+    tensor_tensor does. A result used other than by assigning it into a tile has nothing to
+    reduce into: one line (nki/results.py)."""
+    where = here()
+    m = check_mask(mask, "nl.loop_reduce", where)
+    kw.pop("name", None)
+    if kw:
+        raise fail(f"nl.loop_reduce: argument(s) {', '.join(sorted(kw))} not modelled", where)
+    alu = _isa._alu_of(op)
+    if alu is None or alu not in _LOOP_REDUCE_OPS:
+        raise fail(f"nl.loop_reduce op {op!r}: this model reduces with np.add, np.multiply, "
+                   f"np.maximum or np.minimum (nl.add ...)", where)
+    return Pending(LazyKind.LOOP_REDUCE, where, src=x, op=alu.value, dtype=dtype,
+                   loop_indices=loop_indices, mask=m)
+
+
+__all__ += ["loop_reduce"]
+
+
 def finfo(dtype: Any) -> Any:
     """``nl.finfo(dtype)``: numpy's ``finfo`` of a float dtype (ml_dtypes' for bfloat16 and
     the fp8 formats), so ``nl.finfo(nl.bfloat16).min`` is that format's lowest finite

@@ -41,6 +41,8 @@ class LazyKind(enum.Enum):
     IOTA = "iota"
     RECIPROCAL = "reciprocal"
     TENSOR_TENSOR_SCAN = "tensor_tensor_scan"
+    SCALAR_TENSOR_TENSOR = "scalar_tensor_tensor"
+    LOOP_REDUCE = "nl.loop_reduce"
     # issue 19, second part (nki/select.py, top8.py, gather.py, random.py: each kind's
     # rule is in its family's RULES)
     AFFINE_SELECT = "affine_select"

@@ -42,7 +42,15 @@ from ..isa import (
     row_group,
 )
 from ..isa import instructions as isa_
-from ..isa.instructions import BnAggr, BnStats, Iota, Reciprocal, TensorTensorScan, Transpose
+from ..isa.instructions import (
+    BnAggr,
+    BnStats,
+    Iota,
+    Reciprocal,
+    ScalarTensorTensor,
+    TensorTensorScan,
+    Transpose,
+)
 from ..timing.dma import queue_for
 from .opkind import (
     ActivationArgs,
@@ -61,6 +69,7 @@ from .opkind import (
     PartitionReduceArgs,
     RandArgs,
     RangeSelectArgs,
+    ScalarTensorTensorArgs,
     ScanArgs,
     SelectArgs,
     StreamShuffleArgs,
@@ -277,6 +286,15 @@ def _scan(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
                              a.reverse1)]
 
 
+def _scalar_tensor_tensor(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, ScalarTensorTensorArgs)
+    c0 = p.srcs[2] if a.c0 is None else None  # srcs: data, operand1, [operand0] (nki/vector.py)
+    return [ScalarTensorTensor(p.srcs[0], p.srcs[1], p.dst, a.op0,
+                               0.0 if a.c0 is None else a.c0, c0, a.op1, a.reverse0,
+                               a.reverse1)]
+
+
 # -- selection, top-8, gather, random (issue 19, second part) ------------------------------
 def _affine_select(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
     a = op.args
@@ -377,6 +395,7 @@ LOWER: dict[OpKind, Rule] = {
     OpKind.IOTA: _iota,
     OpKind.RECIPROCAL: _reciprocal,
     OpKind.TENSOR_TENSOR_SCAN: _scan,
+    OpKind.SCALAR_TENSOR_TENSOR: _scalar_tensor_tensor,
     OpKind.AFFINE_SELECT: _affine_select,
     OpKind.RANGE_SELECT: _range_select,
     OpKind.SELECT: _select,

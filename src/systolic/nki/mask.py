@@ -46,7 +46,8 @@ _ALONG = frozenset({OpKind.TENSOR_REDUCE, OpKind.BN_STATS, OpKind.BN_AGGR,
                     OpKind.TENSOR_TENSOR_SCAN})
 # kinds cut element for element (their views line up position by position)
 _CUT = frozenset({OpKind.DMA, OpKind.COPY, OpKind.TENSOR_TENSOR, OpKind.TENSOR_SCALAR,
-                  OpKind.ACTIVATION, OpKind.MEMSET, OpKind.IOTA, OpKind.RECIPROCAL})
+                  OpKind.ACTIVATION, OpKind.MEMSET, OpKind.IOTA, OpKind.RECIPROCAL,
+                  OpKind.SCALAR_TENSOR_TENSOR})
 
 
 _UNMASKED = contextlib.nullcontext()

@@ -41,6 +41,7 @@ __all__ = [
     "RandArgs",
     "RangeSelectArgs",
     "ReciprocalArgs",
+    "ScalarTensorTensorArgs",
     "ScanArgs",
     "SelectArgs",
     "SequenceBoundsArgs",
@@ -72,6 +73,7 @@ class OpKind(enum.Enum):
     IOTA = "iota"
     RECIPROCAL = "reciprocal"
     TENSOR_TENSOR_SCAN = "tensor_tensor_scan"
+    SCALAR_TENSOR_TENSOR = "scalar_tensor_tensor"
     # selection, top-8, gather, random (issue 19, second part; nki/select.py, top8.py,
     # gather.py, random.py)
     AFFINE_SELECT = "affine_select"
@@ -255,6 +257,19 @@ class ScanArgs:
     reverse1: bool
 
 
+@dataclass(frozen=True, slots=True)
+class ScalarTensorTensorArgs:
+    """``scalar_tensor_tensor``: (data op0 operand0) op1 operand1; srcs are data, operand1,
+    then the operand0 tile if ``c0`` is None (else the constant)."""
+
+    KIND: ClassVar[OpKind] = OpKind.SCALAR_TENSOR_TENSOR
+    op0: AluOp
+    c0: float | None
+    reverse0: bool
+    op1: AluOp
+    reverse1: bool
+
+
 # -- selection, top-8, gather, random (issue 19, second part) ------------------------------
 @dataclass(frozen=True, slots=True)
 class AffineSelectArgs:
@@ -367,6 +382,7 @@ OpArgs = (DmaArgs | IndirectDmaArgs | CopyArgs | TensorTensorArgs | TensorScalar
           | TensorReduceArgs | MemsetArgs | ActivationArgs | MatmulArgs | MatmulMxArgs
           | QuantizeMxArgs
           | VectorTransposeArgs | BnStatsArgs | BnAggrArgs | IotaArgs | ReciprocalArgs
-          | ScanArgs | AffineSelectArgs | RangeSelectArgs | SelectArgs | CopyPredicatedArgs
-          | PartitionReduceArgs | Max8Args | FindIndex8Args | MatchReplace8Args
-          | StreamShuffleArgs | LocalGatherArgs | SequenceBoundsArgs | RandArgs | DropoutArgs)
+          | ScanArgs | ScalarTensorTensorArgs | AffineSelectArgs | RangeSelectArgs | SelectArgs
+          | CopyPredicatedArgs | PartitionReduceArgs | Max8Args | FindIndex8Args
+          | MatchReplace8Args | StreamShuffleArgs | LocalGatherArgs | SequenceBoundsArgs
+          | RandArgs | DropoutArgs)

@@ -328,8 +328,9 @@ def record_tensor_reduce(dst: View, src: View, op: object, axis: Any, negate: bo
     _on_chip(src, "data", "tensor_reduce", where)
     _on_chip(dst, "dst", "tensor_reduce", where)
     _gpsimd(e, (dst, src), "tensor_reduce", where)
-    from .reduce import reduced_axes, split_reduce
+    from .reduce import as_column, reduced_axes, split_reduce
 
+    src = as_column(src)
     args = TensorReduceArgs(e, _reduce_alu(op, "tensor_reduce", where), bool(negate))
     axes = reduced_axes(axis, len(src.shape), "tensor_reduce", where)
     for d, s in split_reduce(dst, src, axes, "tensor_reduce", where):

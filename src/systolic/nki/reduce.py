@@ -21,10 +21,20 @@ from typing import Any
 from .record import fail
 from .tensor import Axis, View
 
-__all__ = ["MAX_FREE_DIMS", "reduce_shape", "reduced_axes", "split_reduce"]
+__all__ = ["MAX_FREE_DIMS", "as_column", "reduce_shape", "reduced_axes", "split_reduce"]
 
 # free dimensions one engine access pattern takes (nki/build.py refuses more)
 MAX_FREE_DIMS = 3
+
+
+def as_column(src: View) -> View:
+    """An on-chip [P] view (its free dimensions dropped) as the [P, 1] tile it is in memory,
+    as it takes a second index (nki/tensor.py): its one free axis, axis 1, can be reduced.
+    Flash attention backward (nki-samples) reduces ``axis=(1,)`` of a row sum times a
+    [P, 1] column that its comment calls ``[par_dim(q), 1]``."""
+    if len(src.shape) == 1 and src.buffer.on_chip and src.axes and src.axes[0].part:
+        return src[:, :]
+    return src
 
 
 def reduced_axes(axis: Any, ndim: int, what: str, where: tuple[str, int]) -> list[int]:

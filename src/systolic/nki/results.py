@@ -24,7 +24,7 @@ from .ops import (
     record_tensor_scalar,
     record_tensor_tensor,
 )
-from .record import current
+from .record import current, fail
 from .rng import RULES as RNG_RULES
 from .select import RULES as SELECT_RULES
 from .select import as_lazy
@@ -44,6 +44,7 @@ from .vector import (
     scan_result,
     write_iota,
     write_reciprocal,
+    write_scalar_tensor_tensor,
     write_scan,
     write_stats,
 )
@@ -83,9 +84,9 @@ def _matmul_result(p: Pending) -> Tensor:
 def _reduce_result(p: Pending) -> Tensor:
     """The kept axes of each partition: the reduced ones as 1 (keepdims) or dropped
     ([P] when every free axis is reduced)."""
-    from .reduce import reduce_shape, reduced_axes
+    from .reduce import as_column, reduce_shape, reduced_axes
 
-    src = as_view(p.args["src"])
+    src = as_column(as_view(p.args["src"]))
     axes = reduced_axes(p.args.get("axis"), len(src.shape), "tensor_reduce", p.where)
     shape = reduce_shape(src.shape, axes, p.args.get("keepdims", True))
     return Tensor(shape, _dtype(p, src), BUFFERS["sbuf"], p.where)
@@ -149,6 +150,17 @@ def _write_ts(p: Pending, dst: View, acc: bool | None) -> None:
                          a.get("reduce_op"), a.get("reduce_res"))
 
 
+def _loop_reduce_result(p: Pending) -> Tensor:
+    raise fail("nl.loop_reduce reduces into the tile its result is assigned to (t[...] = "
+               "nl.loop_reduce(x, op, ...)): t = t op x; a result used any other way has no "
+               "tile to reduce into", p.where)
+
+
+def _write_loop_reduce(p: Pending, dst: View, acc: bool | None) -> None:
+    """dst = dst op x, one tensor_tensor (nki/language.py loop_reduce)."""
+    record_tensor_tensor(dst, dst, as_view(p.args["src"]), p.args["op"], None, p.where)
+
+
 def _write_reduce(p: Pending, dst: View, acc: bool | None) -> None:
     a = p.args
     record_tensor_reduce(dst, as_view(a["src"]), a["op"], a.get("axis"),
@@ -170,6 +182,9 @@ LAZY: dict[LazyKind, LazyRule] = {
     LazyKind.IOTA: LazyRule(iota_result, write_iota),
     LazyKind.RECIPROCAL: LazyRule(_same_shape("src"), write_reciprocal),
     LazyKind.TENSOR_TENSOR_SCAN: LazyRule(scan_result, write_scan),
+    # the older API's result: data's shape, in dtype or data's (nki.isa.scalar_tensor_tensor)
+    LazyKind.SCALAR_TENSOR_TENSOR: LazyRule(_same_shape("data"), write_scalar_tensor_tensor),
+    LazyKind.LOOP_REDUCE: LazyRule(_loop_reduce_result, _write_loop_reduce),
     # issue 19, second part: each family's rules (nki/select.py, top8.py, gather.py, rng.py)
     **{k: LazyRule(*as_lazy(*v)) for k, v in {**SELECT_RULES, **TOP8_RULES, **GATHER_RULES,
                                               **RNG_RULES}.items()},

@@ -13,9 +13,9 @@ Per tensor, every element is *valid* (written with values computed from valid el
 not: the kernel's arguments and ``nl.shared_constant`` tensors are valid, everything else
 starts invalid. How an operation combines its elements (:data:`RULES`):
 
-* element-wise (DMA, copies, tensor_tensor, tensor_scalar, activation, reciprocal): element
-  i of dst is valid when element i of every source is (a [P, 1] operand: element p of that
-  partition);
+* element-wise (DMA, copies, tensor_tensor, tensor_scalar, scalar_tensor_tensor, activation,
+  reciprocal): element i of dst is valid when element i of every source is (a [P, 1]
+  operand: element p of that partition);
 * along each partition (tensor_reduce, the reduce of activation, bn_stats / bn_aggr, scans):
   every output element of partition p is valid when all elements of p read are;
 * the Tensor Engine (nc_matmul): out[m, n] is valid when column m of the stationary and
@@ -262,6 +262,7 @@ RULES: dict[OpKind, Rule] = {
     OpKind.TENSOR_TENSOR: _elementwise,
     OpKind.TENSOR_SCALAR: _elementwise,
     OpKind.RECIPROCAL: _elementwise,
+    OpKind.SCALAR_TENSOR_TENSOR: _elementwise,
     OpKind.ACTIVATION: _activation,
     OpKind.TENSOR_REDUCE: _along_partitions,
     OpKind.BN_STATS: _along_partitions,

@@ -14,11 +14,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..dtypes import FORMATS
 from ..isa import Engine
 from .index import Expr, MultiExpr
 from .lazy import LazyKind
-from .opkind import BnAggrArgs, BnStatsArgs, IotaArgs, ReciprocalArgs, ScanArgs
+from .opkind import (
+    BnAggrArgs,
+    BnStatsArgs,
+    IotaArgs,
+    ReciprocalArgs,
+    ScalarTensorTensorArgs,
+    ScanArgs,
+)
 from .ops import _add, _alu, _gpsimd, _match, _vector
 from .record import fail
 from .tensor import Pending, Tensor, View, as_view
@@ -26,7 +35,8 @@ from .types import BUFFERS, to_dtype
 
 __all__ = ["BN_STATS_FMAX", "bn_aggr_result", "bn_stats_result", "iota_result",
            "record_bn_aggr", "record_bn_stats", "record_iota", "record_reciprocal",
-           "record_scan", "write_iota", "write_reciprocal", "write_scan", "write_stats"]
+           "record_scalar_tensor_tensor", "record_scan", "write_iota", "write_reciprocal",
+           "write_scalar_tensor_tensor", "write_scan", "write_stats"]
 
 # nki.isa.bn_stats: "the number of elements per partition ... must not exceed 512
 # (nl.tile_size.bn_stats_fmax)"
@@ -201,3 +211,39 @@ def scan_result(pend: Pending) -> Tensor:
     dt = to_dtype(dtype) if dtype is not None else max(
         (d0.dtype, d1.dtype), key=lambda d: d.itemsize)
     return Tensor(d0.shape, dt, BUFFERS["sbuf"], pend.where)
+
+
+# -- scalar_tensor_tensor (Vector engine) ----------------------------------------------------
+def record_scalar_tensor_tensor(dst: View, data: View, op0: Any, operand0: Any, op1: Any,
+                                operand1: Any, reverse0: bool, reverse1: bool,
+                                where: tuple[str, int]) -> None:
+    """nki.isa.scalar_tensor_tensor: dst = (data op0 operand0) op1 operand1 on the Vector
+    engine, operand0 a number or a [P, 1] tile, operand1 a tile of data's shape; "data and
+    operand1 cannot both reside in PSUM" (NKI docs)."""
+    what = "scalar_tensor_tensor"
+    if not isinstance(operand1, Tensor | View | Pending):
+        raise fail(f"{what} operand1 must be a tile of data's shape, not "
+                   f"{type(operand1).__name__}", where)
+    t = as_view(operand1)
+    for v, role in ((data, "data"), (t, "operand1"), (dst, "dst")):
+        _on_chip(v, role, what, where)
+    if data.buffer.name == "psum" and t.buffer.name == "psum":
+        raise fail(f"{what}: data and operand1 cannot both be in PSUM (NKI docs)", where)
+    _match(dst, data, what, where)
+    _match(dst, t, what, where)
+    srcs = [data, t]
+    const: float | None = None
+    if isinstance(operand0, int | float | np.integer | np.floating) and not isinstance(
+            operand0, bool | np.bool_):  # a Python or numpy number (np.float32(0.5))
+        const = float(operand0)
+    else:
+        srcs.append(_vector(operand0, data, "operand0", what, where))
+    _add(ScalarTensorTensorArgs(_alu(op0), const, bool(reverse0), _alu(op1), bool(reverse1)),
+         dst, tuple(srcs), where)
+
+
+def write_scalar_tensor_tensor(pend: Pending, dst: View, accumulate: bool | None) -> None:
+    a = pend.args
+    record_scalar_tensor_tensor(dst, as_view(a["data"]), a["op0"], a["operand0"], a["op1"],
+                                a["operand1"], a.get("reverse0", False),
+                                a.get("reverse1", False), pend.where)

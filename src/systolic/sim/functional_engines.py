@@ -386,19 +386,41 @@ def tensor_tensor_scan(mem: Memory, ins: Any) -> None:
     mem.write(ins.dst, out.reshape(ins.dst.shape), overflow=_CAST)
 
 
+# * ``ScalarTensorTensor`` (Vector): (data op0 operand0) op1 operand1, every input cast to
+#   fp32 and each operator's result an fp32 value, rounded once to dst's format: the Vector
+#   engine's arithmetic, as nki.isa.tensor_tensor states it ("automatically casts input data
+#   types to float32 and performs the element-wise operation in float32 math"); the
+#   scalar_tensor_tensor page calls the instruction tensor_scalar then tensor_tensor
+#   "back-to-back" (unsure: whether the intermediate is kept in fp32, as here).
+
+
+def scalar_tensor_tensor(mem: Memory, ins: Any) -> None:
+    shape = ins.dst.shape
+    x = _read(mem, ins.data, shape).astype(np.float32)
+    t = _read(mem, ins.operand1, shape).astype(np.float32)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        c0 = _operand(mem, ins.operand0, ins.operand0_ap, shape)
+        y = np.asarray(_ALU[ins.op0](c0, x) if ins.reverse0 else _ALU[ins.op0](x, c0),
+                       dtype=np.float32)
+        y = _ALU[ins.op1](t, y) if ins.reverse1 else _ALU[ins.op1](y, t)
+        mem.write(ins.dst, np.asarray(y, dtype=np.float32), overflow=_CAST)
+
+
 def _register_breadth() -> None:
     from ..isa.instructions import (
         BnAggr,
         BnStats,
         Iota,
         Reciprocal,
+        ScalarTensorTensor,
         TensorTensorScan,
         Transpose,
     )
 
     for kind, fn in ((Transpose, transpose), (BnStats, bn_stats), (BnAggr, bn_aggr),
                      (Iota, iota), (Reciprocal, reciprocal),
-                     (TensorTensorScan, tensor_tensor_scan)):
+                     (TensorTensorScan, tensor_tensor_scan),
+                     (ScalarTensorTensor, scalar_tensor_tensor)):
         HANDLERS[kind] = _on_state(fn)
     from .functional_select import HANDLERS as SELECT  # selection, top-8, gather, random
 

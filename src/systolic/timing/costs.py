@@ -66,6 +66,7 @@ from ..isa.instructions import (
     Rand,
     RangeSelect,
     Reciprocal,
+    ScalarTensorTensor,
     Select,
     SequenceBounds,
     StreamShuffle,
@@ -266,6 +267,17 @@ def tensor_tensor_scan(ins: TensorTensorScan, arch: Arch, engine: Engine) -> int
     return _floor(arch, 2 * _n(ins.data0))
 
 
+def scalar_tensor_tensor(ins: ScalarTensorTensor, arch: Arch, engine: Engine) -> int:
+    """nki.isa.scalar_tensor_tensor: "N" Vector Engine cycles when "data and operand1 are
+    both bfloat16, op0=nl.subtract and op1=nl.multiply, and N is even", "2*N otherwise", N
+    the elements per partition in data. The formula alone: no MIN_II floor and no stride
+    rule (its page prints neither; unsure), no perf mode (it names none)."""
+    n = _n(ins.data)
+    fast = (ins.data.dtype == "bf16" and ins.operand1.dtype == "bf16"
+            and ins.op0 is AluOp.SUBTRACT and ins.op1 is AluOp.MULTIPLY and n % 2 == 0)
+    return n if fast else 2 * n
+
+
 # -- selection, top-8, gather, random (issue 19, second part) -----------------------------
 def gpsimd_start_n(ins: AffineSelect | PartitionReduce | SequenceBounds, arch: Arch,
                    engine: Engine) -> int:
@@ -361,6 +373,8 @@ ROWS: tuple[Row, ...] = (
     Row(Reciprocal, (_V,), reciprocal, "max(MIN_II, 8N)", f"{_ISA} reciprocal"),
     Row(TensorTensorScan, (_V,), tensor_tensor_scan, "max(MIN_II, 2N)",
         f"{_ISA} tensor_tensor_scan"),
+    Row(ScalarTensorTensor, (_V,), scalar_tensor_tensor, "N for bf16 data and operand1, "
+        "op0 subtract, op1 multiply and N even; else 2N", f"{_ISA} scalar_tensor_tensor"),
     Row(AffineSelect, (_G,), gpsimd_start_n, "150 + N", f"{_ISA} affine_select"),
     Row(RangeSelect, (_V,), vector_n_floor, "max(MIN_II, N)", f"{_ISA} range_select"),
     Row(Select, (_V,), vector_n_floor, "max(MIN_II, N) (unsure: none in the docs)",

@@ -259,7 +259,8 @@ def _quantize_mx(c: Checker, i: int, ins: QuantizeMx) -> None:
 
 
 # -- the NKI breadth of issue 19 (NKI docs, nki.isa.nc_transpose / bn_stats / bn_aggr / iota)
-_BREADTH = ("Transpose", "BnStats", "BnAggr", "Iota", "Reciprocal", "TensorTensorScan")
+_BREADTH = ("Transpose", "BnStats", "BnAggr", "Iota", "Reciprocal", "TensorTensorScan",
+            "ScalarTensorTensor")
 # nki.isa.nc_transpose: "Vector Engine can handle shape (32, 32) or smaller"
 _VECTOR_TRANSPOSE_MAX = 32
 # nki.isa.bn_stats: the free size "must not exceed 512 (nl.tile_size.bn_stats_fmax)"
@@ -281,6 +282,9 @@ def _breadth(c: Checker, i: int, ins: Any) -> None:
         return
     if name == "TensorTensorScan":
         _scan(c, i, ins)
+        return
+    if name == "ScalarTensorTensor":
+        _scalar_tensor_tensor(c, i, ins)
         return
     src: AccessPattern = ins.src
     _bounds(c, i, src, f"{name} src", _ON_CHIP)
@@ -330,4 +334,29 @@ def _scan(c: Checker, i: int, ins: Any) -> None:
         _touch_psum(c, i, v, write=False)
     _touch_psum(c, i, d0, write=False)
     _touch_psum(c, i, d1, write=False)
+    _touch_psum(c, i, dst, write=True)
+
+
+def _scalar_tensor_tensor(c: Checker, i: int, ins: Any) -> None:
+    """ScalarTensorTensor (nki.isa.scalar_tensor_tensor): data, operand1 and dst on chip
+    with the same partitions and elements, data and operand1 not both in PSUM,
+    ``operand0_ap`` [P, 1]."""
+    name = "ScalarTensorTensor"
+    data, t, dst = ins.data, ins.operand1, ins.dst
+    for role, ap in (("data", data), ("operand1", t), ("dst", dst)):
+        _bounds(c, i, ap, f"{name} {role}", _ON_CHIP)
+    if data.space is Space.PSUM and t.space is Space.PSUM:
+        c._fail(i, f"{name}: data and operand1 cannot both be in PSUM (NKI docs)")
+    _same(c, i, data, dst, name)
+    _same(c, i, t, dst, name)
+    reads = [data, t]
+    if ins.operand0_ap is not None:
+        v = ins.operand0_ap
+        _bounds(c, i, v, f"{name} operand0", _ON_CHIP)
+        if v.partitions != data.partitions or v.free_elems != 1:
+            c._fail(i, f"{name} operand0 must be [{data.partitions}, 1], not "
+                       f"[{v.partitions}, {v.free_elems}]")
+        reads.append(v)
+    for ap in reads:
+        _touch_psum(c, i, ap, write=False)
     _touch_psum(c, i, dst, write=True)
