@@ -42,18 +42,8 @@ from systolic.timing import costs
 from systolic.timing.core import time_program
 from systolic.timing.dma import dma_cost
 
-
-@pytest.fixture(autouse=True, scope="module", params=["buckets", "flat"])
-def _tracker_mode(request):
-    """Each test twice: the dependency tracker scans its records flat up to
-    ``deps.FLAT_REGIONS`` regions and files them in buckets past that (issue 20); the
-    programs here are small, so without this they would only see the flat scan."""
-    from systolic.timing import deps
-
-    old = deps.FLAT_REGIONS
-    deps.FLAT_REGIONS = 0 if request.param == "buckets" else old
-    yield request.param
-    deps.FLAT_REGIONS = old
+# every test with the tracker's buckets and its flat scan (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("tracker_mode")
 
 TRN2 = get_arch("trn2")
 ISZ = {"fp32": 4, "bf16": 2, "fp8_e4m3": 1}

@@ -32,18 +32,8 @@ from systolic.timing.core import time_program
 from systolic.timing.costs import engine_cycles
 from systolic.timing.deps import EXACT_ROWS, Tracker, region, regions_overlap
 
-
-@pytest.fixture(autouse=True, scope="module", params=["buckets", "flat"])
-def _tracker_mode(request):
-    """Each test twice: the dependency tracker scans its records flat up to
-    ``deps.FLAT_REGIONS`` regions and files them in buckets past that (issue 20); the
-    programs here are small, so without this they would only see the flat scan."""
-    from systolic.timing import deps
-
-    old = deps.FLAT_REGIONS
-    deps.FLAT_REGIONS = 0 if request.param == "buckets" else old
-    yield request.param
-    deps.FLAT_REGIONS = old
+# every test with the tracker's buckets and its flat scan (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("tracker_mode")
 
 TRN2, TRN1 = get_arch("trn2"), get_arch("trn1")
 FIXED = ceil(1300 * 4.8)  # 6240 ticks
