@@ -7,6 +7,7 @@ numpy written out here; shapes as the NKI docs give them."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -213,3 +214,34 @@ def k(a, b):
 '''
     with pytest.raises(KernelError, match="nc_matmul stationary is in psum; it must be in SBUF"):
         record_source(tmp_path, body, ["fp32[128,128]", "fp32[128,512]"])
+
+
+PLAIN = '''
+@nki.jit
+def k(x, y):
+    out = nl.ndarray((x.shape[M], y.shape[1]), dtype=nl.float32, buffer=nl.shared_hbm)
+    nl.store(out, nl.copy(nl.matmul(nl.load(x), nl.load(y)TX)))
+    return out
+'''
+
+
+@pytest.mark.parametrize(("m", "k", "n", "engine_op"), [
+    (128, 128, 512, "MatMul"),  # 128 x 128: the Tensor Engine's transpose (a matmul)
+    (64, 96, 200, "MatMul"),
+    (32, 32, 64, "Transpose"),  # 32 x 32 or less: the Vector engine's (nki/transpose.py)
+])
+def test_nl_matmul_without_transpose_x_transposes_x_first(
+        tmp_path: Path, m: int, k: int, n: int, engine_op: str) -> None:
+    """nl.matmul(x, y) is x @ y: "matmul(x, y) lowers to nc_matmul(transpose(x), y)"
+    (nki.language.matmul), one transpose more than nl.matmul(x.T, y, transpose_x=True)."""
+    rng = np.random.default_rng(m + k + n)
+    x = rng.integers(-3, 4, (m, k)).astype(np.float32)
+    y = rng.integers(-3, 4, (k, n)).astype(np.float32)
+    plain_src = PLAIN.replace("TX", "").replace("[M]", "[0]")
+    given_src = PLAIN.replace("TX", ", transpose_x=True").replace("[M]", "[1]")
+    got = _values(tmp_path, plain_src, [x, y])
+    assert np.array_equal(got, x.astype(np.float64) @ y.astype(np.float64))
+    plain = record_source(tmp_path, plain_src, [f"fp32[{m},{k}]", f"fp32[{k},{n}]"])
+    given = record_source(tmp_path, given_src, [f"fp32[{k},{m}]", f"fp32[{k},{n}]"])
+    more = Counter(opcodes(plain)) - Counter(opcodes(given))
+    assert more[engine_op] >= 1  # (the PE's also makes its identity: Iota and friends)

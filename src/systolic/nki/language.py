@@ -264,10 +264,15 @@ def atomic_rmw(dst: Any, value: Any, op: Any, mask: Any = None, **kw: Any) -> No
 
 
 def matmul(x: Any, y: Any, transpose_x: bool = False, **kw: Any) -> Pending:
+    """``nl.matmul(x, y, transpose_x=False)``: x @ y. The Tensor Engine computes
+    stationary.T @ moving, so without ``transpose_x`` x [M, K] is transposed first, as
+    ``nl.transpose`` does it (the engine by its shape, the result in SBUF): "matmul(x, y)
+    lowers to nc_matmul(transpose(x), y)" (nki.language.matmul, NKI docs)."""
     where = here()
     if not transpose_x:
-        raise fail("nl.matmul(x, y) with x = [M, K] needs a transpose this model does not "
-                   "lower; pass x as [K, M] with transpose_x=True", where)
+        from .transpose import transpose_pending
+
+        x = transpose_pending(x, None, None, "sbuf", where)
     return Pending(LazyKind.MATMUL, where, stationary=x, moving=y)
 
 
