@@ -43,6 +43,7 @@ __all__ = [
     "DmaLoad",
     "Dropout",
     "FindIndex8",
+    "GatherFlattened",
     "Group",
     "Instruction",
     "Iota",
@@ -65,6 +66,7 @@ __all__ = [
     "SequenceBounds",
     "StreamShuffle",
     "TensorCopy",
+    "TensorCopyDynamic",
     "TensorReduce",
     "TensorScalar",
     "TensorTensor",
@@ -631,6 +633,45 @@ class LocalGather:
 
 
 @dataclass(frozen=True, slots=True)
+class TensorCopyDynamic:
+    """``nisa.tensor_copy_dynamic_src``: dst = the ``src`` window moved along one free axis
+    by an offset read from SBUF when the instruction executes (NKI docs,
+    nki.isa.tensor_copy_dynamic_src: "with src located at a dynamic offset within each
+    partition"; "The dynamic offset must be a scalar value resided in SBUF").
+
+    ``src`` is the window at offset 0; ``offset`` the [1, 1] int32/uint32 SBUF element
+    holding the offset; at offset ``o`` the window starts ``o * step`` bytes further, and
+    ``lo`` <= o <= ``hi`` keeps it inside its tile (else a one-line error when executed).
+    ``region`` is every element the window may reach (the tile along that axis): what the
+    dependencies see, conservatively (unsure how the engine orders it). The Program carries
+    where the offset is, never its value. Cast as ``TensorCopy`` (through fp32)."""
+
+    src: AccessPattern
+    offset: AccessPattern
+    region: AccessPattern
+    dst: AccessPattern
+    step: int
+    lo: int
+    hi: int
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
+class GatherFlattened:
+    """``nl.gather_flattened(data, indices)``: within each partition p, with every free
+    dimension flattened, dst[p, j] = data[p, indices[p, j]] (NKI docs,
+    nki.language.gather_flattened; GpSimd, as nki.isa.nc_n_gather, unsure). The indices are
+    uint32 (int32 accepted) in SBUF, read when it executes; dst has the indices' shape and
+    data's dtype. Out-of-range indices "return garbage values" on the device: the model
+    refuses them with a one-line error instead."""
+
+    data: AccessPattern
+    indices: AccessPattern
+    dst: AccessPattern
+    engine: Engine = Engine.GPSIMD
+
+
+@dataclass(frozen=True, slots=True)
 class SequenceBounds:
     """``nisa.sequence_bounds`` (GpSimd): for segment ids src [1, n], dst [1, 2, n] holds each
     element's segment start and end (end exclusive); id 0 is padding: start n, end -1."""
@@ -680,7 +721,8 @@ Instruction = (LoadStationary | MatMul | LdWeightMx | MatmultMx | DmaLoad | Read
                | TensorReduce | Transpose | BnStats | BnAggr | Iota | Reciprocal
                | TensorTensorScan | ScalarTensorTensor | AffineSelect | RangeSelect | Select
                | CopyPredicated | PartitionReduce | Max8 | FindIndex8 | MatchReplace8
-               | StreamShuffle | LocalGather | SequenceBounds | Rand | Dropout | DmaIndirect)
+               | StreamShuffle | LocalGather | SequenceBounds | Rand | Dropout | DmaIndirect
+               | TensorCopyDynamic | GatherFlattened)
 # Every instruction class, in the union's order (opcode order of counts() and the text form).
 OPCODES: tuple[type, ...] = typing.get_args(Instruction)
 
@@ -702,7 +744,8 @@ class Group:
                                      AffineSelect,
                                      RangeSelect, Select, CopyPredicated, PartitionReduce,
                                      Max8, FindIndex8, MatchReplace8, StreamShuffle,
-                                     LocalGather, SequenceBounds, Rand, Dropout)
+                                     LocalGather, SequenceBounds, Rand, Dropout,
+                                     TensorCopyDynamic, GatherFlattened)
     READOUT: tuple[type, ...] = (ReadOut,)
 
 
@@ -747,6 +790,10 @@ ACCESS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
     MatchReplace8: (("data", "vals"), ("dst", "dst_idx")),
     StreamShuffle: (("src",), ("dst",)),
     LocalGather: (("src", "index"), ("dst",)),
+    # the offset / indices and every element they may name (their values are unknown
+    # until it executes): a conservative region, as DmaIndirect's table
+    TensorCopyDynamic: (("region", "offset"), ("dst",)),
+    GatherFlattened: (("data", "indices"), ("dst",)),
     SequenceBounds: (("src",), ("dst",)),
     Rand: ((), ("dst",)),
     Dropout: (("src", "prob_ap"), ("dst",)),

@@ -246,7 +246,7 @@ _PLAIN = frozenset({OpKind.DMA, OpKind.INDIRECT_DMA, OpKind.COPY, OpKind.TENSOR_
                     OpKind.COPY_PREDICATED, OpKind.PARTITION_REDUCE, OpKind.MAX8,
                     OpKind.FIND_INDEX8, OpKind.MATCH_REPLACE8, OpKind.STREAM_SHUFFLE,
                     OpKind.LOCAL_GATHER, OpKind.SEQUENCE_BOUNDS, OpKind.RAND,
-                    OpKind.DROPOUT})
+                    OpKind.DROPOUT, OpKind.TENSOR_COPY_DYNAMIC, OpKind.GATHER_FLATTENED})
 
 Rect = tuple[int, int, int, int]
 

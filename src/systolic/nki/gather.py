@@ -22,15 +22,22 @@ import numpy as np
 from ..isa import AluOp, Engine
 from .index import check_mask, whole
 from .lazy import LazyKind, Pending
-from .opkind import LocalGatherArgs, PartitionReduceArgs, SequenceBoundsArgs, StreamShuffleArgs
-from .ops import _add, _gpsimd, _on_chip
-from .record import fail, here
+from .opkind import (
+    DynamicCopyArgs,
+    GatherFlattenedArgs,
+    LocalGatherArgs,
+    PartitionReduceArgs,
+    SequenceBoundsArgs,
+    StreamShuffleArgs,
+)
+from .ops import _add, _gpsimd, _on_chip, record_copy
+from .record import current, fail, here
 from .select import Recorder, Shaper, emit, result_dtype, stage_sbuf, take
-from .tensor import Tensor, View, as_view
+from .tensor import DynamicView, Tensor, View, as_view
 from .types import BUFFERS
 
-__all__ = ["RULES", "local_gather", "nc_stream_shuffle", "sequence_bounds",
-           "tensor_partition_reduce"]
+__all__ = ["RULES", "gather_flattened", "local_gather", "nc_stream_shuffle", "sequence_bounds",
+           "tensor_copy_dynamic_src", "tensor_partition_reduce"]
 
 Where = tuple[str, int]
 _QUADRANT = 32
@@ -206,7 +213,96 @@ def _bounds_tile(a: dict[str, Any], where: Where) -> Tensor:
     return Tensor((1, 2, prod(src.shape[1:])), result_dtype(a, src), BUFFERS["sbuf"], where)
 
 
+# -- tensor_copy_dynamic_src, gather_flattened (offsets / indices read when it runs) -------
+_ENGINES = {"vector": Engine.VECTOR, "scalar": Engine.SCALAR, "activation": Engine.SCALAR,
+            "gpsimd": Engine.GPSIMD, "pool": Engine.GPSIMD}
+
+
+def tensor_copy_dynamic_src(*args: Any, **kw: Any) -> Pending | None:
+    """``tensor_copy_dynamic_src(src, dtype=, engine=)`` (returns a tile) or ``(dst, src,
+    engine=)``: src is ``x[i_p, offsets[0, i] + i_f]`` (NKI docs,
+    nki.isa.tensor_copy_dynamic_src)."""
+    where = here()
+    what = "tensor_copy_dynamic_src"
+    check_mask(kw.pop("mask", None), what, where)
+    kw.pop("name", None)
+    eng = kw.pop("engine", None)
+    if len(args) == 2 or "dst" in kw:
+        a = take(args, kw, ("dst", "src"), what, where, 2)
+    else:
+        a = take(args, kw, ("src", "dtype"), what, where, 1)
+    src = a["src"]
+    if not isinstance(src, DynamicView):
+        raise fail(f"{what}: src is a tile indexed by an offset read from SBUF "
+                   f"(x[i_p, offsets[0, i] + i_f])", where)
+    e = _ENGINES.get(str(getattr(eng, "name", eng)).lower().removesuffix("_engine"),
+                     Engine.VECTOR)
+    args_ = {"src": src, "dtype": a.get("dtype"), "engine": e}
+    return emit(LazyKind.TENSOR_COPY_DYNAMIC, a.get("dst"), args_, where, _record_dynamic)
+
+
+def _dynamic_tile(a: dict[str, Any], where: Where) -> Tensor:
+    src: DynamicView = a["src"]
+    return Tensor(src.window.shape, result_dtype(a, src.window), BUFFERS["sbuf"], where)
+
+
+def _record_dynamic(dst: View, a: dict[str, Any], where: Where) -> None:
+    src: DynamicView = a["src"]
+    w = src.window
+    _on_chip(dst, "dst", "tensor_copy_dynamic_src", where)
+    if dst.partitions != w.partitions or dst.size != w.size:
+        raise fail(f"tensor_copy_dynamic_src: src and dst have the same partitions and "
+                   f"elements per partition (NKI docs): {list(w.shape)} vs "
+                   f"{list(dst.shape)}", where)
+    _gpsimd(a["engine"], (dst, w), "tensor_copy_dynamic_src", where)
+    _add(DynamicCopyArgs(a["engine"], src.step, src.lo, src.hi), dst,
+         (w, src.offset_tile, src.region), where)
+
+
+def gather_flattened(*args: Any, **kw: Any) -> Pending | None:
+    """``nl.gather_flattened(data, indices, axis=0, dtype=)``: per partition, the free
+    dimensions flattened, out[p, j] = data[p, indices[p, j]] (NKI docs,
+    nki.language.gather_flattened)."""
+    where = here()
+    what = "gather_flattened"
+    check_mask(kw.pop("mask", None), what, where)
+    a = take(args, kw, ("data", "indices", "axis", "dtype"), what, where, 2)
+    data, idx = as_view(a["data"]), as_view(a["indices"])
+    if a.get("axis") not in (None, 0, -1):
+        raise fail(f"{what} axis={a['axis']!r} is not modelled (the free axes are "
+                   f"flattened)", where)
+    if data.partitions != idx.partitions:
+        raise fail(f"{what}: data and indices have the same partitions: "
+                   f"{data.partitions} vs {idx.partitions}", where)
+    if idx.dtype.fmt not in ("uint32", "int32"):
+        raise fail(f"{what}: indices are uint32 (NKI docs), not {idx.dtype}", where)
+    args_ = {"data": a["data"], "indices": a["indices"], "dtype": a.get("dtype")}
+    return emit(LazyKind.GATHER_FLATTENED, None, args_, where, _record_gather_flattened)
+
+
+def _flattened_tile(a: dict[str, Any], where: Where) -> Tensor:
+    return Tensor(as_view(a["indices"]).shape, as_view(a["data"]).dtype, BUFFERS["sbuf"],
+                  where)
+
+
+def _record_gather_flattened(dst: View, a: dict[str, Any], where: Where) -> None:
+    data, idx = as_view(a["data"]), as_view(a["indices"])
+    out = dst
+    if dst.dtype != data.dtype or dst.buffer.name != "sbuf":  # GpSimd writes SBUF, no cast
+        out = Tensor(idx.shape, data.dtype, BUFFERS["sbuf"], where, "gather_stage").full
+        current().add_tensor(out.tensor)
+    if out.partitions != idx.partitions or out.size != idx.size:
+        raise fail(f"gather_flattened writes the indices' shape {list(idx.shape)}, not "
+                   f"{list(dst.shape)}", where)
+    data, idx = stage_sbuf(data, where), stage_sbuf(idx, where)
+    _add(GatherFlattenedArgs(), out, (data, idx), where)
+    if out is not dst:
+        record_copy(dst, out, None, where)
+
+
 RULES: dict[LazyKind, tuple[Shaper, Recorder]] = {
+    LazyKind.TENSOR_COPY_DYNAMIC: (_dynamic_tile, _record_dynamic),
+    LazyKind.GATHER_FLATTENED: (_flattened_tile, _record_gather_flattened),
     LazyKind.LOCAL_GATHER: (_gather_tile, _record_local_gather),
     LazyKind.PARTITION_REDUCE: (_partition_tile, _record_partition_reduce),
     LazyKind.SEQUENCE_BOUNDS: (_bounds_tile, _record_sequence_bounds),

@@ -482,6 +482,7 @@ __all__ += [
 
 
 # -- issue 19, second part: nl.where, comparisons, mod, random numbers ---------------------
+from .gather import gather_flattened  # noqa: E402
 from .rng import nl_dropout as dropout  # noqa: E402
 from .rng import rand, random_seed  # noqa: E402
 from .select import (  # noqa: E402
@@ -495,8 +496,8 @@ from .select import (  # noqa: E402
     where,
 )
 
-__all__ += ["dropout", "equal", "greater", "greater_equal", "less", "less_equal", "mod",
-            "not_equal", "rand", "random_seed", "where"]
+__all__ += ["dropout", "equal", "gather_flattened", "greater", "greater_equal", "less",
+            "less_equal", "mod", "not_equal", "rand", "random_seed", "where"]
 
 
 def floor(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Pending:

@@ -53,6 +53,8 @@ class LazyKind(enum.Enum):
     FIND_INDEX8 = "nc_find_index8"
     MATCH_REPLACE8 = "nc_match_replace8"
     LOCAL_GATHER = "local_gather"
+    TENSOR_COPY_DYNAMIC = "tensor_copy_dynamic_src"
+    GATHER_FLATTENED = "gather_flattened"
     SEQUENCE_BOUNDS = "sequence_bounds"
     RAND = "nl.rand"
     DROPOUT = "dropout"

@@ -58,6 +58,8 @@ from .opkind import (
     CopyArgs,
     CopyPredicatedArgs,
     DropoutArgs,
+    DynamicCopyArgs,
+    GatherFlattenedArgs,
     IndirectDmaArgs,
     IotaArgs,
     LocalGatherArgs,
@@ -353,6 +355,19 @@ def _stream_shuffle(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
     return [isa_.StreamShuffle(p.srcs[0], p.dst, a.shuffle_mask)]
 
 
+def _copy_dynamic(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, DynamicCopyArgs)
+    src = p.srcs[0]
+    return [isa_.TensorCopyDynamic(src, p.srcs[1], p.srcs[2], p.dst, a.step * src.itemsize,
+                                   a.lo, a.hi, a.engine)]
+
+
+def _gather_flattened(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    assert isinstance(op.args, GatherFlattenedArgs)
+    return [isa_.GatherFlattened(p.srcs[0], p.srcs[1], p.dst)]
+
+
 def _local_gather(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
     a = op.args
     assert isinstance(a, LocalGatherArgs)
@@ -406,6 +421,8 @@ LOWER: dict[OpKind, Rule] = {
     OpKind.MATCH_REPLACE8: _match_replace8,
     OpKind.STREAM_SHUFFLE: _stream_shuffle,
     OpKind.LOCAL_GATHER: _local_gather,
+    OpKind.TENSOR_COPY_DYNAMIC: _copy_dynamic,
+    OpKind.GATHER_FLATTENED: _gather_flattened,
     OpKind.SEQUENCE_BOUNDS: _sequence_bounds,
     OpKind.RAND: _rand,
     OpKind.DROPOUT: _dropout,

@@ -25,7 +25,9 @@ __all__ = [
     "CopyPredicatedArgs",
     "DmaArgs",
     "DropoutArgs",
+    "DynamicCopyArgs",
     "FindIndex8Args",
+    "GatherFlattenedArgs",
     "IndirectDmaArgs",
     "IotaArgs",
     "LocalGatherArgs",
@@ -86,6 +88,8 @@ class OpKind(enum.Enum):
     MATCH_REPLACE8 = "nc_match_replace8"
     STREAM_SHUFFLE = "nc_stream_shuffle"
     LOCAL_GATHER = "local_gather"
+    TENSOR_COPY_DYNAMIC = "tensor_copy_dynamic_src"
+    GATHER_FLATTENED = "gather_flattened"
     SEQUENCE_BOUNDS = "sequence_bounds"
     RAND = "rand"
     DROPOUT = "dropout"
@@ -359,6 +363,26 @@ class LocalGatherArgs:
 
 
 @dataclass(frozen=True, slots=True)
+class DynamicCopyArgs:
+    """``tensor_copy_dynamic_src``: srcs are the window at offset 0, the [1, 1] offset tile
+    and the region the window may reach; at offset o it starts o * ``step`` elements on,
+    ``lo`` <= o <= ``hi``."""
+
+    KIND: ClassVar[OpKind] = OpKind.TENSOR_COPY_DYNAMIC
+    engine: Engine
+    step: int
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True, slots=True)
+class GatherFlattenedArgs:
+    """``nl.gather_flattened``: srcs are data, indices."""
+
+    KIND: ClassVar[OpKind] = OpKind.GATHER_FLATTENED
+
+
+@dataclass(frozen=True, slots=True)
 class SequenceBoundsArgs:
     KIND: ClassVar[OpKind] = OpKind.SEQUENCE_BOUNDS
 
@@ -385,4 +409,5 @@ OpArgs = (DmaArgs | IndirectDmaArgs | CopyArgs | TensorTensorArgs | TensorScalar
           | ScanArgs | ScalarTensorTensorArgs | AffineSelectArgs | RangeSelectArgs | SelectArgs
           | CopyPredicatedArgs | PartitionReduceArgs | Max8Args | FindIndex8Args
           | MatchReplace8Args | StreamShuffleArgs | LocalGatherArgs | SequenceBoundsArgs
+          | DynamicCopyArgs | GatherFlattenedArgs
           | RandArgs | DropoutArgs)

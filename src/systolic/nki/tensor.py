@@ -25,7 +25,8 @@ from .lazy import Arithmetic, LazyKind, NlOp, Pending, as_view, binary
 from .record import Loop, current, fail, here
 from .types import BUFFERS, Buffer, DType, ParDim, fill_value
 
-__all__ = ["Axis", "Expr", "Grid", "IndirectView", "LazyKind", "NlOp", "Outside", "Pending",
+__all__ = ["Axis", "DynamicIndex", "DynamicView", "Expr", "Grid", "IndirectView", "LazyKind",
+           "NlOp", "Outside", "Pending",
            "Tensor", "View", "as_view",
            "binary", "same_shape"]
 
@@ -366,6 +367,9 @@ class View(Arithmetic):
                     if isinstance(k, bool):
                         raise fail(f"index {k!r} is not an int, a slice or an index "
                                    f"expression")
+                    if isinstance(k, DynamicIndex) or (
+                            isinstance(k, Tensor | View) and self.buffer.on_chip and not part):
+                        return _dynamic(self, keys, d)  # an offset read from SBUF
                     if isinstance(k, Tensor | View | Pending):  # a tile of indices
                         return _indirect(self, keys, d)
                     try:
@@ -408,6 +412,16 @@ class View(Arithmetic):
                     Outside(tuple([r for _, _, r in marked]),
                             f"{why}; a mask= on the operation that uses it can leave the "
                             f"outside part out"))
+
+    def __add__(self, other: object) -> Any:
+        if isinstance(other, Expr):  # offsets[0, i] + i_f: a free-axis index read from SBUF
+            return DynamicIndex(self, other)
+        return super().__add__(other)
+
+    def __radd__(self, other: object) -> Any:
+        if isinstance(other, Expr):
+            return DynamicIndex(self, other)
+        return super().__radd__(other)
 
     def __setitem__(self, key: object, value: object) -> None:
         target = self[key]
@@ -460,6 +474,68 @@ class View(Arithmetic):
         rec.add_tensor(out)
         rec.recording.dma(out.full, rows, where)
         return out
+
+
+class DynamicIndex:
+    """``offsets[0, i] + i_f``: a free-axis index of an on-chip tile whose start is the
+    value of a one-element SBUF tile, read when the kernel runs
+    (nki.isa.tensor_copy_dynamic_src); ``expr`` the static part (None: 0)."""
+
+    __slots__ = ("expr", "tile")
+
+    def __init__(self, tile: View, expr: Expr | None = None) -> None:
+        self.tile, self.expr = tile, expr
+
+
+_DYNAMIC_ONLY = ("a tile indexed by an offset read from SBUF (x[i_p, offsets[0, i] + i_f]) "
+                 "is the source of nisa.tensor_copy_dynamic_src only")
+
+
+class DynamicView(View):
+    """The window of :class:`DynamicIndex` at offset 0 (``window``), its ``offset`` tile,
+    ``step`` elements per unit of offset, offsets ``lo``..``hi`` inside the tile, and
+    ``region``: every element it may reach. Only tensor_copy_dynamic_src may use it."""
+
+    __slots__ = ("hi", "lo", "offset_tile", "region", "step", "window")
+
+    def __init__(self, window: View, offset_tile: View, step: int, lo: int, hi: int,
+                 region: View) -> None:
+        super().__init__(window.tensor, window.offset, window.p0, window.axes, window.dt,
+                         Outside(tuple([None] * len(window.axes)), _DYNAMIC_ONLY))
+        self.window, self.offset_tile, self.region = window, offset_tile, region
+        self.step, self.lo, self.hi = step, lo, hi
+
+
+def _dynamic(v: View, keys: list[object], d: int) -> DynamicView:
+    """``v[..., offsets[0, i] + i_f, ...]`` of an on-chip tile (nki.isa
+    .tensor_copy_dynamic_src: "The dynamic offset must be a scalar value resided in SBUF")."""
+    k = keys[d]
+    dyn = k if isinstance(k, DynamicIndex) else DynamicIndex(as_view(k))
+    tile = as_view(dyn.tile)
+    if not v.buffer.on_chip or v.axes[d].part:
+        raise fail("an offset read from SBUF indexes a free dimension of an SBUF/PSUM tile")
+    if tile.outside is not None:
+        tile.outside.check()
+    if tile.buffer.name != "sbuf" or tile.size != 1 or tile.dtype.fmt not in _INDEX_FORMATS:
+        raise fail(f"a dynamic offset is one int32/uint32 element of an SBUF tile, not a "
+                   f"{list(tile.shape)} {tile.dtype} {tile.buffer.name.upper()} tile")
+    static: object = dyn.expr if dyn.expr is not None else 0
+    lo, hi = 0, 0
+    if isinstance(static, Expr):
+        a, b = static.const, static.const + static.coef * (static.size - 1)
+        lo, hi = min(a, b), max(a, b)
+    count = v.axes[d].num
+    at0 = list(keys)
+    at0[d] = static  # the window at offset 0: the static part alone
+    window = v[tuple(at0)]
+    whole_axis = list(keys)
+    whole_axis[d] = _ALL
+    region = v[tuple(whole_axis)]
+    for w in (window, region):
+        if w.outside is not None:
+            w.outside.check()
+    # offset o moves the window o elements along the axis: lo + o >= 0, hi + o < count
+    return DynamicView(window, tile, v.axes[d].stride, -lo, count - 1 - hi, region)
 
 
 _INDIRECT_ONLY = ("a view indexed by a tile of indices (x[idx_tile, ...]) is the source or "

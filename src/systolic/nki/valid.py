@@ -258,6 +258,10 @@ def _gather(op: Op, cells: list[Cells]) -> tuple[Cells, list[Cells]]:
 RULES: dict[OpKind, Rule] = {
     OpKind.DMA: _elementwise,
     OpKind.INDIRECT_DMA: _gather,  # a scatter never gets here (check_values)
+    # the element an offset / index names is known only when the kernel runs: all of dst
+    # valid when everything it may read (the whole region, the indices) is, else none
+    OpKind.TENSOR_COPY_DYNAMIC: _whole_or_none,
+    OpKind.GATHER_FLATTENED: _whole_or_none,
     OpKind.COPY: _elementwise,
     OpKind.TENSOR_TENSOR: _elementwise,
     OpKind.TENSOR_SCALAR: _elementwise,

@@ -1,6 +1,8 @@
 """Values of the selection, top-8, gather and random instructions (issue 19, second part):
 AffineSelect, RangeSelect, Select, CopyPredicated, PartitionReduce, Max8, FindIndex8,
-MatchReplace8, StreamShuffle, LocalGather, SequenceBounds, Rand, Dropout.
+MatchReplace8, StreamShuffle, LocalGather, SequenceBounds, Rand, Dropout, TensorCopyDynamic,
+GatherFlattened (their offset / indices read from SBUF when they execute; out of range: a
+one-line SystolicError).
 
 Semantics (NKI docs, nki.isa.* at aws-neuron-sdk 7c165a3e; each "NumPy equivalent" there is
 what the model computes):
@@ -28,12 +30,14 @@ what the model computes):
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..dtypes import OverflowPolicy
+from ..errors import SystolicError
 from ..isa import AccessPattern, AluOp
 from ..isa.fields import ReduceCmd
 from ..memory import Memory
@@ -210,6 +214,34 @@ def local_gather(state: MachineState, ins: Any) -> None:
     view[...] = dst.reshape(view.shape)  # bytes as they are: no cast (the docs)
 
 
+def tensor_copy_dynamic(state: MachineState, ins: Any) -> None:
+    """The window moved by the offset in SBUF now, copied (cast as tensor_copy)."""
+    mem = state.memory
+    o = int(mem.read(ins.offset).reshape(-1)[0])
+    if not ins.lo <= o <= ins.hi:
+        raise SystolicError(f"tensor_copy_dynamic_src: the offset read from SBUF is {o}; the "
+                            f"window stays inside its tile for offsets {ins.lo}..{ins.hi}")
+    src = dataclasses.replace(ins.src, offset=ins.src.offset + o * ins.step)
+    mem.write(ins.dst, mem.read(src).reshape(ins.dst.shape), overflow=_CAST)
+
+
+def gather_flattened(state: MachineState, ins: Any) -> None:
+    """dst[p, j] = data[p, indices[p, j]], the free dimensions flattened."""
+    mem = state.memory
+    p = ins.data.partitions
+    data = mem.view(ins.data).reshape(p, -1)
+    idx = mem.read(ins.indices).reshape(p, -1).astype(np.int64)
+    n = data.shape[1]
+    bad = (idx < 0) | (idx >= n)
+    if bad.any():
+        q, j = (int(v[0]) for v in np.nonzero(bad))
+        raise SystolicError(f"gather_flattened: index {int(idx[q, j])} at partition {q}, "
+                            f"element {j} of the indices is outside the {n} elements of a "
+                            f"data partition (0..{n - 1})")
+    view = mem.view(ins.dst)
+    view[...] = np.take_along_axis(data, idx, axis=1).reshape(view.shape)  # no cast
+
+
 def sequence_bounds(state: MachineState, ins: Any) -> None:
     mem = state.memory
     ids = mem.read(ins.src).astype(np.float64).reshape(-1)
@@ -255,7 +287,8 @@ def _handlers() -> dict[type, Callable[[MachineState, Any], None]]:
             i.CopyPredicated: copy_predicated, i.PartitionReduce: partition_reduce,
             i.Max8: max8, i.FindIndex8: find_index8, i.MatchReplace8: match_replace8,
             i.StreamShuffle: stream_shuffle, i.LocalGather: local_gather,
-            i.SequenceBounds: sequence_bounds, i.Rand: rand, i.Dropout: dropout}
+            i.SequenceBounds: sequence_bounds, i.Rand: rand, i.Dropout: dropout,
+            i.TensorCopyDynamic: tensor_copy_dynamic, i.GatherFlattened: gather_flattened}
 
 
 HANDLERS = _handlers()

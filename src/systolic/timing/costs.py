@@ -42,11 +42,13 @@ from ..isa import (
     Activation,
     AluOp,
     Engine,
+    GatherFlattened,
     Memset,
     QuantizeMx,
     ReadOut,
     Space,
     TensorCopy,
+    TensorCopyDynamic,
     TensorReduce,
     TensorScalar,
     TensorTensor,
@@ -322,6 +324,24 @@ def local_gather(ins: LocalGather, arch: Arch, engine: Engine) -> int:
     return _IOTA_FIXED_CYCLES + ceil(ins.num_valid_indices * k / c)
 
 
+# nki.isa.tensor_copy_dynamic_src / _dst: "max(MIN_II_DYNAMIC, N) engine cycles ...
+# MIN_II_DYNAMIC is roughly 600 engine cycles" (NKI docs, latest; an older release gave
+# tensor_copy's cost plus about 140 cycles to read the index: unsure which the hardware has)
+MIN_II_DYNAMIC = 600
+
+
+def tensor_copy_dynamic(ins: TensorCopyDynamic, arch: Arch, engine: Engine) -> int:
+    """nki.isa.tensor_copy_dynamic_src: ``max(MIN_II_DYNAMIC, N)``, N the elements per
+    partition of the source."""
+    return max(MIN_II_DYNAMIC, _n(ins.src))
+
+
+def gather_flattened(ins: GatherFlattened, arch: Arch, engine: Engine) -> int:
+    """nl.gather_flattened gives no cost (unsure): GpSimd tensor_copy's ``max(MIN_II, N)``,
+    N the elements per partition of dst."""
+    return _floor(arch, _n(ins.dst))
+
+
 def rand(ins: Rand, arch: Arch, engine: Engine) -> int:
     """``max(MIN_II, N)``, N the elements per partition of dst (unsure: nl.rand gives no
     cost; dropout's, the same engine's random draw per element)."""
@@ -395,6 +415,10 @@ ROWS: tuple[Row, ...] = (
     Row(Rand, (_V,), rand, "max(MIN_II, N) (unsure: none in the docs)",
         f"{_ISA} dropout (nl.rand has none)"),
     Row(Dropout, (_V,), vector_n_floor, "max(MIN_II, N)", f"{_ISA} dropout"),
+    Row(TensorCopyDynamic, (_V, _S, _G), tensor_copy_dynamic, "max(MIN_II_DYNAMIC = 600, N)",
+        "nki.isa.tensor_copy_dynamic_src 'Estimated instruction cost' (NKI docs, latest)"),
+    Row(GatherFlattened, (_G,), gather_flattened, "max(MIN_II, N) (unsure: none in the "
+        "docs)", f"{_ISA} tensor_copy (nl.gather_flattened has none)"),
 )
 _BY_KEY: dict[tuple[type, Engine], Row] = {(r.kind, e): r for r in ROWS for e in r.engines}
 

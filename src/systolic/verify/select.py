@@ -259,6 +259,50 @@ def _dropout(c: Checker, i: int, ins: ins_.Dropout) -> None:
     _same(c, i, ins.src, ins.dst, "Dropout")
 
 
+_INDEX_FORMATS = ("int32", "uint32")  # an SBUF offset / index (NKI docs: uint32 for
+# gather_flattened; the vendor's tensor_copy_dynamic_src offsets are int32)
+
+
+def _tensor_copy_dynamic(c: Checker, i: int, ins: ins_.TensorCopyDynamic) -> None:
+    """nki.isa.tensor_copy_dynamic_src: src and dst on chip with the same partitions and
+    elements per partition; the offset one int32/uint32 element in SBUF; the window at
+    offsets lo..hi inside ``region``. The offset's value is checked when it executes."""
+    if ins.engine not in (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD):
+        c._fail(i, f"TensorCopyDynamic runs on Vector, Scalar or GpSimd, not {ins.engine}")
+    for ap, role in ((ins.src, "src"), (ins.region, "region")):
+        _on(c, i, ap, f"TensorCopyDynamic {role}", ins.engine)
+    _on(c, i, ins.dst, "TensorCopyDynamic dst", ins.engine, write=True)
+    _bounds(c, i, ins.offset, "TensorCopyDynamic offset", (Space.SBUF,))
+    if ins.offset.dtype not in _INDEX_FORMATS or ins.offset.partitions != 1 or (
+            ins.offset.free_elems != 1):
+        c._fail(i, f"TensorCopyDynamic offset is one int32/uint32 element in SBUF, not "
+                   f"[{ins.offset.partitions}, {ins.offset.free_elems}] of {ins.offset.dtype}")
+    if ins.src.partitions != ins.dst.partitions or ins.src.free_elems != ins.dst.free_elems:
+        c._fail(i, f"TensorCopyDynamic src and dst have the same partitions and elements per "
+                   f"partition: [{ins.src.partitions}, {ins.src.free_elems}] vs "
+                   f"[{ins.dst.partitions}, {ins.dst.free_elems}]")
+    if ins.lo > ins.hi or ins.src.offset + ins.lo * ins.step < ins.region.offset or (
+            ins.src.partition != ins.region.partition):
+        c._fail(i, f"TensorCopyDynamic window at offsets {ins.lo}..{ins.hi} leaves its region")
+
+
+def _gather_flattened(c: Checker, i: int, ins: ins_.GatherFlattened) -> None:
+    """nl.gather_flattened: data, indices and dst in SBUF (GpSimd), the same partitions, dst
+    the indices' elements in data's dtype, uint32/int32 indices."""
+    _engine(c, i, ins, Engine.GPSIMD)
+    for ap, role in ((ins.data, "data"), (ins.indices, "indices")):
+        _on(c, i, ap, f"GatherFlattened {role}", Engine.GPSIMD)
+    _on(c, i, ins.dst, "GatherFlattened dst", Engine.GPSIMD, write=True)
+    if ins.indices.dtype not in _INDEX_FORMATS:
+        c._fail(i, f"GatherFlattened indices are uint32 (or int32), not {ins.indices.dtype}")
+    d, x, o = ins.data, ins.indices, ins.dst
+    if not d.partitions == x.partitions == o.partitions or (
+            o.free_elems != x.free_elems or o.dtype != d.dtype):
+        c._fail(i, f"GatherFlattened dst is [{x.partitions}, {x.free_elems}] of {d.dtype} "
+                   f"(the indices' shape, data's dtype), not [{o.partitions}, "
+                   f"{o.free_elems}] of {o.dtype}; data has {d.partitions} partitions")
+
+
 CHECKS: dict[type, Callable[[Checker, int, Any], None]] = {
     ins_.AffineSelect: _affine_select, ins_.RangeSelect: _range_select,
     ins_.Select: _select, ins_.CopyPredicated: _copy_predicated,
@@ -266,4 +310,5 @@ CHECKS: dict[type, Callable[[Checker, int, Any], None]] = {
     ins_.FindIndex8: _find_index8, ins_.MatchReplace8: _match_replace8,
     ins_.StreamShuffle: _stream_shuffle, ins_.LocalGather: _local_gather,
     ins_.SequenceBounds: _sequence_bounds, ins_.Rand: _rand, ins_.Dropout: _dropout,
+    ins_.TensorCopyDynamic: _tensor_copy_dynamic, ins_.GatherFlattened: _gather_flattened,
 }

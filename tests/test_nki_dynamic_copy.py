@@ -1,0 +1,101 @@
+"""nisa.tensor_copy_dynamic_src and nl.gather_flattened (issue 19): offsets / indices read
+from SBUF when the instruction executes (NKI docs, nki.isa.tensor_copy_dynamic_src,
+nki.language.gather_flattened)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from systolic.arch import get_arch
+from systolic.errors import SystolicError
+from systolic.isa import AccessPattern, Space, TensorCopyDynamic
+from systolic.nki import isa as nisa
+from systolic.nki import language as nl
+from systolic.nki import simulate_kernel
+from systolic.timing.costs import engine_cycles
+
+
+def _copy_2d(src, offsets):
+    out = nl.ndarray([128, offsets.shape[1]], dtype=src.dtype, buffer=nl.shared_hbm)
+    s = nl.load(src)
+    o = nl.load(offsets)
+    t = nl.ndarray([128, offsets.shape[1]], dtype=src.dtype, buffer=nl.sbuf)
+    ix, iy = nl.mgrid[0:128, 0:1]
+    for i in nl.affine_range(offsets.shape[1]):
+        t[ix, i] = nisa.tensor_copy_dynamic_src(s[ix, o[0, i] + iy])
+    nl.store(out, value=t)
+    return out
+
+
+def _copy_3d(src, offsets):
+    n = offsets.shape[1]
+    out = nl.ndarray([128, n, 4], dtype=src.dtype, buffer=nl.shared_hbm)
+    s = nl.load(src)
+    o = nl.load(offsets)
+    t = nl.ndarray([128, n, 4], dtype=src.dtype, buffer=nl.sbuf)
+    ix, _, iz = nl.mgrid[0:128, 0:1, 0:4]
+    for i in nl.affine_range(n):
+        t[ix, i, iz] = nisa.tensor_copy_dynamic_src(s[ix, o[0, i], iz])
+    nl.store(out, value=t)
+    return out
+
+
+def test_values_2d_several_offsets() -> None:
+    rng = np.random.default_rng(0)
+    src = rng.random((128, 40), dtype=np.float32)
+    offs = np.array([[7, 0, 39, 7, 12]], dtype=np.int32)
+    got = simulate_kernel(_copy_2d, src, offs)
+    want = np.stack([src[:, k] for k in offs[0]], axis=1)  # column k of each partition
+    np.testing.assert_array_equal(got, want)
+
+
+def test_values_3d() -> None:
+    rng = np.random.default_rng(1)
+    src = rng.random((128, 16, 4), dtype=np.float32)
+    offs = np.array([[3, 15, 0]], dtype=np.int32)
+    got = simulate_kernel(_copy_3d, src, offs)
+    for j, k in enumerate(offs[0]):
+        np.testing.assert_array_equal(got[:, j, :], src[:, k, :])
+
+
+def test_out_of_range_offset_is_one_line_error() -> None:
+    src = np.zeros((128, 40), np.float32)
+    with pytest.raises(SystolicError) as e:
+        simulate_kernel(_copy_2d, src, np.array([[1, 40]], dtype=np.int32))
+    assert "offsets 0..39" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_cost_at_one_point() -> None:
+    # max(MIN_II_DYNAMIC = 600, N): N = 4 elements per partition -> 600; N = 1000 -> 1000
+    def ap(n: int, off: int = 0, dt: str = "fp32") -> AccessPattern:
+        return AccessPattern(Space.SBUF, 0, 128, off, ((1, n),), dt)
+    ins = TensorCopyDynamic(ap(4), AccessPattern(Space.SBUF, 0, 1, 0, ((1, 1),), "int32"),
+                            ap(1000), ap(4, 8000), 4, 0, 996)
+    assert engine_cycles(ins, get_arch("trn2")) == 600
+    big = TensorCopyDynamic(ap(1000), ins.offset, ap(1000), ap(1000, 8000), 4, 0, 0)
+    assert engine_cycles(big, get_arch("trn2")) == 1000
+
+
+def test_offset_tile_written_first_is_a_dependency() -> None:
+    from systolic.isa import ACCESS
+    assert ACCESS[TensorCopyDynamic] == (("region", "offset"), ("dst",))
+
+
+def _gather(data, indices):
+    out = nl.ndarray(indices.shape, dtype=data.dtype, buffer=nl.shared_hbm)
+    r = nl.gather_flattened(data=nl.load(data), indices=nl.load(indices))
+    nl.store(out, value=r)
+    return out
+
+
+def test_gather_flattened_values_and_range() -> None:
+    rng = np.random.default_rng(2)
+    data = rng.random((32, 64), dtype=np.float32)
+    idx = rng.integers(0, 64, (32, 10)).astype(np.uint32)
+    got = simulate_kernel(_gather, data, idx)
+    want = np.array([[data[p, idx[p, j]] for j in range(10)] for p in range(32)])
+    np.testing.assert_array_equal(got, want)
+    idx[3, 4] = 64
+    with pytest.raises(SystolicError, match="index 64 at partition 3"):
+        simulate_kernel(_gather, data, idx)
