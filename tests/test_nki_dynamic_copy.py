@@ -99,3 +99,32 @@ def test_gather_flattened_values_and_range() -> None:
     idx[3, 4] = 64
     with pytest.raises(SystolicError, match="index 64 at partition 3"):
         simulate_kernel(_gather, data, idx)
+
+
+def test_a_copy_waits_for_the_load_of_its_offsets() -> None:
+    """The offset is a value in SBUF: every dynamic copy starts after the DMA that writes
+    the offsets tile ends (ACCESS lists ``offset`` among its reads), and after the load of
+    the tile it copies from; none starts before both."""
+    import systolic.nki as snki
+    from systolic.isa import DmaCopy
+    from systolic.nki.run import time_recorded
+
+    snki.install("trn2")
+    src = np.zeros((128, 40), np.float32)
+    offs = np.zeros((1, 5), np.int32)
+    rec = snki.record(_copy_2d, [src, offs])
+    prog = list(rec.program)
+    timing = time_recorded(rec)
+    first: dict[int, int] = {}
+    for j, i in enumerate(timing.op_instr.tolist()):
+        first.setdefault(i, j)
+    loads = [i for i, ins in enumerate(prog) if isinstance(ins, DmaCopy)
+             and ins.dst.space is Space.SBUF]
+    copies = [i for i, ins in enumerate(prog) if isinstance(ins, TensorCopyDynamic)]
+    assert len(loads) == 2 and len(copies) == 5
+    offset_load = next(i for i in loads if prog[i].dst.dtype == "int32")
+    data_load = next(i for i in loads if i != offset_load)
+    for c in copies:
+        start = int(timing.starts[first[c]])
+        assert start >= int(timing.ends[first[offset_load]])
+        assert start >= int(timing.ends[first[data_load]])
