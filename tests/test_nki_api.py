@@ -99,3 +99,13 @@ def test_benchmark_save_trace_name_is_refused_when_run(tmp_path: Path) -> None:
         bench(nt.tensor[[512, 256], nl.bfloat16], nt.tensor[[512, 1024], nl.bfloat16])
     assert "\n" not in str(exc.value)
     assert bench.benchmark_result is None and not trace.exists()
+
+
+def test_baremetal_and_simulate_keep_the_kernels_name() -> None:
+    """A decorated kernel keeps its name (the attention tutorial prints
+    ``version.__name__`` of a ``@nki.baremetal`` kernel)."""
+    import neuronxcc.nki as nki
+
+    kern = snki.load_kernel(str(EX / "basic_matmul.py"), "basic_matmul")
+    assert nki.baremetal(kern).__name__ == nki.simulate(kern).__name__ == "basic_matmul"
+    assert nki.baremetal(additional_compile_opt="-O1")(kern).__name__ == "basic_matmul"

@@ -72,6 +72,11 @@ class _Simulated:
 
     def __init__(self, kernel: Any, arch: Any) -> None:
         self.kernel, self.arch = kernel, arch
+        # the kernel's names, as a decorated function keeps them (the attention tutorial
+        # prints ``version.__name__`` of a baremetal kernel)
+        for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
+            if hasattr(kernel, attr):
+                setattr(self, attr, getattr(kernel, attr))
 
     def __getitem__(self, grid: Any) -> _Simulated:
         return _Simulated(self.kernel[grid], self.arch)
