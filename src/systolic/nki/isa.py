@@ -90,6 +90,10 @@ def dma_copy(dst: Any = None, src: Any = None, **kw: Any) -> None:
     where = here()
     if dst is None or src is None:
         raise fail("dma_copy needs dst= and src=", where)
+    if not kw:  # the common call: no options to read (100,000 of them in a big kernel)
+        with applying(None, "dma_copy", where):
+            record_dma(as_view(dst), as_view(src), where)
+        return
     skip = dma_oob_mode(kw.pop("oob_mode", None), "dma_copy", where)
     rmw = kw.pop("dst_rmw_op", None)
     if rmw is not None and _alu_of(rmw) is not AluOp.ADD:
