@@ -40,7 +40,8 @@ def run(paths: list[str]) -> dict[str, list[str]]:
                    PYTHONPATH=os.pathsep.join([_SRC, *_src_dirs(Path(f))]))
         res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider",
                               "-p", "systolic.nki.pytest_plugin", f], capture_output=True,
-                             text=True, cwd=os.path.dirname(f), env=env, timeout=900)
+                             text=True, cwd=os.path.dirname(f), env=env,
+                             timeout=3600)  # flash attention backward: > 15 min here
         seen = False
         for line in res.stdout.splitlines():
             m = _LINE.match(line)
