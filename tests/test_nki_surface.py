@@ -371,3 +371,35 @@ def test_finfo_is_the_format_s_limits() -> None:
     assert float(nl.finfo(nl.float8_e4m3).max) == 240.0  # IEEE-style e4m3: 1.875 * 2^7
     with pytest.raises(KernelError, match="floating-point"):
         nl.finfo(nl.int32)
+
+
+FULL_MIN = '''
+@nki.jit
+def k(a):
+    out = nl.ndarray((128, 4), dtype=nl.bfloat16, buffer=nl.shared_hbm)
+    t = nl.full((128, 4), dtype=nl.bfloat16, buffer=nl.sbuf,
+                fill_value=nl.finfo(nl.bfloat16).min)
+    nl.store(out, t)
+    return out
+'''
+
+
+def test_full_takes_the_format_s_own_scalar(tmp_path: Path) -> None:
+    """``nl.full(fill_value=nl.finfo(nl.bfloat16).min)`` (nki-samples' select_and_scatter):
+    the limit is an ml_dtypes.bfloat16 scalar, a number; it was refused as 'not a number'."""
+    import ml_dtypes
+
+    got = np.asarray(_run(tmp_path, FULL_MIN, np.zeros((1,), np.float32)), np.float64)
+    assert got.shape == (128, 4)
+    assert np.all(got == float(ml_dtypes.finfo(ml_dtypes.bfloat16).min))
+
+
+def test_mgrid_names_four_dimensions() -> None:
+    """``.p .x .y .z`` are dimensions 1 to 4 of ``nl.mgrid`` (select_and_scatter reads
+    ``window.z``); a name past the grid's dimensions is one line, not an IndexError."""
+    import systolic.nki.language as nl
+
+    g = nl.mgrid[0:128, 0:3, 0:5, 0:7]
+    assert [a.size for a in (g.p, g.x, g.y, g.z)] == [128, 3, 5, 7]
+    with pytest.raises(KernelError, match=r"2 dimension\(s\) has no \.y"):
+        nl.mgrid[0:128, 0:4].y

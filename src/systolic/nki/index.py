@@ -183,7 +183,8 @@ def _span(s: object) -> str:
 
 
 class Grid:
-    """``nl.mgrid[0:P, 0:F]``: ``.p`` and ``.x`` (also unpackable as ``i_p, i_f``)."""
+    """``nl.mgrid[0:P, 0:F, ...]``: ``.p``, ``.x``, ``.y``, ``.z`` (also unpackable as
+    ``i_p, i_f, ...``)."""
 
     def __init__(self, spans: tuple[Any, ...]) -> None:
         for s in spans:
@@ -197,17 +198,29 @@ class Grid:
         self.axes = [Expr(i, len(range(s.start or 0, s.stop, s.step or 1)), s.start or 0,
                           s.step or 1) for i, s in enumerate(spans)]
 
+    def _axis(self, i: int, name: str) -> Expr:
+        if i >= len(self.axes):
+            raise fail(f"nl.mgrid of {len(self.axes)} dimension(s) has no .{name} (.p, .x, .y, "
+                       f".z name dimensions 1 to 4)")
+        return self.axes[i]
+
     @property
     def p(self) -> Expr:
-        return self.axes[0]
+        return self._axis(0, "p")
 
     @property
     def x(self) -> Expr:
-        return self.axes[1]
+        return self._axis(1, "x")
 
     @property
     def y(self) -> Expr:
-        return self.axes[2]
+        return self._axis(2, "y")
+
+    @property
+    def z(self) -> Expr:
+        """The fourth dimension (nki-samples' select_and_scatter: ``window.z`` of
+        ``nl.mgrid[0:p, 0:w, 0:h, 0:w]``)."""
+        return self._axis(3, "z")
 
     def __iter__(self) -> Any:
         return iter(self.axes)

@@ -123,6 +123,8 @@ def fill_value(value: object, dtype: DType) -> float:
     (docs/NUMERICS.md "Out-of-range values", the default ``"error"``): 1000.0 into
     float8_e4m3 (max 240) or 1e39 into bfloat16 would round to inf, so they are refused,
     as are non-integers for an integer tile. Raises :class:`FormatError` saying why."""
+    if isinstance(value, np.generic) and type(value).__module__ == "ml_dtypes":
+        value = value.item()  # an ml_dtypes scalar: nl.finfo(nl.bfloat16).min is a bfloat16
     if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
         raise FormatError(f"the value must be a number, not {type(value).__name__} "
                           f"{value!r}")
