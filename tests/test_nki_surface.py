@@ -402,4 +402,4 @@ def test_mgrid_names_four_dimensions() -> None:
     g = nl.mgrid[0:128, 0:3, 0:5, 0:7]
     assert [a.size for a in (g.p, g.x, g.y, g.z)] == [128, 3, 5, 7]
     with pytest.raises(KernelError, match=r"2 dimension\(s\) has no \.y"):
-        nl.mgrid[0:128, 0:4].y
+        _ = nl.mgrid[0:128, 0:4].y
