@@ -64,6 +64,15 @@ class _State:
     cells: np.ndarray | None
     missing: int = 0
     origin: tuple[Tensor, Where] | None = None
+    # device memory written in parts and not read yet: the views written, their element
+    # map made only when something reads it (an output stored tile by tile is never read:
+    # its 64 MiB map cost 0.3 s of first page touches at 4096 x 8192 x 8192)
+    pending: list[View] | None = None
+
+
+# ``cells`` of a tensor whose map is pending: not None (so no fast path takes it as wholly
+# valid), never indexed (every reader goes through _Tracker._get, which makes the map)
+_PENDING = np.zeros(0, dtype=bool)
 
 
 def _shape(t: Tensor) -> tuple[int, ...]:
@@ -94,6 +103,12 @@ class _Tracker:
         if st is None:
             shape = _shape(t)
             st = self.state[t.id] = _State(np.zeros(shape, dtype=bool), int(np.prod(shape)))
+        elif st.pending is not None:  # the map, from the writes kept so far
+            views, st.pending = st.pending, None
+            shape = _shape(t)
+            st.cells, st.missing = np.zeros(shape, dtype=bool), int(np.prod(shape))
+            for v in views:
+                self.write(v, None, None)
         return st
 
     def read(self, v: View) -> Cells:
@@ -113,6 +128,17 @@ class _Tracker:
         if cells is None and v.tensor.id not in self.state and _whole(v):
             self.state[v.tensor.id] = _State(None)  # the common first write: no map
             return
+        if cells is None and not v.tensor.buffer.on_chip:  # valid values into device memory
+            st0 = self.state.get(v.tensor.id)
+            if st0 is None:
+                self.state[v.tensor.id] = _State(_PENDING, pending=[v])
+                return
+            if st0.pending is not None:
+                if _whole(v):
+                    st0.cells, st0.missing, st0.origin, st0.pending = None, 0, None, None
+                else:
+                    st0.pending.append(v)
+                return
         st = self._get(v.tensor)
         if st.cells is None:
             if cells is None:
