@@ -77,15 +77,15 @@ MUTANTS: tuple[Mutant, ...] = (
       "        if not f.filename.startswith(_record._PKG_DIR):",
       ERR, "an error is named at enum.py's or systolic/isa's line, not the kernel's"),
     M("nki_matmul_need_dropped", "nki/isa.py",
-      '        _need(vals, names, "nc_matmul", where)\n        pos = ',
+      '        need(vals, names, "nc_matmul", where)\n        pos = ',
       '        pos = ',
       ERR, "nc_matmul without moving: KeyError 'moving'"),
     M("nki_memset_need_dropped", "nki/isa.py",
-      '    _need(vals, ("dst", "value"), "memset", where)\n',
+      '    need(vals, ("dst", "value"), "memset", where)\n',
       '',
       ERR, "memset without value: KeyError 'value'"),
     M("nki_tt_need_dropped", "nki/isa.py",
-      '        _need(vals, names, "tensor_tensor", where)\n        _tt_op(vals["op"], where)\n'
+      '        need(vals, names, "tensor_tensor", where)\n        _tt_op(vals["op"], where)\n'
       '        with applying(',
       '        with applying(',
       ERR, "tensor_tensor without op: KeyError 'op'"),

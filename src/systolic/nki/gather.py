@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..isa import AluOp, Engine
+from .calls import Recorder, emit, take
 from .index import check_mask, whole
 from .lazy import LazyKind, Pending
 from .opkind import (
@@ -32,7 +33,7 @@ from .opkind import (
 )
 from .ops import _add, _gpsimd, _on_chip, record_copy
 from .record import current, fail, here
-from .select import Recorder, Shaper, emit, result_dtype, stage_sbuf, take
+from .select import Shaper, result_dtype, stage_sbuf
 from .tensor import DynamicView, Tensor, View, as_view
 from .types import BUFFERS
 

@@ -17,9 +17,10 @@ import numpy as np
 
 from ..dtypes import get_format
 from ..isa import AluOp, Engine
+from .calls import current_api, need, no_extra
 from .index import check_mask, reduce_axis
 from .lazy import LazyKind
-from .mask import applying, whole_only
+from .mask import applying
 from .opkind import MatmulMxArgs, QuantizeMxArgs
 from .ops import (
     _add,
@@ -127,12 +128,12 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
         names: tuple[str, ...] = ("dst", "stationary", "moving")
         vals = dict(zip(names, args, strict=False))
         vals.update({k: kw.pop(k) for k in names if k in kw})
-        _need(vals, names, "nc_matmul", where)
+        need(vals, names, "nc_matmul", where)
         pos = _pair(kw.pop("tile_position", ()), "tile_position", where)
         size = _pair(kw.pop("tile_size", ()), "tile_size", where)
         perf = _perf_mode(kw.pop("perf_mode", None), where)
         acc = kw.pop("accumulate", None)
-        _no_extra(kw, "nc_matmul", where)
+        no_extra(kw, "nc_matmul", where)
         with applying(m, "nc_matmul", where):
             if transpose:
                 from .transpose import record_transpose_mode
@@ -146,11 +147,11 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
     names = ("stationary", "moving")
     vals = dict(zip(names, args, strict=False))
     vals.update({k: kw.pop(k) for k in names if k in kw})
-    _need(vals, names, "nc_matmul", where)
+    need(vals, names, "nc_matmul", where)
     pos = _pair(kw.pop("tile_position", ()), "tile_position", where)
     size = _pair(kw.pop("tile_size", ()), "tile_size", where)
     perf = _perf_mode(kw.pop("perf_mode", None), where)
-    _no_extra(kw, "nc_matmul", where)
+    no_extra(kw, "nc_matmul", where)
     if pos:  # the compiler puts operands the kernel has not used yet where row r reads
         for k in names:
             x = vals[k]
@@ -159,11 +160,6 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
     return Pending(LazyKind.MATMUL, where, stationary=vals["stationary"], moving=vals["moving"],
                    perf_mode=perf, transpose=bool(transpose), tile_position=pos,
                    tile_size=size, p_base=pos[1] if pos else 0, mask=m)
-
-
-def _no_extra(kw: dict[str, Any], what: str, where: tuple[str, int]) -> None:
-    if kw:
-        raise fail(f"{what}: argument(s) {', '.join(sorted(kw))} not modelled", where)
 
 
 def _pair(value: Any, name: str, where: tuple[str, int]) -> tuple[int, ...]:
@@ -209,8 +205,8 @@ def tensor_copy(*args: Any, **kw: Any) -> Pending | None:
         vals = dict(zip(("dst", "src"), args, strict=False))
         vals.update({k: kw.pop(k) for k in ("dst", "src") if k in kw})
         kw.pop("dtype", None)  # the current API casts to dst's dtype
-        _no_extra(kw, "tensor_copy", where)
-        _need(vals, ("dst", "src"), "tensor_copy", where)
+        no_extra(kw, "tensor_copy", where)
+        need(vals, ("dst", "src"), "tensor_copy", where)
         with applying(m, "tensor_copy", where):
             record_copy(as_view(vals["dst"]), as_view(vals["src"]), eng, where)
         return None
@@ -218,7 +214,7 @@ def tensor_copy(*args: Any, **kw: Any) -> Pending | None:
         raise fail("tensor_copy: missing argument(s) src", where)
     src = args[0] if args else kw.pop("src")
     dtype = kw.pop("dtype", None)
-    _no_extra(kw, "tensor_copy", where)
+    no_extra(kw, "tensor_copy", where)
     return Pending(LazyKind.COPY, where, src=src, dtype=dtype, engine=eng, mask=m)
 
 
@@ -232,8 +228,8 @@ def tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
         vals = dict(zip(names, args, strict=False))
         vals.update({k: kw.pop(k) for k in names if k in kw})
         kw.pop("dtype", None)
-        _no_extra(kw, "tensor_tensor", where)
-        _need(vals, names, "tensor_tensor", where)
+        no_extra(kw, "tensor_tensor", where)
+        need(vals, names, "tensor_tensor", where)
         _tt_op(vals["op"], where)
         with applying(m, "tensor_tensor", where):
             record_tensor_tensor(as_view(vals["dst"]), as_view(vals["data1"]),
@@ -243,8 +239,8 @@ def tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
     vals = dict(zip(names, args, strict=False))
     vals.update({k: kw.pop(k) for k in names if k in kw})
     dtype = kw.pop("dtype", None)
-    _no_extra(kw, "tensor_tensor", where)
-    _need(vals, names, "tensor_tensor", where)
+    no_extra(kw, "tensor_tensor", where)
+    need(vals, names, "tensor_tensor", where)
     _tt_op(vals["op"], where)
     return Pending(LazyKind.TENSOR_TENSOR, where, a=vals["data1"], b=vals["data2"], op=vals["op"],
                    dtype=dtype, engine=eng, mask=m)
@@ -286,8 +282,8 @@ def memset(*args: Any, **kw: Any) -> Tensor | None:
         vals = dict(zip(("shape", "value", "dtype"), args, strict=False))
         vals.update({k: kw.pop(k) for k in ("shape", "value", "dtype") if k in kw})
         buf = kw.pop("buffer", BUFFERS["sbuf"])
-        _no_extra(kw, "memset", where)
-        _need(vals, ("shape", "value", "dtype"), "memset", where)
+        no_extra(kw, "memset", where)
+        need(vals, ("shape", "value", "dtype"), "memset", where)
         if not isinstance(buf, Buffer) or not buf.on_chip:
             raise fail(f"memset buffer={buf!r}: a memset fills an nl.sbuf or nl.psum tile",
                        where)
@@ -300,8 +296,8 @@ def memset(*args: Any, **kw: Any) -> Tensor | None:
     vals = dict(zip(("dst", "value"), args, strict=False))
     vals.update({k: kw.pop(k) for k in ("dst", "value") if k in kw})
     kw.pop("dtype", None)
-    _no_extra(kw, "memset", where)
-    _need(vals, ("dst", "value"), "memset", where)
+    no_extra(kw, "memset", where)
+    need(vals, ("dst", "value"), "memset", where)
     dst = as_view(vals["dst"])
     with applying(m, "memset", where):
         record_memset(dst, _memset_value(vals["value"], dst.dtype, where), eng, where)
@@ -361,8 +357,8 @@ def _activation(args: tuple[Any, ...], kw: dict[str, Any], reduce: bool) -> Pend
         vals = dict(zip(names, args, strict=False))
         vals.update({k: kw.pop(k) for k in names if k in kw})
         kw.pop("dtype", None)
-        _no_extra(kw, "activation", where)
-        _need(vals, names, "activation", where)
+        no_extra(kw, "activation", where)
+        need(vals, names, "activation", where)
         with applying(extra["mask"], "activation", where):
             record_activation(as_view(vals["dst"]), as_view(vals["data"]), vals["op"],
                               extra["scale"], where, extra["bias"], extra["reduce_op"],
@@ -372,17 +368,10 @@ def _activation(args: tuple[Any, ...], kw: dict[str, Any], reduce: bool) -> Pend
     vals = dict(zip(names, args, strict=False))
     vals.update({k: kw.pop(k) for k in names if k in kw})
     dtype = kw.pop("dtype", None)
-    _no_extra(kw, "activation", where)
-    _need(vals, names, "activation", where)
+    no_extra(kw, "activation", where)
+    need(vals, names, "activation", where)
     return Pending(LazyKind.ACTIVATION, where, src=vals["data"], op=vals["op"], dtype=dtype,
                    **extra)
-
-
-def _need(vals: dict[str, Any], names: tuple[str, ...], what: str,
-          where: tuple[str, int]) -> None:
-    missing = [n for n in names if n not in vals]
-    if missing:
-        raise fail(f"{what}: missing argument(s) {', '.join(missing)}", where)
 
 
 def tensor_scalar(*args: Any, **kw: Any) -> Pending | None:
@@ -394,16 +383,16 @@ def tensor_scalar(*args: Any, **kw: Any) -> Pending | None:
     kw.pop("name", None)
     eng = kw.pop("engine", None)
     m = check_mask(kw.pop("mask", None), "tensor_scalar", where)
-    current_api = "dst" in kw or (len(args) > 1 and isinstance(args[1], Tensor | View))
-    names: tuple[str, ...] = (("dst",) if current_api else ()) + (
+    new_api = current_api(args, kw, 2, at=1)
+    names: tuple[str, ...] = (("dst",) if new_api else ()) + (
         "data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1")
     vals = dict(zip(names, args, strict=False))
     vals.update({k: kw.pop(k) for k in names if k in kw})
     dtype = kw.pop("dtype", None)
-    _no_extra(kw, "tensor_scalar", where)
-    _need(vals, names[:4] if current_api else names[:3], "tensor_scalar", where)
+    no_extra(kw, "tensor_scalar", where)
+    need(vals, names[:4] if new_api else names[:3], "tensor_scalar", where)
     rev0, rev1 = bool(vals.get("reverse0", False)), bool(vals.get("reverse1", False))
-    if current_api:
+    if new_api:
         with applying(m, "tensor_scalar", where):
             record_tensor_scalar(as_view(vals["dst"]), as_view(vals["data"]), vals["op0"],
                                  vals["operand0"], rev0, vals.get("op1"),
@@ -435,16 +424,16 @@ def tensor_scalar_reduce(*args: Any, **kw: Any) -> Pending | None:
     for opt, default in (("reduce_init", None), ("reduce_res_negate", False)):
         if kw.pop(opt, default) != default:
             raise fail(f"{what} {opt}= is not modelled", where)
-    current_api = _current_api(args, kw, 2)
-    names: tuple[str, ...] = (("dst",) if current_api else ()) + (
+    new_api = current_api(args, kw, 2)
+    names: tuple[str, ...] = (("dst",) if new_api else ()) + (
         "data", "op0", "operand0", "reduce_op", "reduce_res", "reverse0")
     vals = dict(zip(names, args, strict=False))
     vals.update({k: kw.pop(k) for k in names if k in kw})
     dtype = kw.pop("dtype", None)
-    _no_extra(kw, what, where)
-    _need(vals, names[:-1], what, where)
+    no_extra(kw, what, where)
+    need(vals, names[:-1], what, where)
     rev0 = bool(vals.get("reverse0", False))
-    if current_api:
+    if new_api:
         with applying(m, what, where):
             record_tensor_scalar(as_view(vals["dst"]), as_view(vals["data"]), vals["op0"],
                                  vals["operand0"], rev0, None, None, False, None, where,
@@ -456,50 +445,6 @@ def tensor_scalar_reduce(*args: Any, **kw: Any) -> Pending | None:
                    reduce_res=vals["reduce_res"], mask=m)
 
 
-def scalar_tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
-    """Older API ``scalar_tensor_tensor(*, data, op0, operand0, op1, operand1,
-    reverse0=False, reverse1=False, dtype=None, mask=None)`` returns a new tile (data's
-    shape, in dtype or data's); current API ``scalar_tensor_tensor(dst, data, op0, operand0,
-    op1, operand1, reverse0=False, reverse1=False)`` writes dst. (data op0 operand0) op1
-    operand1 on the Vector engine, operand0 a number or a [P, 1] tile, operand1 a tile of
-    data's shape (NKI docs, nki.isa.scalar_tensor_tensor; nki/vector.py)."""
-    from .vector import record_scalar_tensor_tensor
-
-    what = "scalar_tensor_tensor"
-    where = here()
-    kw.pop("name", None)
-    m = check_mask(kw.pop("mask", None), what, where)
-    if kw.pop("engine", None) not in (None, Engine.VECTOR):
-        raise fail(f"{what} runs on the Vector engine (NKI docs)", where)
-    # the newest pages add an optional reduce_res (reduce_cmd=reset_reduce by default):
-    # without reduce_res nothing is reduced, so only reduce_res itself is refused (below)
-    if kw.get("reduce_res") is None:
-        kw.pop("reduce_res", None)
-        kw.pop("reduce_op", None)
-        kw.pop("reduce_cmd", None)
-    current_api = _current_api(args, kw, 2)
-    names: tuple[str, ...] = (("dst",) if current_api else ()) + (
-        "data", "op0", "operand0", "op1", "operand1", "reverse0", "reverse1")
-    vals = dict(zip(names, args, strict=False))
-    vals.update({k: kw.pop(k) for k in names if k in kw})
-    dtype = kw.pop("dtype", None)
-    _no_extra(kw, what, where)
-    _need(vals, names[:-2], what, where)
-    rev0, rev1 = bool(vals.get("reverse0", False)), bool(vals.get("reverse1", False))
-    if current_api:
-        with applying(m, what, where):
-            record_scalar_tensor_tensor(as_view(vals["dst"]), as_view(vals["data"]),
-                                        vals["op0"], vals["operand0"], vals["op1"],
-                                        vals["operand1"], rev0, rev1, where)
-        return None
-    return Pending(LazyKind.SCALAR_TENSOR_TENSOR, where, data=vals["data"], dtype=dtype,
-                   op0=vals["op0"], operand0=vals["operand0"], op1=vals["op1"],
-                   operand1=vals["operand1"], reverse0=rev0, reverse1=rev1, mask=m)
-
-
-__all__ += ["scalar_tensor_tensor"]
-
-
 def tensor_reduce(*args: Any, **kw: Any) -> Pending | None:
     """Current API ``tensor_reduce(dst, op, data, axis, negate=False, keepdims=False)``;
     older ``tensor_reduce(op, data, axis, negate=False, keepdims=False, dtype=)`` returns a
@@ -508,16 +453,16 @@ def tensor_reduce(*args: Any, **kw: Any) -> Pending | None:
     kw.pop("name", None)
     m = _no_mask(kw, "tensor_reduce", where)
     eng = kw.pop("engine", None)
-    current_api = "dst" in kw or bool(args and isinstance(args[0], Tensor | View))
-    names: tuple[str, ...] = (("dst",) if current_api else ()) + ("op", "data", "axis",
+    new_api = current_api(args, kw, 1)
+    names: tuple[str, ...] = (("dst",) if new_api else ()) + ("op", "data", "axis",
                                                                    "negate", "keepdims")
     vals = dict(zip(names, args, strict=False))
     vals.update({k: kw.pop(k) for k in names if k in kw})
     dtype = kw.pop("dtype", None)
-    _no_extra(kw, "tensor_reduce", where)
-    _need(vals, names[:3] if current_api else names[:2], "tensor_reduce", where)
+    no_extra(kw, "tensor_reduce", where)
+    need(vals, names[:3] if new_api else names[:2], "tensor_reduce", where)
     reduce_axis(vals.get("axis"), "tensor_reduce", where)
-    if current_api:
+    if new_api:
         with applying(m, "tensor_reduce", where):
             record_tensor_reduce(as_view(vals["dst"]), as_view(vals["data"]), vals["op"],
                                  vals.get("axis"), bool(vals.get("negate", False)), eng,
@@ -621,189 +566,19 @@ def quantize_mx(dst: Any = None, src: Any = None, dst_scale: Any = None,
     _add(QuantizeMxArgs(), d, (s_,), where, (sc,))
 
 
-# -- the NKI breadth of issue 19: transposes, bn_stats / bn_aggr, iota ----------------------
-def _current_api(args: tuple[Any, ...], kw: dict[str, Any], n: int) -> bool:
-    """The current API passes dst first (or as dst=) and returns nothing."""
-    return "dst" in kw or (len(args) >= n and isinstance(args[0], Tensor | View))
+# -- the NKI breadth of issue 19, each family in its own module -----------------------------
+from .transpose import dma_transpose, nc_transpose  # noqa: E402
+from .vector import (  # noqa: E402
+    bn_aggr,
+    bn_stats,
+    iota,
+    reciprocal,
+    scalar_tensor_tensor,
+    tensor_tensor_scan,
+)
 
-
-def nc_transpose(*args: Any, **kw: Any) -> Pending | None:
-    """Current API ``nc_transpose(dst, data, engine=)``; older ``nc_transpose(data,
-    engine=, dtype=)`` returns the transposed tile (PSUM from the Tensor Engine, SBUF from
-    Vector). dst[F, P] = data[P, F] (nki/transpose.py)."""
-    from .transpose import record_transpose, transpose_pending
-
-    where = here()
-    kw.pop("name", None)
-    whole_only(check_mask(kw.pop("mask", None), "nc_transpose", where), "nc_transpose",
-               where)
-    eng = kw.pop("engine", None)
-    if _current_api(args, kw, 2):
-        vals = dict(zip(("dst", "data"), args, strict=False))
-        vals.update({k: kw.pop(k) for k in ("dst", "data") if k in kw})
-        _no_extra(kw, "nc_transpose", where)
-        _need(vals, ("dst", "data"), "nc_transpose", where)
-        record_transpose(as_view(vals["dst"]), as_view(vals["data"]), eng, where)
-        return None
-    data = args[0] if args else kw.pop("data", None)
-    dtype = kw.pop("dtype", None)
-    _no_extra(kw, "nc_transpose", where)
-    if data is None:
-        raise fail("nc_transpose: missing argument data", where)
-    return transpose_pending(data, eng, dtype, None, where)
-
-
-def dma_transpose(*args: Any, **kw: Any) -> Pending | None:
-    """Current API ``dma_transpose(dst, src)``; older ``dma_transpose(src)`` returns the
-    transposed SBUF tile (lazy). 2-d only (nki/transpose.py)."""
-    from .transpose import record_dma_transpose
-
-    where = here()
-    kw.pop("name", None)
-    kw.pop("dge_mode", None)  # which descriptor generator: no difference in the values
-    kw.pop("oob_mode", None)  # no indirection, so nothing can be out of bounds
-    for opt in ("axes", "priority"):
-        if kw.pop(opt, None) is not None:
-            raise fail(f"dma_transpose {opt}= is not modelled", where)
-    if _current_api(args, kw, 2):
-        vals = dict(zip(("dst", "src"), args, strict=False))
-        vals.update({k: kw.pop(k) for k in ("dst", "src") if k in kw})
-        _no_extra(kw, "dma_transpose", where)
-        _need(vals, ("dst", "src"), "dma_transpose", where)
-        record_dma_transpose(as_view(vals["dst"]), as_view(vals["src"]), where)
-        return None
-    src = args[0] if args else kw.pop("src", None)
-    dtype = kw.pop("dtype", None)
-    _no_extra(kw, "dma_transpose", where)
-    if src is None:
-        raise fail("dma_transpose: missing argument src", where)
-    return Pending(LazyKind.DMA_TRANSPOSE, where, src=src, dtype=dtype)
-
-
-def _stats(kind: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Pending | None:
-    from .vector import record_bn_aggr, record_bn_stats, stats_pending
-
-    where = here()
-    kw.pop("name", None)
-    m = check_mask(kw.pop("mask", None), kind, where)
-    eng = kw.pop("engine", None)
-    if _current_api(args, kw, 2):
-        vals = dict(zip(("dst", "data"), args, strict=False))
-        vals.update({k: kw.pop(k) for k in ("dst", "data") if k in kw})
-        _no_extra(kw, kind, where)
-        _need(vals, ("dst", "data"), kind, where)
-        if eng not in (None, Engine.VECTOR):
-            raise fail(f"{kind} runs on the Vector engine (NKI docs)", where)
-        fn = record_bn_stats if kind == "bn_stats" else record_bn_aggr
-        with applying(m, kind, where):
-            fn(as_view(vals["dst"]), as_view(vals["data"]), where)
-        return None
-    data = args[0] if args else kw.pop("data", None)
-    dtype = kw.pop("dtype", None)
-    _no_extra(kw, kind, where)
-    if data is None:
-        raise fail(f"{kind}: missing argument data", where)
-    p = stats_pending(LazyKind(kind), data, dtype, eng, where)
-    p.args["mask"] = m
-    return p
-
-
-def bn_stats(*args: Any, **kw: Any) -> Pending | None:
-    """``bn_stats(dst, data)`` / older ``bn_stats(data, dtype=)``: per partition of data
-    [P, N <= 512], (count, mean, variance x count) of its even and of its odd elements."""
-    return _stats("bn_stats", args, kw)
-
-
-def bn_aggr(*args: Any, **kw: Any) -> Pending | None:
-    """``bn_aggr(dst, data)`` / older ``bn_aggr(data, dtype=)``: the mean and variance per
-    partition of the bn_stats triples in data [P, 3k]."""
-    return _stats("bn_aggr", args, kw)
-
-
-def iota(*args: Any, **kw: Any) -> Pending | None:
-    """Older API ``iota(expr, dtype)``: the values of a one-axis ``nl.arange`` expression in a
-    new SBUF tile, made on GpSimd; ``iota(dst, expr)`` writes them into dst."""
-    from .vector import iota_pending, record_iota
-
-    where = here()
-    kw.pop("name", None)
-    m = check_mask(kw.pop("mask", None), "iota", where)
-    kw.pop("engine", None)
-    if _current_api(args, kw, 2):
-        vals = dict(zip(("dst", "expr"), args, strict=False))
-        vals.update({k: kw.pop(k) for k in ("dst", "expr") if k in kw})
-        _no_extra(kw, "iota", where)
-        _need(vals, ("dst", "expr"), "iota", where)
-        with applying(m, "iota", where):
-            record_iota(as_view(vals["dst"]), vals["expr"], where)
-        return None
-    vals = dict(zip(("expr", "dtype"), args, strict=False))
-    vals.update({k: kw.pop(k) for k in ("expr", "dtype") if k in kw})
-    _no_extra(kw, "iota", where)
-    _need(vals, ("expr", "dtype"), "iota", where)
-    p = iota_pending(vals["expr"], vals["dtype"], where)
-    p.args["mask"] = m
-    return p
-
-
-__all__ += ["bn_aggr", "bn_stats", "dma_transpose", "iota", "nc_transpose"]
-
-
-def reciprocal(*args: Any, **kw: Any) -> Pending | None:
-    """``reciprocal(data, dtype=)`` returns 1 / data in a new tile; ``reciprocal(dst, data)``
-    writes it (Vector engine, nki/vector.py)."""
-    from .vector import record_reciprocal
-
-    where = here()
-    kw.pop("name", None)
-    m = check_mask(kw.pop("mask", None), "reciprocal", where)
-    if _current_api(args, kw, 2):
-        vals = dict(zip(("dst", "data"), args, strict=False))
-        vals.update({k: kw.pop(k) for k in ("dst", "data") if k in kw})
-        kw.pop("dtype", None)
-        _no_extra(kw, "reciprocal", where)
-        _need(vals, ("dst", "data"), "reciprocal", where)
-        with applying(m, "reciprocal", where):
-            record_reciprocal(as_view(vals["dst"]), as_view(vals["data"]), where)
-        return None
-    data = args[0] if args else kw.pop("data", None)
-    dtype = kw.pop("dtype", None)
-    _no_extra(kw, "reciprocal", where)
-    if data is None:
-        raise fail("reciprocal: missing argument data", where)
-    return Pending(LazyKind.RECIPROCAL, where, src=data, dtype=dtype, mask=m)
-
-
-def tensor_tensor_scan(*args: Any, **kw: Any) -> Pending | None:
-    """``tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=, reverse1=, dtype=)``
-    returns the scan in a new tile; with ``dst`` first (or ``dst=``) it writes it (Vector
-    engine, nki/vector.py)."""
-    from .vector import record_scan
-
-    where = here()
-    kw.pop("name", None)
-    m = check_mask(kw.pop("mask", None), "tensor_tensor_scan", where)
-    if kw.pop("engine", None) not in (None, Engine.VECTOR):
-        raise fail("tensor_tensor_scan runs on the Vector engine (NKI docs)", where)
-    current_api = "dst" in kw or (len(args) >= 3 and isinstance(args[2], Tensor | View))
-    names: tuple[str, ...] = (("dst",) if current_api else ()) + (
-        "data0", "data1", "initial", "op0", "op1", "reverse0", "reverse1")
-    vals = dict(zip(names, args, strict=False))
-    vals.update({k: kw.pop(k) for k in names if k in kw})
-    dtype = kw.pop("dtype", None)
-    _no_extra(kw, "tensor_tensor_scan", where)
-    _need(vals, names[:6] if current_api else names[:5], "tensor_tensor_scan", where)
-    if current_api:
-        with applying(m, "tensor_tensor_scan", where):
-            record_scan(as_view(vals["dst"]), as_view(vals["data0"]), as_view(vals["data1"]),
-                        vals["initial"], vals["op0"], vals["op1"], vals.get("reverse0", False),
-                        vals.get("reverse1", False), where)
-        return None
-    return Pending(LazyKind.TENSOR_TENSOR_SCAN, where, dtype=dtype, mask=m,
-                   **{k: vals.get(k) for k in names})
-
-
-__all__ += ["reciprocal", "tensor_tensor_scan"]
+__all__ += ["bn_aggr", "bn_stats", "dma_transpose", "iota", "nc_transpose", "reciprocal",
+            "scalar_tensor_tensor", "tensor_tensor_scan"]
 
 
 # -- issue 19, second part: selection, top-8, gather, random (each family its own module) --

@@ -19,13 +19,14 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
+from .calls import Recorder as RecordFn
+from .calls import emit, take
 from .index import check_mask
 from .lazy import LazyKind, Pending
 from .opkind import DropoutArgs, RandArgs
 from .ops import _add, _match, _on_chip, _vector
 from .record import Recorder, current, fail, here
-from .select import Recorder as RecordFn
-from .select import Shaper, emit, result_dtype, take
+from .select import Shaper, result_dtype
 from .tensor import Tensor, View, as_view
 from .types import BUFFERS, to_dtype
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..isa import AluOp, Engine
 from ..isa.fields import ReduceCmd
+from .calls import Recorder, emit, take
 from .index import Mask, check_mask, whole
 from .lazy import LazyKind, NlOp, Pending, binary
 from .opkind import (
@@ -37,43 +38,12 @@ __all__ = ["RULES", "affine_select", "as_lazy", "emit", "equal", "greater", "gre
            "stage_sbuf", "take", "tensor_copy_predicated", "where"]
 
 Where = tuple[str, int]
-Recorder = Callable[[View, dict[str, Any], Where], None]
 Shaper = Callable[[dict[str, Any], Where], Tensor]
 
 FP32_MIN = -3.4028234663852886e38  # nl.fp32.min, the bit pattern 0xff7fffff
 
 
 # -- shared by the families of this part ----------------------------------------------------
-def take(args: tuple[Any, ...], kw: dict[str, Any], names: tuple[str, ...], what: str,
-         where: Where, need: int) -> dict[str, Any]:
-    """The call's arguments by name (positional in ``names`` order, or keywords); the first
-    ``need`` are required; anything else is one line naming it."""
-    if len(args) > len(names):
-        raise fail(f"{what} takes at most {len(names)} positional arguments", where)
-    vals = dict(zip(names, args, strict=False))
-    for k in names:
-        if k in kw:
-            vals[k] = kw.pop(k)
-    kw.pop("name", None)
-    if kw:
-        raise fail(f"{what}: argument(s) {', '.join(sorted(kw))} not modelled", where)
-    missing = [n for n in names[:need] if vals.get(n) is None]
-    if missing:
-        raise fail(f"{what}: missing argument(s) {', '.join(missing)}", where)
-    return vals
-
-
-def emit(kind: LazyKind, dst: Any, args: dict[str, Any], where: Where,
-         record: Recorder) -> Pending | None:
-    """Record into ``dst`` now with ``record`` (the current API), or return the lazy result
-    (the older API's: written where it is assigned, else into a fresh tile; the kind's rule
-    in the family's ``RULES``, nki/results.py)."""
-    if dst is not None:
-        record(as_view(dst), args, where)
-        return None
-    return Pending(kind, where, **args)
-
-
 def stage_sbuf(v: View, where: Where) -> View:
     """A PSUM tile a GpSimd instruction reads, copied to SBUF first by the Vector engine
     (GpSimd cannot access PSUM; unsure: the compiler's own staging is not published)."""

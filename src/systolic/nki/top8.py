@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from .calls import Recorder, emit, take
 from .index import check_mask
 from .lazy import LazyKind, Pending
 from .opkind import FindIndex8Args, MatchReplace8Args, Max8Args
 from .ops import _add, _on_chip
 from .record import fail, here
-from .select import Recorder, Shaper, emit, result_dtype, take
+from .select import Shaper, result_dtype
 from .tensor import Tensor, View, as_view
 from .types import BUFFERS, to_dtype
 

@@ -30,7 +30,10 @@ from typing import Any
 
 from ..dtypes import get_format
 from ..isa import ActivationFunc, AluOp, Engine
+from .calls import current_api, need, no_extra
+from .index import check_mask
 from .lazy import LazyKind, NlOp
+from .mask import whole_only
 from .opkind import IotaArgs, VectorTransposeArgs
 from .ops import (
     _add,
@@ -40,12 +43,13 @@ from .ops import (
     record_matmul,
     record_tensor_scalar,
 )
-from .record import Recorder, current, fail
+from .record import Recorder, current, fail, here
 from .tensor import Axis, Pending, Tensor, View, as_view, same_shape
 from .types import BUFFERS, to_dtype
 
-__all__ = ["VECTOR_MAX", "dma_transpose_result", "identity", "record_transpose",
-           "transpose_pending", "transpose_result", "write_dma_transpose", "write_transpose"]
+__all__ = ["VECTOR_MAX", "dma_transpose", "dma_transpose_result", "identity", "nc_transpose",
+           "record_transpose", "transpose_pending", "transpose_result", "write_dma_transpose",
+           "write_transpose"]
 
 # nki.isa.nc_transpose: "Vector Engine can handle shape (32, 32) or smaller"; the Tensor
 # Engine "(128, 128) or smaller"
@@ -292,3 +296,53 @@ def write_dma_transpose(pend: Pending, dst: View, accumulate: bool | None) -> No
     if accumulate:
         raise fail(f"{what} cannot accumulate (+=); assign its result", pend.where)
     record_dma_transpose(dst, as_view(pend.args["src"]), pend.where, what)
+
+
+# -- the nki.isa entry points (nki/isa.py re-exports them) ----------------------------------
+def nc_transpose(*args: Any, **kw: Any) -> Pending | None:
+    """Current API ``nc_transpose(dst, data, engine=)``; older ``nc_transpose(data,
+    engine=, dtype=)`` returns the transposed tile (PSUM from the Tensor Engine, SBUF from
+    Vector). dst[F, P] = data[P, F] (nki/transpose.py)."""
+    where = here()
+    kw.pop("name", None)
+    whole_only(check_mask(kw.pop("mask", None), "nc_transpose", where), "nc_transpose",
+               where)
+    eng = kw.pop("engine", None)
+    if current_api(args, kw, 2):
+        vals = dict(zip(("dst", "data"), args, strict=False))
+        vals.update({k: kw.pop(k) for k in ("dst", "data") if k in kw})
+        no_extra(kw, "nc_transpose", where)
+        need(vals, ("dst", "data"), "nc_transpose", where)
+        record_transpose(as_view(vals["dst"]), as_view(vals["data"]), eng, where)
+        return None
+    data = args[0] if args else kw.pop("data", None)
+    dtype = kw.pop("dtype", None)
+    no_extra(kw, "nc_transpose", where)
+    if data is None:
+        raise fail("nc_transpose: missing argument data", where)
+    return transpose_pending(data, eng, dtype, None, where)
+
+
+def dma_transpose(*args: Any, **kw: Any) -> Pending | None:
+    """Current API ``dma_transpose(dst, src)``; older ``dma_transpose(src)`` returns the
+    transposed SBUF tile (lazy). 2-d only (nki/transpose.py)."""
+    where = here()
+    kw.pop("name", None)
+    kw.pop("dge_mode", None)  # which descriptor generator: no difference in the values
+    kw.pop("oob_mode", None)  # no indirection, so nothing can be out of bounds
+    for opt in ("axes", "priority"):
+        if kw.pop(opt, None) is not None:
+            raise fail(f"dma_transpose {opt}= is not modelled", where)
+    if current_api(args, kw, 2):
+        vals = dict(zip(("dst", "src"), args, strict=False))
+        vals.update({k: kw.pop(k) for k in ("dst", "src") if k in kw})
+        no_extra(kw, "dma_transpose", where)
+        need(vals, ("dst", "src"), "dma_transpose", where)
+        record_dma_transpose(as_view(vals["dst"]), as_view(vals["src"]), where)
+        return None
+    src = args[0] if args else kw.pop("src", None)
+    dtype = kw.pop("dtype", None)
+    no_extra(kw, "dma_transpose", where)
+    if src is None:
+        raise fail("dma_transpose: missing argument src", where)
+    return Pending(LazyKind.DMA_TRANSPOSE, where, src=src, dtype=dtype)

@@ -1,5 +1,6 @@
-"""Statistics and constants: ``nisa.bn_stats``, ``nisa.bn_aggr`` (Vector engine) and
-``nisa.iota`` (GpSimd), both API generations.
+"""The Vector-engine families of ``nki.isa`` beside tensor_tensor: ``bn_stats``, ``bn_aggr``,
+``reciprocal``, ``tensor_tensor_scan``, ``scalar_tensor_tensor``, and ``iota`` (GpSimd): the
+entry points (both API generations; nki/isa.py re-exports them) and what they record.
 
 * ``bn_stats(data)``: data [P, N], N <= 512 (``nl.tile_size.bn_stats_fmax``), gives [P, 6]:
   (count, mean, variance x count) of the even- and of the odd-indexed elements;
@@ -18,8 +19,10 @@ import numpy as np
 
 from ..dtypes import FORMATS
 from ..isa import Engine
-from .index import Expr, MultiExpr
+from .calls import current_api, need, no_extra
+from .index import Expr, MultiExpr, check_mask
 from .lazy import LazyKind
+from .mask import applying
 from .opkind import (
     BnAggrArgs,
     BnStatsArgs,
@@ -29,13 +32,14 @@ from .opkind import (
     ScanArgs,
 )
 from .ops import _add, _alu, _gpsimd, _match, _vector
-from .record import fail
+from .record import fail, here
 from .tensor import Pending, Tensor, View, as_view
 from .types import BUFFERS, to_dtype
 
-__all__ = ["BN_STATS_FMAX", "bn_aggr_result", "bn_stats_result", "iota_result",
-           "record_bn_aggr", "record_bn_stats", "record_iota", "record_reciprocal",
-           "record_scalar_tensor_tensor", "record_scan", "write_iota", "write_reciprocal",
+__all__ = ["BN_STATS_FMAX", "bn_aggr", "bn_aggr_result", "bn_stats", "bn_stats_result", "iota",
+           "iota_result", "reciprocal", "record_bn_aggr", "record_bn_stats", "record_iota",
+           "record_reciprocal", "record_scalar_tensor_tensor", "record_scan",
+           "scalar_tensor_tensor", "tensor_tensor_scan", "write_iota", "write_reciprocal",
            "write_scalar_tensor_tensor", "write_scan", "write_stats"]
 
 # nki.isa.bn_stats: "the number of elements per partition ... must not exceed 512
@@ -247,3 +251,155 @@ def write_scalar_tensor_tensor(pend: Pending, dst: View, accumulate: bool | None
     record_scalar_tensor_tensor(dst, as_view(a["data"]), a["op0"], a["operand0"], a["op1"],
                                 a["operand1"], a.get("reverse0", False),
                                 a.get("reverse1", False), pend.where)
+
+
+# -- the nki.isa entry points (nki/isa.py re-exports them) ----------------------------------
+def _stats(kind: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Pending | None:
+    where = here()
+    kw.pop("name", None)
+    m = check_mask(kw.pop("mask", None), kind, where)
+    eng = kw.pop("engine", None)
+    if current_api(args, kw, 2):
+        vals = dict(zip(("dst", "data"), args, strict=False))
+        vals.update({k: kw.pop(k) for k in ("dst", "data") if k in kw})
+        no_extra(kw, kind, where)
+        need(vals, ("dst", "data"), kind, where)
+        if eng not in (None, Engine.VECTOR):
+            raise fail(f"{kind} runs on the Vector engine (NKI docs)", where)
+        fn = record_bn_stats if kind == "bn_stats" else record_bn_aggr
+        with applying(m, kind, where):
+            fn(as_view(vals["dst"]), as_view(vals["data"]), where)
+        return None
+    data = args[0] if args else kw.pop("data", None)
+    dtype = kw.pop("dtype", None)
+    no_extra(kw, kind, where)
+    if data is None:
+        raise fail(f"{kind}: missing argument data", where)
+    p = stats_pending(LazyKind(kind), data, dtype, eng, where)
+    p.args["mask"] = m
+    return p
+
+
+def bn_stats(*args: Any, **kw: Any) -> Pending | None:
+    """``bn_stats(dst, data)`` / older ``bn_stats(data, dtype=)``: per partition of data
+    [P, N <= 512], (count, mean, variance x count) of its even and of its odd elements."""
+    return _stats("bn_stats", args, kw)
+
+
+def bn_aggr(*args: Any, **kw: Any) -> Pending | None:
+    """``bn_aggr(dst, data)`` / older ``bn_aggr(data, dtype=)``: the mean and variance per
+    partition of the bn_stats triples in data [P, 3k]."""
+    return _stats("bn_aggr", args, kw)
+
+
+def iota(*args: Any, **kw: Any) -> Pending | None:
+    """Older API ``iota(expr, dtype)``: the values of a one-axis ``nl.arange`` expression in a
+    new SBUF tile, made on GpSimd; ``iota(dst, expr)`` writes them into dst."""
+    where = here()
+    kw.pop("name", None)
+    m = check_mask(kw.pop("mask", None), "iota", where)
+    kw.pop("engine", None)
+    if current_api(args, kw, 2):
+        vals = dict(zip(("dst", "expr"), args, strict=False))
+        vals.update({k: kw.pop(k) for k in ("dst", "expr") if k in kw})
+        no_extra(kw, "iota", where)
+        need(vals, ("dst", "expr"), "iota", where)
+        with applying(m, "iota", where):
+            record_iota(as_view(vals["dst"]), vals["expr"], where)
+        return None
+    vals = dict(zip(("expr", "dtype"), args, strict=False))
+    vals.update({k: kw.pop(k) for k in ("expr", "dtype") if k in kw})
+    no_extra(kw, "iota", where)
+    need(vals, ("expr", "dtype"), "iota", where)
+    p = iota_pending(vals["expr"], vals["dtype"], where)
+    p.args["mask"] = m
+    return p
+
+
+def reciprocal(*args: Any, **kw: Any) -> Pending | None:
+    """``reciprocal(data, dtype=)`` returns 1 / data in a new tile; ``reciprocal(dst, data)``
+    writes it (Vector engine, nki/vector.py)."""
+    where = here()
+    kw.pop("name", None)
+    m = check_mask(kw.pop("mask", None), "reciprocal", where)
+    if current_api(args, kw, 2):
+        vals = dict(zip(("dst", "data"), args, strict=False))
+        vals.update({k: kw.pop(k) for k in ("dst", "data") if k in kw})
+        kw.pop("dtype", None)
+        no_extra(kw, "reciprocal", where)
+        need(vals, ("dst", "data"), "reciprocal", where)
+        with applying(m, "reciprocal", where):
+            record_reciprocal(as_view(vals["dst"]), as_view(vals["data"]), where)
+        return None
+    data = args[0] if args else kw.pop("data", None)
+    dtype = kw.pop("dtype", None)
+    no_extra(kw, "reciprocal", where)
+    if data is None:
+        raise fail("reciprocal: missing argument data", where)
+    return Pending(LazyKind.RECIPROCAL, where, src=data, dtype=dtype, mask=m)
+
+
+def tensor_tensor_scan(*args: Any, **kw: Any) -> Pending | None:
+    """``tensor_tensor_scan(data0, data1, initial, op0, op1, reverse0=, reverse1=, dtype=)``
+    returns the scan in a new tile; with ``dst`` first (or ``dst=``) it writes it (Vector
+    engine, nki/vector.py)."""
+    where = here()
+    kw.pop("name", None)
+    m = check_mask(kw.pop("mask", None), "tensor_tensor_scan", where)
+    if kw.pop("engine", None) not in (None, Engine.VECTOR):
+        raise fail("tensor_tensor_scan runs on the Vector engine (NKI docs)", where)
+    new_api = current_api(args, kw, 3, at=2)
+    names: tuple[str, ...] = (("dst",) if new_api else ()) + (
+        "data0", "data1", "initial", "op0", "op1", "reverse0", "reverse1")
+    vals = dict(zip(names, args, strict=False))
+    vals.update({k: kw.pop(k) for k in names if k in kw})
+    dtype = kw.pop("dtype", None)
+    no_extra(kw, "tensor_tensor_scan", where)
+    need(vals, names[:6] if new_api else names[:5], "tensor_tensor_scan", where)
+    if new_api:
+        with applying(m, "tensor_tensor_scan", where):
+            record_scan(as_view(vals["dst"]), as_view(vals["data0"]), as_view(vals["data1"]),
+                        vals["initial"], vals["op0"], vals["op1"], vals.get("reverse0", False),
+                        vals.get("reverse1", False), where)
+        return None
+    return Pending(LazyKind.TENSOR_TENSOR_SCAN, where, dtype=dtype, mask=m,
+                   **{k: vals.get(k) for k in names})
+
+
+def scalar_tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
+    """Older API ``scalar_tensor_tensor(*, data, op0, operand0, op1, operand1,
+    reverse0=False, reverse1=False, dtype=None, mask=None)`` returns a new tile (data's
+    shape, in dtype or data's); current API ``scalar_tensor_tensor(dst, data, op0, operand0,
+    op1, operand1, reverse0=False, reverse1=False)`` writes dst. (data op0 operand0) op1
+    operand1 on the Vector engine, operand0 a number or a [P, 1] tile, operand1 a tile of
+    data's shape (NKI docs, nki.isa.scalar_tensor_tensor; nki/vector.py)."""
+    what = "scalar_tensor_tensor"
+    where = here()
+    kw.pop("name", None)
+    m = check_mask(kw.pop("mask", None), what, where)
+    if kw.pop("engine", None) not in (None, Engine.VECTOR):
+        raise fail(f"{what} runs on the Vector engine (NKI docs)", where)
+    # the newest pages add an optional reduce_res (reduce_cmd=reset_reduce by default):
+    # without reduce_res nothing is reduced, so only reduce_res itself is refused (below)
+    if kw.get("reduce_res") is None:
+        kw.pop("reduce_res", None)
+        kw.pop("reduce_op", None)
+        kw.pop("reduce_cmd", None)
+    new_api = current_api(args, kw, 2)
+    names: tuple[str, ...] = (("dst",) if new_api else ()) + (
+        "data", "op0", "operand0", "op1", "operand1", "reverse0", "reverse1")
+    vals = dict(zip(names, args, strict=False))
+    vals.update({k: kw.pop(k) for k in names if k in kw})
+    dtype = kw.pop("dtype", None)
+    no_extra(kw, what, where)
+    need(vals, names[:-2], what, where)
+    rev0, rev1 = bool(vals.get("reverse0", False)), bool(vals.get("reverse1", False))
+    if new_api:
+        with applying(m, what, where):
+            record_scalar_tensor_tensor(as_view(vals["dst"]), as_view(vals["data"]),
+                                        vals["op0"], vals["operand0"], vals["op1"],
+                                        vals["operand1"], rev0, rev1, where)
+        return None
+    return Pending(LazyKind.SCALAR_TENSOR_TENSOR, where, data=vals["data"], dtype=dtype,
+                   op0=vals["op0"], operand0=vals["operand0"], op1=vals["op1"],
+                   operand1=vals["operand1"], reverse0=rev0, reverse1=rev1, mask=m)
