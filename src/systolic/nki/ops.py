@@ -28,8 +28,8 @@ from .tensor import IndirectView, NlOp, Pending, Tensor, View, as_view, same_sha
 from .types import BUFFERS
 
 __all__ = ["record_activation", "record_copy", "record_dma", "record_indirect_dma",
-           "record_matmul", "record_memset",
-           "record_tensor_reduce", "record_tensor_scalar", "record_tensor_tensor"]
+           "record_matmul", "record_memset", "record_tensor_reduce", "record_tensor_scalar",
+           "record_tensor_tensor", "staged_in_sbuf"]
 
 
 _ADD = NlOp("add", AluOp.ADD, None)
@@ -122,11 +122,8 @@ def record_dma(dst: View, src: View, where: tuple[str, int], *, skip_oob: bool =
     if src.buffer.name == "psum" and not dst.buffer.on_chip:
         # nl.store: "If the tile is in PSUM, an extra copy will be performed to move the tile
         # to SBUF first" (NKI docs, nki.language.store)
-        tmp = Tensor(src.shape, src.dtype, BUFFERS["sbuf"], where, "store_psum")
-        tmp.at_partition(src.p0)  # the copy keeps each element on its partition
-        current().add_tensor(tmp)
-        record_copy(tmp.full, src, None, where)
-        record_dma(dst, tmp.full, where, skip_oob=skip_oob, accumulate=accumulate)
+        record_dma(dst, staged_in_sbuf(src, where, "store_psum", src.p0), where,
+                   skip_oob=skip_oob, accumulate=accumulate)
         return
     if src.buffer.name == "psum" or dst.buffer.name == "psum":
         raise fail("dma_copy to or from PSUM is not modelled; copy PSUM to SBUF with "
@@ -199,6 +196,20 @@ def record_indirect_dma(dst: View, src: View, where: tuple[str, int], skip_oob: 
         _add(args, dst, (ind.table, ind.index), where)
     else:
         _add(args, ind.table, (src, ind.index, *((ind.table,) if accumulate else ())), where)
+
+
+def staged_in_sbuf(v: View, where: tuple[str, int], name: str = "",
+                   partition: int | None = None) -> View:
+    """``v`` copied into a fresh SBUF tile by a recorded Vector ``tensor_copy`` (timed as
+    any copy): the staging the compiler inserts where an engine or a DMA cannot use PSUM
+    (each caller names the document). ``partition``: where the tile starts (a copy keeps
+    each element on its partition)."""
+    tmp = Tensor(v.shape, v.dtype, BUFFERS["sbuf"], where, name)
+    if partition is not None:
+        tmp.at_partition(partition)
+    current().add_tensor(tmp)
+    record_copy(tmp.full, v, None, where)
+    return tmp.full
 
 
 def record_copy(dst: View, src: View, eng: object, where: tuple[str, int]) -> None:

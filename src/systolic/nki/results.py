@@ -23,6 +23,7 @@ from .ops import (
     record_tensor_reduce,
     record_tensor_scalar,
     record_tensor_tensor,
+    staged_in_sbuf,
 )
 from .record import current, fail
 from .rng import RULES as RNG_RULES
@@ -118,12 +119,8 @@ def _to_sbuf(v: View, pos: tuple[int, ...], where: tuple[str, int]) -> View:
         return v
     if v.outside is not None:
         v.outside.check(where)
-    t = Tensor(v.shape, v.dtype, BUFFERS["sbuf"], where)
-    if pos:  # where a tile_position row reads it (as for a lazy operand, nki/isa.py)
-        t.at_partition(int(pos[0]))
-    current().add_tensor(t)
-    record_copy(t.full, v, None, where)
-    return t.full
+    # at the row a tile_position reads it from (as for a lazy operand, nki/isa.py)
+    return staged_in_sbuf(v, where, "matmul_stage", int(pos[0]) if pos else None)
 
 
 def _write_copy(p: Pending, dst: View, acc: bool | None) -> None:

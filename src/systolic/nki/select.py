@@ -28,7 +28,7 @@ from .opkind import (
     RangeSelectArgs,
     SelectArgs,
 )
-from .ops import _add, _gpsimd, _match, _on_chip, _vector, record_copy
+from .ops import _add, _gpsimd, _match, _on_chip, _vector, record_copy, staged_in_sbuf
 from .record import current, fail, here
 from .tensor import Tensor, View, as_view
 from .types import BUFFERS, DType, to_dtype
@@ -47,12 +47,7 @@ FP32_MIN = -3.4028234663852886e38  # nl.fp32.min, the bit pattern 0xff7fffff
 def stage_sbuf(v: View, where: Where) -> View:
     """A PSUM tile a GpSimd instruction reads, copied to SBUF first by the Vector engine
     (GpSimd cannot access PSUM; unsure: the compiler's own staging is not published)."""
-    if v.buffer.name != "psum":
-        return v
-    tmp = Tensor(v.shape, v.dtype, BUFFERS["sbuf"], where, "gpsimd_stage")
-    current().add_tensor(tmp)
-    record_copy(tmp.full, v, None, where)
-    return tmp.full
+    return v if v.buffer.name != "psum" else staged_in_sbuf(v, where, "gpsimd_stage")
 
 
 def result_dtype(args: dict[str, Any], src: View) -> DType:
