@@ -128,3 +128,34 @@ def test_a_copy_waits_for_the_load_of_its_offsets() -> None:
         start = int(timing.starts[first[c]])
         assert start >= int(timing.ends[first[offset_load]])
         assert start >= int(timing.ends[first[data_load]])
+
+
+def _copy_on(engine):
+    def kernel(src, offsets):
+        out = nl.ndarray([128, 1], dtype=src.dtype, buffer=nl.shared_hbm)
+        s = nl.load(src)
+        o = nl.load(offsets)
+        t = nl.ndarray([128, 1], dtype=src.dtype, buffer=nl.sbuf)
+        ix, iy = nl.mgrid[0:128, 0:1]
+        t[ix, 0] = nisa.tensor_copy_dynamic_src(s[ix, o[0, 0] + iy], engine=engine)
+        nl.store(out, value=t)
+        return out
+    return kernel
+
+
+def test_the_engine_asked_for_is_the_engine_used() -> None:
+    """``engine=`` is an nisa.engine member, taken as it is (the Scalar engine's copy is
+    recorded on Scalar); the Tensor Engine is refused in one line (it was silently taken
+    for the Vector engine)."""
+    import systolic.nki as snki
+    from systolic.errors import KernelError
+    from systolic.isa import Engine
+
+    snki.install("trn2")
+    src, offs = np.zeros((128, 8), np.float32), np.zeros((1, 1), np.int32)
+    rec = snki.record(_copy_on(nisa.engine.scalar), [src, offs])
+    (copy,) = [i for i in rec.program if isinstance(i, TensorCopyDynamic)]
+    assert copy.engine is Engine.SCALAR
+    with pytest.raises(KernelError, match="not the Tensor Engine") as exc:
+        snki.record(_copy_on(nisa.engine.tensor), [src, offs])
+    assert "\n" not in str(exc.value)

@@ -409,6 +409,18 @@ def test_rand_and_dropout_are_seeded_and_uniform(tmp_path) -> None:
     assert abs((1 - kept.mean()) - 0.25) < 5 * np.sqrt(0.25 * 0.75 / n)
 
 
+def test_a_numpy_number_is_a_number_not_a_tile(tmp_path) -> None:
+    """``prob=np.float32(0.25)`` is the same number as ``prob=0.25`` (it was taken for a
+    tile of probabilities and refused): the same seeded draws drop the same elements."""
+    a = np.random.default_rng(11).normal(0, 1, (128, 200)).astype(np.float32) + 10
+    _, plain = _run(tmp_path, RAND.replace("SEED", "7"), a)
+    _, numpy_prob = _run(tmp_path, RAND.replace("SEED", "7").replace(
+        "prob=0.25", "prob=np.float32(0.25)").replace("@nki.jit", "import numpy as np\n@nki.jit"),
+        a)
+    np.testing.assert_array_equal(numpy_prob, plain)
+    assert 0 < np.count_nonzero(plain == 0) < plain.size
+
+
 def test_random_seed_from_a_tile_is_refused(tmp_path) -> None:
     body = RAND.replace("nl.random_seed(SEED)", "nl.random_seed(nl.load(a))")
     with pytest.raises(KernelError, match="seed computed on chip"):

@@ -17,8 +17,6 @@ from __future__ import annotations
 from math import prod
 from typing import Any
 
-import numpy as np
-
 from ..isa import AluOp, Engine
 from .calls import Recorder, emit, take
 from .index import check_mask, whole
@@ -31,7 +29,7 @@ from .opkind import (
     SequenceBoundsArgs,
     StreamShuffleArgs,
 )
-from .ops import _add, _gpsimd, _on_chip, record_copy
+from .ops import _add, _alu_of, _engine, _gpsimd, _on_chip, record_copy
 from .record import current, fail, here
 from .select import Shaper, result_dtype, stage_sbuf
 from .tensor import DynamicView, Tensor, View, as_view
@@ -136,8 +134,6 @@ def _gather_tile(a: dict[str, Any], where: Where) -> Tensor:
 
 
 # -- tensor_partition_reduce -------------------------------------------------------------------
-_PARTITION_OPS: dict[object, AluOp] = {np.add: AluOp.ADD, np.maximum: AluOp.MAXIMUM,
-                                       np.max: AluOp.MAXIMUM, np.amax: AluOp.MAXIMUM}
 
 
 def tensor_partition_reduce(*args: Any, **kw: Any) -> Pending | None:
@@ -148,11 +144,7 @@ def tensor_partition_reduce(*args: Any, **kw: Any) -> Pending | None:
     check_mask(kw.pop("mask", None), what, where)
     a = take(args, kw, ("op", "data", "dtype", "dst"), what, where, 2)
     op = a["op"]
-    alu = getattr(op, "alu", None) if not isinstance(op, np.ufunc) else None
-    try:
-        alu = alu or _PARTITION_OPS.get(op)
-    except TypeError:
-        alu = None
+    alu = _alu_of(op)  # nl.add / np.add / np.sum, nl.maximum / np.maximum / np.max ...
     if alu not in (AluOp.ADD, AluOp.MAXIMUM):
         name = getattr(op, "__name__", repr(op))
         raise fail(f"{what} op {name} is not modelled: add and max are (the docs' "
@@ -215,8 +207,6 @@ def _bounds_tile(a: dict[str, Any], where: Where) -> Tensor:
 
 
 # -- tensor_copy_dynamic_src, gather_flattened (offsets / indices read when it runs) -------
-_ENGINES = {"vector": Engine.VECTOR, "scalar": Engine.SCALAR, "activation": Engine.SCALAR,
-            "gpsimd": Engine.GPSIMD, "pool": Engine.GPSIMD}
 
 
 def tensor_copy_dynamic_src(*args: Any, **kw: Any) -> Pending | None:
@@ -236,8 +226,10 @@ def tensor_copy_dynamic_src(*args: Any, **kw: Any) -> Pending | None:
     if not isinstance(src, DynamicView):
         raise fail(f"{what}: src is a tile indexed by an offset read from SBUF "
                    f"(x[i_p, offsets[0, i] + i_f])", where)
-    e = _ENGINES.get(str(getattr(eng, "name", eng)).lower().removesuffix("_engine"),
-                     Engine.VECTOR)
+    e = _engine(eng, Engine.VECTOR)  # nisa.engine.* are Engine members; None: Vector
+    if e is Engine.TENSOR:  # a copy is an engine instruction: not on the PE
+        raise fail(f"{what} runs on the Vector, Scalar or GpSimd engine, not the Tensor "
+                   f"Engine", where)
     args_ = {"src": src, "dtype": a.get("dtype"), "engine": e}
     return emit(LazyKind.TENSOR_COPY_DYNAMIC, a.get("dst"), args_, where, _record_dynamic)
 

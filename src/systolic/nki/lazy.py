@@ -20,7 +20,7 @@ from .types import DType
 if TYPE_CHECKING:
     from .tensor import Tensor, View
 
-__all__ = ["Arithmetic", "LazyKind", "NlOp", "Pending", "as_view", "binary"]
+__all__ = ["Arithmetic", "LazyKind", "NlOp", "Pending", "as_view", "binary", "is_number"]
 
 
 class LazyKind(enum.Enum):
@@ -76,7 +76,7 @@ _OPERATORS = {name: NlOp(name, alu, None) for name, alu in (
 _NEGATIVE = NlOp("negative", None, ActivationFunc.NEGATIVE)
 
 
-def _is_number(x: object) -> TypeGuard[int | float]:
+def is_number(x: object) -> TypeGuard[int | float]:
     """A Python or numpy number (``total / np.int32(4)``), not a bool."""
     return (isinstance(x, int | float | np.integer | np.floating)
             and not isinstance(x, bool | np.bool_))
@@ -115,9 +115,9 @@ def binary(op: NlOp, x: object, y: object, where: tuple[str, int], dtype: object
     [P, 1] column of the other (broadcast along the free axis, reversed when it is on the
     left), else a tensor_tensor."""
     ts = {"op1": None, "operand1": None, "reverse1": False, "dtype": dtype}
-    if _is_number(y) and not _is_number(x):
+    if is_number(y) and not is_number(x):
         return Pending(_TS, where, src=x, op0=op, operand0=float(y), reverse0=False, **ts)
-    if _is_number(x) and not _is_number(y):
+    if is_number(x) and not is_number(y):
         return Pending(_TS, where, src=y, op0=op, operand0=float(x), reverse0=True, **ts)
     vx, vy = _partitions(as_view(x), as_view(y))
     vy, vx = _partitions(vy, vx)

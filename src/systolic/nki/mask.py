@@ -69,7 +69,11 @@ def applying(mask: Mask | bool | None, what: str, where: Where
 def _applying(rec: Any, mask: Mask | bool | None, what: str, where: Where
               ) -> Iterator[None]:
     before = rec.mask
-    rec.mask = None if mask is None else (lambda op: split(op, mask, what, where))
+    if mask is None:
+        rec.mask = None
+    else:  # the mask's rectangles found once for every op recorded under it
+        grid = _grid(mask)
+        rec.mask = lambda op: split(op, mask, what, where, grid)
     try:
         yield
     finally:
@@ -91,25 +95,36 @@ def boxes(sel: np.ndarray) -> list[list[tuple[int, int]]]:
     band cut the same way along the next axes."""
     if sel.ndim == 0:
         return [[]] if bool(sel) else []
+    n = sel.shape[0]
+    if n == 0:
+        return []
+    flat = sel.reshape(n, -1)
+    cuts = [0, *(np.flatnonzero((flat[1:] != flat[:-1]).any(axis=1)) + 1).tolist(), n]
     out: list[list[tuple[int, int]]] = []
-    i, n = 0, sel.shape[0]
-    while i < n:
-        j = i + 1
-        while j < n and np.array_equal(sel[j], sel[i]):
-            j += 1
+    for i, j in zip(cuts, cuts[1:]):  # one band per run of equal slices, found by numpy
         out += [[(i, j), *b] for b in boxes(sel[i])]
-        i = j
     return out
 
 
-def split(op: Op, mask: Mask | bool, what: str, where: Where) -> list[Op]:
-    """``op`` restricted to what ``mask`` selects: one op per covered rectangle."""
+Grid = tuple[tuple[int, ...], dict[int, int], list[list[tuple[int, int]]]]
+"""A mask's positions (the axes it names), each one's size, and its selected rectangles."""
+
+
+def _grid(mask: Mask | bool) -> Grid | None:
+    if not isinstance(mask, Mask):
+        return None
+    pos, sel = mask.grid()
+    return tuple(pos), dict(zip(pos, sel.shape, strict=True)), boxes(sel)
+
+
+def split(op: Op, mask: Mask | bool, what: str, where: Where,
+          grid: Grid | None = None) -> list[Op]:
+    """``op`` restricted to what ``mask`` selects: one op per covered rectangle
+    (``grid``: the mask's, when found already)."""
     if mask is False:
         return []
     assert isinstance(mask, Mask)
-    pos, sel = mask.grid()
-    sizes = dict(zip(pos, sel.shape, strict=True))
-    rects = boxes(sel)
+    pos, sizes, rects = grid if grid is not None else _grid(mask)  # type: ignore[misc]
     kind = op.kind
     if kind not in _CUT and kind not in _ALONG:
         raise fail(f"{what}: a mask that leaves out part of the tile is not modelled on "

@@ -22,7 +22,7 @@ from typing import Any
 from .calls import Recorder as RecordFn
 from .calls import emit, take
 from .index import check_mask
-from .lazy import LazyKind, Pending
+from .lazy import LazyKind, Pending, is_number
 from .opkind import DropoutArgs, RandArgs
 from .ops import _add, _match, _on_chip, _vector
 from .record import Recorder, current, fail, here
@@ -103,7 +103,7 @@ def nl_dropout(*args: Any, **kw: Any) -> Pending | None:
 
 def _dropout(data: Any, prob: Any, dtype: Any, dst: Any, what: str, where: Where
              ) -> Pending | None:
-    if isinstance(prob, int | float) and not isinstance(prob, bool) and not 0 <= prob <= 1:
+    if is_number(prob) and not 0 <= prob <= 1:
         raise fail(f"{what} probability {prob} is outside 0..1", where)
     return emit(LazyKind.DROPOUT, dst, {"src": data, "prob": prob, "dtype": dtype,
                                         "what": what}, where, _record_dropout)
@@ -118,7 +118,7 @@ def _record_dropout(dst: View, a: dict[str, Any], where: Where) -> None:
     prob = a["prob"]
     srcs: tuple[View, ...] = (src,)
     const: float | None = None
-    if isinstance(prob, int | float) and not isinstance(prob, bool):
+    if is_number(prob):
         const = float(prob)
     else:
         srcs = (src, _vector(prob, src, "prob", what, where))

@@ -21,7 +21,7 @@ from ..isa import AluOp, Engine
 from ..isa.fields import ReduceCmd
 from .calls import Recorder, emit, take
 from .index import Mask, check_mask, whole
-from .lazy import LazyKind, NlOp, Pending, binary
+from .lazy import LazyKind, NlOp, Pending, binary, is_number
 from .opkind import (
     AffineSelectArgs,
     CopyPredicatedArgs,
@@ -261,7 +261,7 @@ def _record_select(dst: View, pred: View, on_true: View, on_false: Any, reverse:
     _match(dst, pred, what, where)
     srcs = [pred, on_true]
     const: float | None = None
-    if isinstance(on_false, int | float) and not isinstance(on_false, bool):
+    if is_number(on_false):
         const = float(on_false)
     else:
         f = as_view(on_false)
@@ -320,7 +320,7 @@ def tensor_copy_predicated(*args: Any, **kw: Any) -> None:
     _match(dst, pred, what, where_)
     src, value = a["src"], None
     srcs = [pred]
-    if isinstance(src, int | float) and not isinstance(src, bool):
+    if is_number(src):
         value = float(src)
     else:
         s = as_view(src)

@@ -15,13 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from ..dtypes import FORMATS
 from ..isa import Engine
 from .calls import current_api, need, no_extra
 from .index import Expr, MultiExpr, check_mask
-from .lazy import LazyKind
+from .lazy import LazyKind, is_number
 from .mask import applying
 from .opkind import (
     BnAggrArgs,
@@ -192,7 +190,7 @@ def record_scan(dst: View, data0: View, data1: View, initial: Any, op0: Any, op1
     _match(dst, data1, what, where)
     srcs = [data0, data1]
     const: float | None = None
-    if isinstance(initial, int | float) and not isinstance(initial, bool):
+    if is_number(initial):
         const = float(initial)
     else:
         srcs.append(_vector(initial, data0, "initial", what, where))
@@ -237,8 +235,7 @@ def record_scalar_tensor_tensor(dst: View, data: View, op0: Any, operand0: Any, 
     _match(dst, t, what, where)
     srcs = [data, t]
     const: float | None = None
-    if isinstance(operand0, int | float | np.integer | np.floating) and not isinstance(
-            operand0, bool | np.bool_):  # a Python or numpy number (np.float32(0.5))
+    if is_number(operand0):  # a Python or numpy number (np.float32(0.5))
         const = float(operand0)
     else:
         srcs.append(_vector(operand0, data, "operand0", what, where))
