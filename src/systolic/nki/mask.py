@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -101,7 +102,7 @@ def boxes(sel: np.ndarray) -> list[list[tuple[int, int]]]:
     flat = sel.reshape(n, -1)
     cuts = [0, *(np.flatnonzero((flat[1:] != flat[:-1]).any(axis=1)) + 1).tolist(), n]
     out: list[list[tuple[int, int]]] = []
-    for i, j in zip(cuts, cuts[1:]):  # one band per run of equal slices, found by numpy
+    for i, j in pairwise(cuts):  # one band per run of equal slices, found by numpy
         out += [[(i, j), *b] for b in boxes(sel[i])]
     return out
 
