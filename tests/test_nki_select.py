@@ -477,6 +477,24 @@ def test_spmd_on_two_cores_times_each_core_values_unchanged(tmp_path) -> None:
     assert single / 2 <= launch.latency_us < single
 
 
+def test_kernel_command_reports_the_longest_core_of_a_launch(tmp_path, capsys) -> None:
+    """`systolic kernel --json` of a two-core launch: one row per core, and the whole-core
+    figures are those of the longest core (each core timed once)."""
+    import json
+
+    from systolic.cli import main
+
+    path = write_kernel(tmp_path, SPMD.replace("GRID", "nl.spmd_dim(2, nl.nc(2)), 2"))
+    assert main(["kernel", f"{path}:k", "--arg", "a=fp32[512,1024]", "--arg",
+                 "b=fp32[512,1024]", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    cores = [c["latency_us"] for c in info["cores"]]
+    two = _rec(tmp_path, SPMD.replace("GRID", "nl.spmd_dim(2, nl.nc(2)), 2"),
+               ["fp32[512,1024]"] * 2)
+    assert cores == [c.latency_us for c in time_cores(two)] and len(cores) == 2
+    assert info["core"]["latency_us"] == max(cores)
+
+
 # -- the ISA level: text form, checks ------------------------------------------------------
 def _all_new() -> list[object]:
     col = _sb(8, 1, offset=4096)

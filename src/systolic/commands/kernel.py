@@ -272,12 +272,13 @@ def run(args: argparse.Namespace) -> int:
         rec = _record(kernel, specs, params, arch, args)
     _refuse_unwritten(rec, func)
     with stage(f"timing {len(rec.program):,} instructions on the whole core", args):
-        core = time_recorded(rec, args.schedule)
-        pe = pe_alone(rec)
+        # a launch on several NeuronCores is timed per core once (time_recorded is the
+        # longest of these); the report is its longest core's
         cores = time_cores(rec, args.schedule) if rec.cores else []
-    # a launch on several NeuronCores is timed per core; the report is its longest core's
-    timed = rec.cores[[c.latency_us for c in cores].index(core.latency_us)] if cores \
-        else rec.program
+        core = max(cores, key=lambda c: c.latency) if cores else time_recorded(
+            rec, args.schedule)
+        pe = pe_alone(rec)
+    timed = rec.cores[cores.index(core)] if cores else rec.program
     info: dict[str, Any] = {
         "kernel": args.target, "arch": arch.name, "nki_ops": rec.ops,
         "instructions": len(rec.program), "counts": rec.counts(),

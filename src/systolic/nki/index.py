@@ -277,10 +277,6 @@ class Mask:
             sel &= _TESTS[op](value, 0)
         return pos, sel
 
-    def all_true(self) -> bool:
-        """Every element the mask covers is selected."""
-        return bool(self.grid()[1].all())
-
 
 def check_mask(mask: object, what: str, where: tuple[str, int] | None = None
                ) -> Mask | bool | None:

@@ -168,7 +168,7 @@ Rule = Callable[[Op, list[Cells]], tuple[Cells, list[Cells]]]
 """(op, the cells of each source) -> (the dst's cells, the cells of each of ``op.outs``)."""
 
 
-def _flat_like(c: np.ndarray, src: View, dst: View) -> np.ndarray | None:
+def _flat_like(c: np.ndarray, dst: View) -> np.ndarray | None:
     """Source cells arranged as dst's elements, or None when the shapes do not pair up."""
     if c.size == dst.size:
         return c.reshape(dst.shape)
@@ -185,10 +185,10 @@ def _all(cells: list[Cells]) -> bool:
 
 def _elementwise(op: Op, cells: list[Cells]) -> tuple[Cells, list[Cells]]:
     out: np.ndarray | None = None
-    for c, v in zip(cells, op.srcs, strict=True):
+    for c in cells:
         if c is None:
             continue
-        arranged = _flat_like(c, v, op.dst)
+        arranged = _flat_like(c, op.dst)
         if arranged is None:  # shapes that do not pair element by element: all or none
             arranged = np.zeros(op.dst.shape, dtype=bool)
         out = arranged.copy() if out is None else out & arranged
@@ -231,11 +231,6 @@ def _along_partitions(op: Op, cells: list[Cells]) -> tuple[Cells, list[Cells]]:
         rows = r if rows is None else rows & r
     assert rows is not None
     return _fit(rows, op.dst), [_fit(rows, o) for o in op.outs]
-
-
-def _activation(op: Op, cells: list[Cells]) -> tuple[Cells, list[Cells]]:
-    dst, _ = _elementwise(op, cells)
-    return dst, [_per_partition(dst, o, op.dst) for o in op.outs]
 
 
 def _matmul(op: Op, cells: list[Cells]) -> tuple[Cells, list[Cells]]:
@@ -293,7 +288,7 @@ RULES: dict[OpKind, Rule] = {
     OpKind.TENSOR_SCALAR: _elementwise,
     OpKind.RECIPROCAL: _elementwise,
     OpKind.SCALAR_TENSOR_TENSOR: _elementwise,
-    OpKind.ACTIVATION: _activation,
+    OpKind.ACTIVATION: _elementwise,  # its reduce_res: per partition, as _elementwise's outs
     OpKind.TENSOR_REDUCE: _along_partitions,
     OpKind.BN_STATS: _along_partitions,
     OpKind.BN_AGGR: _along_partitions,

@@ -49,6 +49,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import pairwise
 from math import ceil
 
@@ -189,15 +190,10 @@ def _latency(t: _ArchTables, qd: int, q: int, raw: bool) -> int:
     return t.sync + t.access.get(qd, 0)
 
 
-_ARCH_TABLES: dict[int, tuple[Arch, _ArchTables]] = {}
-"""Per Arch (by id, the Arch kept so that the id stays its own): its tables, read only and
-shared (building the latency tables was 800 calls, a fifth of a small product's timing)."""
-
-
+@lru_cache(maxsize=64)  # a sweep over Arch fields makes an Arch per point: bounded
 def _arch_tables(arch: Arch) -> _ArchTables:
-    got = _ARCH_TABLES.get(id(arch))
-    if got is not None and got[0] is arch:
-        return got[1]
+    """The tables of one Arch, read only and shared (building the latency tables was 800
+    calls, a fifth of a small product's timing)."""
     tick = arch.tick_hz
     per = {q: tick // engine_hz(arch, e) for e, q in _ENGINE_Q.items()}
     base = _ArchTables(
@@ -209,9 +205,6 @@ def _arch_tables(arch: Arch) -> _ArchTables:
     for q in range(nq):
         base.lat_raw.append([_latency(base, qd, q, True) for qd in range(nq)])
         base.lat_order.append([_latency(base, qd, q, False) for qd in range(nq)])
-    if len(_ARCH_TABLES) >= 64:  # a sweep over Arch fields makes an Arch per point
-        _ARCH_TABLES.clear()
-    _ARCH_TABLES[id(arch)] = (arch, base)
     return base
 
 
@@ -673,7 +666,7 @@ class _Scheduler:
         return got
 
     def _busy(self, starts: np.ndarray, ends: np.ndarray, queue: np.ndarray,
-              nqs: np.ndarray, latency: int, nq: int) -> tuple[list[int], list[int]]:
+              nqs: np.ndarray, nq: int) -> tuple[list[int], list[int]]:
         """(busy ticks, ops) per queue id: the union of the intervals of the ops holding
         it (a transfer holds DMA engines first .. first + n - 1, mod their count). Ops that
         hold the same queues (a compute queue, or a transfer's first engine and count) are
@@ -736,7 +729,7 @@ class _Scheduler:
         latency = int(ends.max()) if n else 0
         macs2, dma_bytes, hbm_bytes = self.totals[cut]
         names = queue_names(arch)
-        b, c = self._busy(starts, ends, queue, nqs, latency, len(names))
+        b, c = self._busy(starts, ends, queue, nqs, len(names))
         busy = dict(zip(names, b, strict=True))
         counts = dict(zip(names, c, strict=True))
         # the what-if latencies: one longest-path pass over the plans, when first read
