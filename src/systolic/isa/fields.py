@@ -19,6 +19,7 @@ from ..geometry import Rect
 
 __all__ = [
     "FULL_COL_GROUP_FORMATS",
+    "INDEX_FORMATS",
     "AccessPattern",
     "ActivationFunc",
     "AluOp",
@@ -322,3 +323,8 @@ class AccessPattern:
             return (self.partition << 15) | self.offset
         return self.offset
 
+
+INDEX_FORMATS = ("int32", "uint32")
+"""The formats of an index or offset an instruction reads from SBUF when it runs (indirect
+DMA: "an SBUF tensor of int32 or uint32", NKI docs, tile-grid indexing; uint32 for
+gather_flattened; the vendor's tensor_copy_dynamic_src offsets are int32)."""

@@ -20,6 +20,7 @@ from math import prod
 from typing import Any, NamedTuple
 
 from ..errors import SystolicError
+from ..isa.fields import INDEX_FORMATS
 from .index import Expr, Grid, MultiExpr, whole
 from .lazy import Arithmetic, LazyKind, NlOp, Pending, as_view, binary
 from .record import Loop, current, fail, here
@@ -516,7 +517,7 @@ def _dynamic(v: View, keys: list[object], d: int) -> DynamicView:
         raise fail("an offset read from SBUF indexes a free dimension of an SBUF/PSUM tile")
     if tile.outside is not None:
         tile.outside.check()
-    if tile.buffer.name != "sbuf" or tile.size != 1 or tile.dtype.fmt not in _INDEX_FORMATS:
+    if tile.buffer.name != "sbuf" or tile.size != 1 or tile.dtype.fmt not in INDEX_FORMATS:
         raise fail(f"a dynamic offset is one int32/uint32 element of an SBUF tile, not a "
                    f"{list(tile.shape)} {tile.dtype} {tile.buffer.name.upper()} tile")
     static: object = dyn.expr if dyn.expr is not None else 0
@@ -563,7 +564,6 @@ class IndirectView(View):
         self.table, self.index = table, index
 
 
-_INDEX_FORMATS = ("int32", "uint32")
 
 
 def _indirect(v: View, keys: list[object], d: int) -> IndirectView:
@@ -584,7 +584,7 @@ def _indirect(v: View, keys: list[object], d: int) -> IndirectView:
     if idx.buffer.name != "sbuf":
         raise fail(f"the indices of an indirect DMA are an SBUF tile (NKI docs: indices have "
                    f"to be in SBUF), not {idx.buffer.name.upper()}; load them with nl.load")
-    if idx.dtype.fmt not in _INDEX_FORMATS:
+    if idx.dtype.fmt not in INDEX_FORMATS:
         raise fail(f"the indices of an indirect DMA are int32 or uint32, not {idx.dtype}")
     if not idx.axes or not idx.axes[0].part or idx.size != idx.partitions:
         raise fail(f"the indices of an indirect DMA are one per partition ([K, 1]), not a "

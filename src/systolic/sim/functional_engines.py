@@ -148,12 +148,21 @@ def dma_indirect(mem: Memory, ins: DmaIndirect) -> None:
     if not ins.accumulate:  # numpy assigns in index order: a repeated index's last row wins
         table[at] = data[keep].reshape(row_shape)
         return
+    # repeats add up in partition order, each sum rounded: the k-th occurrence of every
+    # index is added in one numpy step, after the (k-1)-th (the rows of a step differ)
     fmt = ins.table.dtype
-    for k, r in zip(keep.tolist(), at.tolist(), strict=True):  # in order: repeats add up
-        old = decode(table[r], fmt)
-        new = decode(data[k], fmt).reshape(old.shape)
+    order = np.argsort(at, kind="stable")
+    ranks = np.empty(len(at), dtype=np.int64)
+    first = np.r_[True, at[order][1:] != at[order][:-1]]
+    starts = np.maximum.accumulate(np.where(first, np.arange(len(at)), 0))
+    ranks[order] = np.arange(len(at)) - starts  # how many earlier partitions name the row
+    for r in range(int(ranks.max()) + 1 if len(at) else 0):
+        step = ranks == r
+        rows = at[step]
+        old = decode(table[rows], fmt)
+        new = decode(data[keep[step]], fmt).reshape(old.shape)
         with np.errstate(invalid="ignore", over="ignore"):
-            table[r] = encode(old + new, fmt, overflow=_CAST)
+            table[rows] = encode(old + new, fmt, overflow=_CAST)
 
 
 def tensor_copy(mem: Memory, ins: TensorCopy) -> None:

@@ -32,6 +32,7 @@ from ..isa import (
     TensorScalar,
     TensorTensor,
 )
+from ..isa.fields import INDEX_FORMATS
 from ..memory import check_bounds
 
 if TYPE_CHECKING:
@@ -170,9 +171,6 @@ def _sources(ins: Instruction) -> tuple[AccessPattern, ...] | None:
     return None
 
 
-# the index formats of an indirect DMA (NKI docs, tile-grid indexing: "an SBUF tensor of
-# int32 or uint32")
-_INDEX_FORMATS = ("int32", "uint32")
 
 
 def check_indirect(c: Checker, i: int, ins: DmaIndirect) -> None:
@@ -185,7 +183,7 @@ def check_indirect(c: Checker, i: int, ins: DmaIndirect) -> None:
     _bounds(c, i, ins.table, "DmaIndirect table", (Space.DRAM,))
     _bounds(c, i, ins.data, "DmaIndirect data", (Space.SBUF,))
     _bounds(c, i, ins.index, "DmaIndirect index", (Space.SBUF,))
-    if ins.index.dtype not in _INDEX_FORMATS:
+    if ins.index.dtype not in INDEX_FORMATS:
         c._fail(i, f"DmaIndirect index must be int32 or uint32, not {ins.index.dtype}")
     k = ins.data.partitions
     if ins.index.partitions != k or ins.index.free_elems != 1:

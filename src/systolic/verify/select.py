@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..dtypes import get_format
 from ..isa import AccessPattern, AluOp, Engine, Space
 from ..isa import instructions as ins_
+from ..isa.fields import INDEX_FORMATS
 from .engines import _bounds, _same, _touch_psum
 
 if TYPE_CHECKING:
@@ -259,8 +260,6 @@ def _dropout(c: Checker, i: int, ins: ins_.Dropout) -> None:
     _same(c, i, ins.src, ins.dst, "Dropout")
 
 
-_INDEX_FORMATS = ("int32", "uint32")  # an SBUF offset / index (NKI docs: uint32 for
-# gather_flattened; the vendor's tensor_copy_dynamic_src offsets are int32)
 
 
 def _tensor_copy_dynamic(c: Checker, i: int, ins: ins_.TensorCopyDynamic) -> None:
@@ -273,7 +272,7 @@ def _tensor_copy_dynamic(c: Checker, i: int, ins: ins_.TensorCopyDynamic) -> Non
         _on(c, i, ap, f"TensorCopyDynamic {role}", ins.engine)
     _on(c, i, ins.dst, "TensorCopyDynamic dst", ins.engine, write=True)
     _bounds(c, i, ins.offset, "TensorCopyDynamic offset", (Space.SBUF,))
-    if ins.offset.dtype not in _INDEX_FORMATS or ins.offset.partitions != 1 or (
+    if ins.offset.dtype not in INDEX_FORMATS or ins.offset.partitions != 1 or (
             ins.offset.free_elems != 1):
         c._fail(i, f"TensorCopyDynamic offset is one int32/uint32 element in SBUF, not "
                    f"[{ins.offset.partitions}, {ins.offset.free_elems}] of {ins.offset.dtype}")
@@ -293,7 +292,7 @@ def _gather_flattened(c: Checker, i: int, ins: ins_.GatherFlattened) -> None:
     for ap, role in ((ins.data, "data"), (ins.indices, "indices")):
         _on(c, i, ap, f"GatherFlattened {role}", Engine.GPSIMD)
     _on(c, i, ins.dst, "GatherFlattened dst", Engine.GPSIMD, write=True)
-    if ins.indices.dtype not in _INDEX_FORMATS:
+    if ins.indices.dtype not in INDEX_FORMATS:
         c._fail(i, f"GatherFlattened indices are uint32 (or int32), not {ins.indices.dtype}")
     d, x, o = ins.data, ins.indices, ins.dst
     if not d.partitions == x.partitions == o.partitions or (
