@@ -366,3 +366,100 @@ def test_quantize_mx_matches_the_ocp_rule(tmp_path: Path) -> None:
     want = np.clip(x32.reshape(128, 64, 4) / scale, -448, 448).astype(ml_dtypes.float8_e4m3fn)
     got = q.view(np.uint8).reshape(128, 64, 4).view(ml_dtypes.float8_e4m3fn)
     assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+IADD_REUSED = '''
+@nki.jit
+def k(lhsT, rhs):
+    out = nl.ndarray((2, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+    if MODE == "ones":
+        nisa.memset(dst=acc, value=1.0)
+    for g in nl.sequential_range(2):
+        for kk in nl.affine_range(2):
+            a = nl.load(lhsT[g, kk * 128:(kk + 1) * 128, :])
+            b = nl.load(rhs[g, kk * 128:(kk + 1) * 128, :])
+            acc += nisa.nc_matmul(a, b)
+        res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        res[...] = nisa.tensor_copy(acc)
+        nl.store(out[g], value=res)
+    return out
+'''
+
+
+def test_iadd_opens_a_group_on_unwritten_or_finished_psum(tmp_path: Path) -> None:
+    """The older API's ``acc += nc_matmul(...)`` onto a PSUM tile nothing zeroed, reused by
+    a second group after the first was read: each group is its own sum (START at its first
+    matmul), as nki-samples' hardware-tested allocated attention needs (DESIGN-NOTES "PSUM
+    +="). Refused before ("nothing wrote"); a second group adding onto the first would
+    fail the comparison."""
+    p = write_kernel(tmp_path, "MODE = 'x'\n" + IADD_REUSED)
+    a = np.stack([_operands(256, 128, 512, ml_dtypes.bfloat16, seed=s)[0] for s in (1, 2)])
+    b = np.stack([_operands(256, 128, 512, ml_dtypes.bfloat16, seed=s)[1] for s in (3, 4)])
+    out = snki.values(snki.load_kernel(str(p), "k"), [a, b])
+    for g in range(2):
+        _check(out[g], a[g], b[g])
+
+
+def test_iadd_onto_psum_a_vector_op_wrote_is_still_refused(tmp_path: Path) -> None:
+    """``+=`` onto PSUM a memset of 1.0 wrote: undefined on hardware (nc_matmul docs), so
+    refused naming the memset, not silently overwritten by a START."""
+    p = write_kernel(tmp_path, "MODE = 'ones'\n" + IADD_REUSED)
+    a, b = (np.zeros((2, 256, n), ml_dtypes.bfloat16) for n in (128, 512))
+    with pytest.raises(KernelError, match="memset at line"):
+        snki.record(snki.load_kernel(str(p), "k"), [a, b])
+
+
+MOD_ALLOC = '''
+import neuronxcc.nki.compiler as ncc
+
+@nki.jit
+def k(x):
+    out = nl.ndarray((4, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((4, nl.par_dim(128), 64), dtype=nl.float32,
+                   buffer=ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=(2,)))
+    for i in nl.sequential_range(4):
+        t[i] = nl.load(x[i])
+    for i in nl.sequential_range(4):
+        nl.store(out[i], value=t[i])
+    return out
+'''
+
+
+def test_mod_alloc_blocks_share_their_physical_tile(tmp_path: Path) -> None:
+    """``ncc.sbuf.mod_alloc(num_free_tiles=(2,))``: logical tiles 0 and 2 (1 and 3) are one
+    physical tile (the API reference's ``i % 2``), so after all four loads, tile 0 reads
+    what tile 2 wrote. Before, each logical tile had its own memory (out == x)."""
+    p = write_kernel(tmp_path, MOD_ALLOC)
+    x = np.arange(4 * 128 * 64, dtype=np.float32).reshape(4, 128, 64)
+    out = snki.values(snki.load_kernel(str(p), "k"), [x])
+    np.testing.assert_array_equal(out, x[[2, 3, 2, 3]])
+
+
+def test_mod_alloc_psum_tile_needs_only_its_physical_banks(tmp_path: Path) -> None:
+    """A [2, 8] block PSUM tensor of one bank each (16 banks, twice PSUM) with
+    ``num_bank_tiles=(2, 4)`` takes 8 banks and runs (refused "PSUM is full" before);
+    each block's matmul result is read out before its bank's next tenant."""
+    p = write_kernel(tmp_path, '''
+import neuronxcc.nki.compiler as ncc
+
+@nki.jit
+def k(lhsT, rhs):
+    out = nl.ndarray((2, 8, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    ps = nl.ndarray((2, 8, nl.par_dim(128), 512), dtype=nl.float32,
+                    buffer=ncc.psum.mod_alloc(base_bank=0, num_bank_tiles=(2, 4)))
+    a = nl.load(lhsT)
+    b = nl.load(rhs)
+    for i in nl.sequential_range(2):
+        for j in nl.sequential_range(8):
+            ps[i, j, :, :] = nisa.nc_matmul(a, b)
+            res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+            res[...] = nisa.tensor_copy(ps[i, j, :, :])
+            nl.store(out[i, j], value=res)
+    return out
+''')
+    a, b = _operands(128, 128, 512, ml_dtypes.bfloat16)
+    out = snki.values(snki.load_kernel(str(p), "k"), [a, b])
+    for i in range(2):
+        for j in range(8):
+            _check(out[i, j], a, b)

@@ -4,15 +4,22 @@ A kernel that allocates its tiles itself (NKI "direct allocation": ``buffer=ncc.
 mod_alloc(base_addr=..., num_free_tiles=(2,))``, ``ncc.psum.mod_alloc(base_bank=...)``,
 ``ncc.sbuf.alloc(func)``) gets the buffer it names (SBUF or PSUM), and the model's
 compiler stage places the tile (nki/alloc.py: first fit, ``affine_range`` tiles rotating
-over physical copies). The addresses and rotation counts the kernel asks for are checked
-for type and sign and otherwise NOT honoured (unsure how far this moves the timing: the
-placement decides which instructions wait on which through reused addresses, not any
-value). ``skip_middle_end_transformations`` and the directives (``no_reorder()``) change
-nothing here: the model applies no middle-end transformations and keeps program order.
+over physical copies). ``mod_alloc``'s tile counts are honoured: logical block ``(i, j,
+..)`` of the tensor is physical tile ``(i % n0, j % n1, ..)``, a count missing or not
+given being 1 (the API reference's ``modulo_allocate_func``, nki.compiler.sbuf.mod_alloc /
+psum.mod_alloc; ``num_par_tiles`` and ``num_free_tiles`` / ``num_bank_tiles`` together: two
+blocks share a tile when both indices agree, so the least common multiple), so blocks
+that share a physical tile share its memory, as on hardware (nki/tensor.py). The base
+addresses and ``alloc(func)``'s addresses are checked for type and sign and otherwise NOT
+honoured (unsure how far this moves the timing: the placement decides which instructions
+wait on which through reused addresses, not any value).
+``skip_middle_end_transformations`` and the directives (``no_reorder()``) change nothing
+here: the model applies no middle-end transformations and keeps program order.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -58,7 +65,11 @@ class _Space:
             if k not in self._keys:
                 raise fail(f"{what}: argument {k} is not one of {', '.join(self._keys)}")
             _whole(k, v, what)
-        return BUFFERS[self.name]
+        counts = [tuple(c) if isinstance(c, tuple | list) else (c,) for c in (
+            kw.get(k, ()) for k in self._keys if k.startswith("num_"))]
+        tiles = tuple(math.lcm(*(c[d] if d < len(c) else 1 for c in counts))
+                      for d in range(max(map(len, counts))))
+        return Buffer(self.name, tiles)
 
     def auto_alloc(self, *args: Any, **kw: Any) -> Buffer:
         return BUFFERS[self.name]

@@ -359,9 +359,10 @@ def _tile(values: tuple[int, int] | tuple[()] | list[int], default: tuple[int, i
 
 def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
                   tile_position: Any, tile_size: Any, perf_mode: Any,
-                  where: tuple[str, int], transpose: bool = False) -> None:
+                  where: tuple[str, int], transpose: bool = False, iadd: bool = False) -> None:
     """dst (+)= stat.T @ mov on the Tensor Engine. ``transpose``: the PE's transpose mode
-    (nc_matmul ``is_transpose``; NeuronCore-v3 on, nki/lower.py), the same matmul."""
+    (nc_matmul ``is_transpose``; NeuronCore-v3 on, nki/lower.py), the same matmul.
+    ``iadd``: written by the older API's ``dst += nc_matmul(...)`` (nki/build.py groups)."""
     arch = current().arch
     for v, role, buf in ((stat, "stationary", "sbuf"), (mov, "moving", "sbuf"),
                          (dst, "dst", "psum")):
@@ -446,4 +447,5 @@ def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
     if transpose and perf is not PerfMode.NONE:
         raise fail(f"nc_matmul is_transpose=True with perf_mode {perf.spelling} is not "
                    f"modelled (a transpose has no perf mode); drop perf_mode", where)
-    _add(MatmulArgs(accumulate, perf, pos[0], pos[1], transpose), dst, (stat, mov), where)
+    _add(MatmulArgs(accumulate, perf, pos[0], pos[1], transpose, iadd), dst, (stat, mov),
+         where)

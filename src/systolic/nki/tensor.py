@@ -73,20 +73,31 @@ class Tensor(Arithmetic):
         # written it since (nki/ops.py record_dma; broadcast_to reads it again)
         self.loaded_from: View | None = None
         self.pdim: int | None = pdim if buffer.on_chip else None
+        # a modulo allocation (nki/compiler.py): block dimension i holds only ``tiles[i]``
+        # physical tiles (1 past the counts given); ``mod``: the block dims that alias
+        self.mod: tuple[int, ...] = ()
+        phys = list(dims)
+        if buffer.tiles is not None and self.pdim is not None:
+            tiles = buffer.tiles
+            phys[:pdim] = [min(d, tiles[i] if i < len(tiles) else 1)
+                           for i, d in enumerate(dims[:pdim])]
+            if phys != dims:
+                self.mod = tuple(phys[:pdim])
         strides, acc = [0] * len(dims), 1
         for i in range(len(dims) - 1, -1, -1):
             if i == self.pdim:
                 continue
             strides[i] = acc
-            acc *= dims[i]
+            acc *= phys[i]
         self.strides = tuple(strides)
         self.free_elems = acc  # elements per partition on chip; all elements in HBM
         # the first partition on chip: 0, or where the older API's tile_position puts a
         # matmul operand or result (:meth:`at_partition`)
         self.p_base = 0
+        # the whole tensor; of a modulo-allocated one, its physical tiles
         self.full = View(self, 0, 0, tuple(
             Axis(1 if i == self.pdim else strides[i], d, i == self.pdim)
-            for i, d in enumerate(dims)))
+            for i, d in enumerate(phys)))
 
     def at_partition(self, p: int) -> Tensor:
         """Place this fresh on-chip tensor at partitions ``p``.. (the compiler allocates the
@@ -113,10 +124,28 @@ class Tensor(Arithmetic):
 
     # indexing and in-place ops act on the whole-tensor view
     def __getitem__(self, key: object) -> View:
-        return self.full[key]
+        return self.full[self._physical(key) if self.mod else key]
 
     def __setitem__(self, key: object, value: object) -> None:
-        self.full[key] = value
+        self.full[self._physical(key) if self.mod else key] = value
+
+    def _physical(self, key: object) -> object:
+        """A modulo-allocated tensor's index with each block index taken modulo its
+        physical tiles (nki.compiler.sbuf.mod_alloc: ``i % s``)."""
+        keys = key if isinstance(key, tuple) else (key,)
+        out = list(keys)
+        for i, (k, n) in enumerate(zip(keys, self.mod, strict=False)):
+            if n == self.shape[i]:
+                continue
+            if not whole(k):
+                raise fail(f"block dimension {i} of this modulo-allocated tensor ("
+                           f"{self.shape[i]} logical tiles in {n} physical) is indexed by "
+                           f"{type(k).__name__}; index each block by an integer")
+            if not 0 <= int(k) < self.shape[i]:  # type: ignore[arg-type]
+                raise fail(f"block index {k} is out of range for dimension {i} of size "
+                           f"{self.shape[i]}")
+            out[i] = int(k) % n  # type: ignore[arg-type]
+        return tuple(out) if isinstance(key, tuple) else out[0]
 
     def __iadd__(self, other: object) -> Tensor:
         self.full.__iadd__(other)

@@ -144,9 +144,12 @@ def fill_value(value: object, dtype: DType) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Buffer:
-    """Where an ``nl.ndarray`` lives: ``sbuf``, ``psum`` or one of the HBM kinds."""
+    """Where an ``nl.ndarray`` lives: ``sbuf``, ``psum`` or one of the HBM kinds.
+    ``tiles``: a modulo allocation's physical tiles along each block dimension (``ncc.*.
+    mod_alloc``; None: the compiler's own placement)."""
 
     name: str
+    tiles: tuple[int, ...] | None = None
 
     @property
     def on_chip(self) -> bool:
