@@ -463,3 +463,76 @@ def k(lhsT, rhs):
     for i in range(2):
         for j in range(8):
             _check(out[i, j], a, b)
+
+
+def test_alloc_func_places_tensors_over_each_other(tmp_path: Path) -> None:
+    """``ncc.sbuf.alloc(func)`` is honoured: two tensors the kernel puts at the same bytes
+    share them, so the second load overwrites what the first tensor reads back (before:
+    each tensor had its own place, out[0] == x[0])."""
+    p = write_kernel(tmp_path, '''
+import neuronxcc.nki.compiler as ncc
+
+def at(addr):
+    return ncc.sbuf.alloc(lambda idx, pdim_size, fdim_size: (0, addr))
+
+@nki.jit
+def k(x):
+    out = nl.ndarray((2, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    a = nl.ndarray((nl.par_dim(128), 64), dtype=nl.float32, buffer=at(1024))
+    b = nl.ndarray((nl.par_dim(128), 64), dtype=nl.float32, buffer=at(1024))
+    a[...] = nl.load(x[0])
+    b[...] = nl.load(x[1])
+    nl.store(out[0], value=a)
+    nl.store(out[1], value=b)
+    return out
+''')
+    x = np.arange(2 * 128 * 64, dtype=np.float32).reshape(2, 128, 64)
+    out = snki.values(snki.load_kernel(str(p), "k"), [x])
+    np.testing.assert_array_equal(out, x[[1, 1]])
+
+
+def test_direct_allocation_in_a_loop_body_keeps_its_first_place(tmp_path: Path) -> None:
+    """NKI traces an affine_range body once, so an address counter the body advances moves
+    once: every iteration's tile is at the first iteration's address (here the counter
+    would pass the end of SBUF by the fourth of 64 iterations)."""
+    p = write_kernel(tmp_path, '''
+import neuronxcc.nki.compiler as ncc
+
+@nki.jit
+def k(x):
+    out = nl.ndarray((64, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    addr = 0
+    for i in nl.affine_range(64):
+        t = nl.ndarray((nl.par_dim(128), 512), dtype=nl.float32,
+                       buffer=ncc.sbuf.mod_alloc(base_addr=addr))
+        addr += 65536
+        t[...] = nl.load(x[i])
+        nl.store(out[i], value=t)
+    return out
+''')
+    x = np.random.default_rng(0).standard_normal((64, 128, 512)).astype(np.float32)
+    out = snki.values(snki.load_kernel(str(p), "k"), [x])
+    np.testing.assert_array_equal(out, x)
+
+
+@pytest.mark.parametrize("func,match", [
+    ("lambda idx, pdim_size, fdim_size: (0,)", "expected \\(start_partition, byte_addr\\)"),
+    ("lambda idx, pdim_size, fdim_size: (0, 10**9)", "pass the end of SBUF"),
+    ("lambda idx, pdim_size, fdim_size: (idx[0] * 32, 0)", "different start partitions"),
+])
+def test_bad_allocation_functions_are_one_line_errors(tmp_path: Path, func: str,
+                                                      match: str) -> None:
+    p = write_kernel(tmp_path, f'''
+import neuronxcc.nki.compiler as ncc
+
+@nki.jit
+def k(x):
+    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((2, nl.par_dim(32), 64), dtype=nl.float32, buffer=ncc.sbuf.alloc({func}))
+    t[0] = nl.load(x[0:32])
+    nl.store(out[0:32], value=t[0])
+    return out
+''')
+    with pytest.raises(KernelError, match=match) as exc:
+        snki.record(snki.load_kernel(str(p), "k"), [np.zeros((128, 64), np.float32)])
+    assert "\n" not in exc.value.message

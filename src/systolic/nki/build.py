@@ -433,6 +433,9 @@ def place(rec: Recorder, life: Lifetimes, dead: set[int], buffers: int) -> Place
         addr[t.id] = top
         top += -(-t.free_elems * t.dtype.itemsize // _HBM_ALIGN) * _HBM_ALIGN
     chip = OnChip(rec.arch, buffers)
+    for t in rec.tensors:
+        if t.pin is not None:
+            chip.reserve(t)
     loop_ends: dict[int, list[int]] = {}
     for lid, at in rec.loop_ends.items():
         loop_ends.setdefault(at, []).append(lid)

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..isa import ActivationFunc, AluOp
 from . import ops as _isa
+from .direct import pin
 from .index import Expr, Grid, check_mask, reduce_axis, whole
 from .mask import applying, whole_only
 from .record import current, fail, here
@@ -122,6 +123,8 @@ def ndarray(shape: Any, dtype: Any = None, buffer: Any = None, name: str = "",
                    f"(nl.tile_size.pmax); put the larger dimension in the free dimensions or "
                    f"split it over several tiles", where)
     rec.add_tensor(t)
+    if buf.locate is not None:
+        pin(t, rec)
     return t
 
 

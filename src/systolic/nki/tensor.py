@@ -19,6 +19,8 @@ import itertools
 from math import prod
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from ..errors import SystolicError
 from ..isa.fields import INDEX_FORMATS
 from .index import Expr, Grid, MultiExpr, whole
@@ -73,31 +75,25 @@ class Tensor(Arithmetic):
         # written it since (nki/ops.py record_dma; broadcast_to reads it again)
         self.loaded_from: View | None = None
         self.pdim: int | None = pdim if buffer.on_chip else None
-        # a modulo allocation (nki/compiler.py): block dimension i holds only ``tiles[i]``
-        # physical tiles (1 past the counts given); ``mod``: the block dims that alias
-        self.mod: tuple[int, ...] = ()
-        phys = list(dims)
-        if buffer.tiles is not None and self.pdim is not None:
-            tiles = buffer.tiles
-            phys[:pdim] = [min(d, tiles[i] if i < len(tiles) else 1)
-                           for i, d in enumerate(dims[:pdim])]
-            if phys != dims:
-                self.mod = tuple(phys[:pdim])
         strides, acc = [0] * len(dims), 1
         for i in range(len(dims) - 1, -1, -1):
             if i == self.pdim:
                 continue
             strides[i] = acc
-            acc *= phys[i]
+            acc *= dims[i]
         self.strides = tuple(strides)
         self.free_elems = acc  # elements per partition on chip; all elements in HBM
         # the first partition on chip: 0, or where the older API's tile_position puts a
         # matmul operand or result (:meth:`at_partition`)
         self.p_base = 0
-        # the whole tensor; of a modulo-allocated one, its physical tiles
         self.full = View(self, 0, 0, tuple(
             Axis(1 if i == self.pdim else strides[i], d, i == self.pdim)
-            for i, d in enumerate(phys)))
+            for i, d in enumerate(dims)))
+        # a tile the kernel places itself (nki/direct.py): its bytes per partition from the
+        # start of SBUF/PSUM, and each block's element offset (an array over the block dims)
+        self.pin: int | None = None
+        self.blocks: Any = None
+        self.inner: tuple[Axis, ...] = ()  # the axes of one block (partition and free)
 
     def at_partition(self, p: int) -> Tensor:
         """Place this fresh on-chip tensor at partitions ``p``.. (the compiler allocates the
@@ -124,28 +120,45 @@ class Tensor(Arithmetic):
 
     # indexing and in-place ops act on the whole-tensor view
     def __getitem__(self, key: object) -> View:
-        return self.full[self._physical(key) if self.mod else key]
+        return self.full[key] if self.blocks is None else self._block_view(key)
 
     def __setitem__(self, key: object, value: object) -> None:
-        self.full[self._physical(key) if self.mod else key] = value
+        if self.blocks is None:
+            self.full[key] = value
+        else:
+            self._block_view(key)[...] = value
 
-    def _physical(self, key: object) -> object:
-        """A modulo-allocated tensor's index with each block index taken modulo its
-        physical tiles (nki.compiler.sbuf.mod_alloc: ``i % s``)."""
+    def _block_view(self, key: object) -> View:
+        """A directly placed tensor indexed: the blocks its first (block) indices select,
+        each where the allocation put it, as one view when they are evenly spaced."""
         keys = key if isinstance(key, tuple) else (key,)
-        out = list(keys)
-        for i, (k, n) in enumerate(zip(keys, self.mod, strict=False)):
-            if n == self.shape[i]:
-                continue
-            if not whole(k):
-                raise fail(f"block dimension {i} of this modulo-allocated tensor ("
-                           f"{self.shape[i]} logical tiles in {n} physical) is indexed by "
-                           f"{type(k).__name__}; index each block by an integer")
-            if not 0 <= int(k) < self.shape[i]:  # type: ignore[arg-type]
-                raise fail(f"block index {k} is out of range for dimension {i} of size "
-                           f"{self.shape[i]}")
-            out[i] = int(k) % n  # type: ignore[arg-type]
-        return tuple(out) if isinstance(key, tuple) else out[0]
+        nb = self.blocks.ndim
+        if keys == (Ellipsis,):
+            keys = ()
+        sel: list[object] = []
+        for i, k in enumerate(keys[:nb]):
+            if isinstance(k, slice):
+                sel.append(k)
+            elif whole(k) and 0 <= int(k) < self.shape[i]:  # type: ignore[call-overload]
+                sel.append(int(k))  # type: ignore[call-overload]
+            else:
+                raise fail(f"block dimension {i} of this directly allocated tensor (size "
+                           f"{self.shape[i]}) is indexed by {k!r}; index its blocks by an "
+                           f"integer in range or a slice")
+        table = self.blocks[tuple(sel)]
+        base = int(table.flat[0])
+        steps = [int(table[(0,) * d + (1,) + (0,) * (table.ndim - d - 1)]) - base
+                 if n > 1 else 0 for d, n in enumerate(table.shape)]
+        even = base + sum(np.arange(n).reshape((n,) + (1,) * (table.ndim - d - 1)) * st
+                          for d, (n, st) in enumerate(zip(table.shape, steps, strict=True)))
+        if not np.array_equal(table, np.broadcast_to(even, table.shape)):
+            raise fail("these blocks of a directly allocated tensor are not evenly spaced "
+                       "in memory; index one block at a time")
+        inner = self.inner
+        v = View(self, base, self.full.p0, tuple(
+            Axis(st, n) for n, st in zip(table.shape, steps, strict=True)) + inner)
+        rest = keys[nb:]
+        return v[(slice(None),) * table.ndim + rest] if rest else v
 
     def __iadd__(self, other: object) -> Tensor:
         self.full.__iadd__(other)
