@@ -536,3 +536,29 @@ def k(x):
     with pytest.raises(KernelError, match=match) as exc:
         snki.record(snki.load_kernel(str(p), "k"), [np.zeros((128, 64), np.float32)])
     assert "\n" not in exc.value.message
+
+
+def test_nl_matmul_of_fp32_and_bf16_promotes_to_fp32(tmp_path: Path) -> None:
+    """``nl.matmul`` of an fp32 tile and a bf16 tile (the attention tutorial's v1 in its
+    bf16 benchmark mode): the bf16 tile is converted to fp32 (exact), so the product is
+    the fp32 matmul's: within 2^-12 of float64 relative to |x|.T @ |y| (the fp32 tile
+    rounded to bf16 instead would be off by about 2^-9). Refused before ("fp32 operands
+    pair only with fp32")."""
+    p = write_kernel(tmp_path, '''
+@nki.jit
+def k(x, y):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    xs = nl.load(x)
+    ys = nl.load(y)
+    nl.store(out, value=nl.matmul(xs, ys, transpose_x=True))
+    return out
+''')
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((128, 128)).astype(np.float32)
+    y = rng.standard_normal((128, 512)).astype(ml_dtypes.bfloat16)
+    out = snki.values(snki.load_kernel(str(p), "k"), [x, y])
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    err = np.abs(out - x64.T @ y64)
+    assert np.all(err <= 2.0**-12 * (np.abs(x64).T @ np.abs(y64)))
+    xb = x.astype(ml_dtypes.bfloat16).astype(np.float64)
+    assert np.abs(xb.T @ y64 - x64.T @ y64).max() > 4 * err.max()  # the test can tell

@@ -276,7 +276,7 @@ def matmul(x: Any, y: Any, transpose_x: bool = False, **kw: Any) -> Pending:
         from .transpose import transpose_pending
 
         x = transpose_pending(x, None, None, "sbuf", where)
-    return Pending(LazyKind.MATMUL, where, stationary=x, moving=y)
+    return Pending(LazyKind.MATMUL, where, stationary=x, moving=y, promote=True)
 
 
 class _Callable(NlOp):
