@@ -30,25 +30,28 @@ __all__ = ["MAX_BLOCKS", "pin"]
 MAX_BLOCKS = 65536
 
 
-def pin(t: Tensor, rec: Recorder) -> None:
-    """Place ``t`` where its buffer's allocation function says (module docstring). In an
-    ``affine_range`` / ``sequential_range`` body, NKI traces the body once, so its Python
-    (an address counter the kernel advances, say) runs once: a declaration there keeps the
-    place its first iteration got for the whole run of the outermost such loop."""
-    if t.buffer.locate is None or t.pdim is None:
-        return
-    loop, outer = t.loop, None
+def pin(t: Tensor, rec: Recorder) -> Tensor:
+    """``t`` added to the recording and placed where its buffer's allocation function says
+    (module docstring). In an ``affine_range`` / ``sequential_range`` body NKI traces the
+    body once, so its Python runs once: a declaration there is one tensor for the whole run
+    of the outermost such loop, the one its first iteration made (each later iteration
+    gets it back: it reads what the iteration before left, at the place the first
+    iteration's address counter gave)."""
+    loop, outer = rec.loops[-1] if rec.loops else None, None
     while loop is not None:
         if loop.kind != "static":
             outer = loop
         loop = loop.parent
-    key = None if outer is None else (t.where, outer.id, t.shape, t.dtype.fmt)
-    got = rec.direct.get(key) if key is not None else None
-    if got is None:
-        got = _locate(t, rec.arch)
-        if key is not None:
-            rec.direct[key] = got
-    _apply(t, *got)
+    key = None if outer is None else (t.where, outer.id, t.shape, t.dtype.fmt,
+                                      t.buffer.name)
+    if key is not None and key in rec.direct:
+        return rec.direct[key]  # type: ignore[no-any-return]
+    rec.add_tensor(t)
+    if t.pdim is not None:
+        _apply(t, *_locate(t, rec.arch))
+    if key is not None:
+        rec.direct[key] = t
+    return t
 
 
 def _locate(t: Tensor, arch: Arch) -> tuple[int, int, Any]:

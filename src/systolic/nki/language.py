@@ -122,9 +122,9 @@ def ndarray(shape: Any, dtype: Any = None, buffer: Any = None, name: str = "",
         raise fail(f"partition dimension {t.partitions} exceeds {rec.arch.rows} "
                    f"(nl.tile_size.pmax); put the larger dimension in the free dimensions or "
                    f"split it over several tiles", where)
-    rec.add_tensor(t)
     if buf.locate is not None:
-        pin(t, rec)
+        return pin(t, rec)
+    rec.add_tensor(t)
     return t
 
 
