@@ -366,3 +366,226 @@ def test_quantize_mx_matches_the_ocp_rule(tmp_path: Path) -> None:
     want = np.clip(x32.reshape(128, 64, 4) / scale, -448, 448).astype(ml_dtypes.float8_e4m3fn)
     got = q.view(np.uint8).reshape(128, 64, 4).view(ml_dtypes.float8_e4m3fn)
     assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+IADD_REUSED = '''
+@nki.jit
+def k(lhsT, rhs):
+    out = nl.ndarray((2, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+    if MODE == "ones":
+        nisa.memset(dst=acc, value=1.0)
+    for g in nl.sequential_range(2):
+        for kk in nl.affine_range(2):
+            a = nl.load(lhsT[g, kk * 128:(kk + 1) * 128, :])
+            b = nl.load(rhs[g, kk * 128:(kk + 1) * 128, :])
+            acc += nisa.nc_matmul(a, b)
+        res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        res[...] = nisa.tensor_copy(acc)
+        nl.store(out[g], value=res)
+    return out
+'''
+
+
+def test_iadd_opens_a_group_on_unwritten_or_finished_psum(tmp_path: Path) -> None:
+    """The older API's ``acc += nc_matmul(...)`` onto a PSUM tile nothing zeroed, reused by
+    a second group after the first was read: each group is its own sum (START at its first
+    matmul), as nki-samples' hardware-tested allocated attention needs (DESIGN-NOTES "PSUM
+    +="). Refused before ("nothing wrote"); a second group adding onto the first would
+    fail the comparison."""
+    p = write_kernel(tmp_path, "MODE = 'x'\n" + IADD_REUSED)
+    a = np.stack([_operands(256, 128, 512, ml_dtypes.bfloat16, seed=s)[0] for s in (1, 2)])
+    b = np.stack([_operands(256, 128, 512, ml_dtypes.bfloat16, seed=s)[1] for s in (3, 4)])
+    out = snki.values(snki.load_kernel(str(p), "k"), [a, b])
+    for g in range(2):
+        _check(out[g], a[g], b[g])
+
+
+def test_iadd_onto_psum_a_vector_op_wrote_is_still_refused(tmp_path: Path) -> None:
+    """``+=`` onto PSUM a memset of 1.0 wrote: undefined on hardware (nc_matmul docs), so
+    refused naming the memset, not silently overwritten by a START."""
+    p = write_kernel(tmp_path, "MODE = 'ones'\n" + IADD_REUSED)
+    a, b = (np.zeros((2, 256, n), ml_dtypes.bfloat16) for n in (128, 512))
+    with pytest.raises(KernelError, match="memset at line"):
+        snki.record(snki.load_kernel(str(p), "k"), [a, b])
+
+
+MOD_ALLOC = '''
+import neuronxcc.nki.compiler as ncc
+
+@nki.jit
+def k(x):
+    out = nl.ndarray((4, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((4, nl.par_dim(128), 64), dtype=nl.float32,
+                   buffer=ncc.sbuf.mod_alloc(base_addr=0, num_free_tiles=(2,)))
+    for i in nl.sequential_range(4):
+        t[i] = nl.load(x[i])
+    for i in nl.sequential_range(4):
+        nl.store(out[i], value=t[i])
+    return out
+'''
+
+
+def test_mod_alloc_blocks_share_their_physical_tile(tmp_path: Path) -> None:
+    """``ncc.sbuf.mod_alloc(num_free_tiles=(2,))``: logical tiles 0 and 2 (1 and 3) are one
+    physical tile (the API reference's ``i % 2``), so after all four loads, tile 0 reads
+    what tile 2 wrote. Before, each logical tile had its own memory (out == x)."""
+    p = write_kernel(tmp_path, MOD_ALLOC)
+    x = np.arange(4 * 128 * 64, dtype=np.float32).reshape(4, 128, 64)
+    out = snki.values(snki.load_kernel(str(p), "k"), [x])
+    np.testing.assert_array_equal(out, x[[2, 3, 2, 3]])
+
+
+def test_mod_alloc_psum_tile_needs_only_its_physical_banks(tmp_path: Path) -> None:
+    """A [2, 8] block PSUM tensor of one bank each (16 banks, twice PSUM) with
+    ``num_bank_tiles=(2, 4)`` takes 8 banks and runs (refused "PSUM is full" before);
+    each block's matmul result is read out before its bank's next tenant."""
+    p = write_kernel(tmp_path, '''
+import neuronxcc.nki.compiler as ncc
+
+@nki.jit
+def k(lhsT, rhs):
+    out = nl.ndarray((2, 8, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    ps = nl.ndarray((2, 8, nl.par_dim(128), 512), dtype=nl.float32,
+                    buffer=ncc.psum.mod_alloc(base_bank=0, num_bank_tiles=(2, 4)))
+    a = nl.load(lhsT)
+    b = nl.load(rhs)
+    for i in nl.sequential_range(2):
+        for j in nl.sequential_range(8):
+            ps[i, j, :, :] = nisa.nc_matmul(a, b)
+            res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+            res[...] = nisa.tensor_copy(ps[i, j, :, :])
+            nl.store(out[i, j], value=res)
+    return out
+''')
+    a, b = _operands(128, 128, 512, ml_dtypes.bfloat16)
+    out = snki.values(snki.load_kernel(str(p), "k"), [a, b])
+    for i in range(2):
+        for j in range(8):
+            _check(out[i, j], a, b)
+
+
+def test_alloc_func_places_tensors_over_each_other(tmp_path: Path) -> None:
+    """``ncc.sbuf.alloc(func)`` is honoured: two tensors the kernel puts at the same bytes
+    share them, so the second load overwrites what the first tensor reads back (before:
+    each tensor had its own place, out[0] == x[0])."""
+    p = write_kernel(tmp_path, '''
+import neuronxcc.nki.compiler as ncc
+
+def at(addr):
+    return ncc.sbuf.alloc(lambda idx, pdim_size, fdim_size: (0, addr))
+
+@nki.jit
+def k(x):
+    out = nl.ndarray((2, 128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    a = nl.ndarray((nl.par_dim(128), 64), dtype=nl.float32, buffer=at(1024))
+    b = nl.ndarray((nl.par_dim(128), 64), dtype=nl.float32, buffer=at(1024))
+    a[...] = nl.load(x[0])
+    b[...] = nl.load(x[1])
+    nl.store(out[0], value=a)
+    nl.store(out[1], value=b)
+    return out
+''')
+    x = np.arange(2 * 128 * 64, dtype=np.float32).reshape(2, 128, 64)
+    out = snki.values(snki.load_kernel(str(p), "k"), [x])
+    np.testing.assert_array_equal(out, x[[1, 1]])
+
+
+def test_direct_allocation_in_a_loop_body_keeps_its_first_place(tmp_path: Path) -> None:
+    """NKI traces an affine_range body once, so an address counter the body advances moves
+    once: every iteration's tile is at the first iteration's address (here the counter
+    would pass the end of SBUF by the fourth of 64 iterations)."""
+    p = write_kernel(tmp_path, '''
+import neuronxcc.nki.compiler as ncc
+
+@nki.jit
+def k(x):
+    out = nl.ndarray((64, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    addr = 0
+    for i in nl.affine_range(64):
+        t = nl.ndarray((nl.par_dim(128), 512), dtype=nl.float32,
+                       buffer=ncc.sbuf.mod_alloc(base_addr=addr))
+        addr += 65536
+        t[...] = nl.load(x[i])
+        nl.store(out[i], value=t)
+    return out
+''')
+    x = np.random.default_rng(0).standard_normal((64, 128, 512)).astype(np.float32)
+    out = snki.values(snki.load_kernel(str(p), "k"), [x])
+    np.testing.assert_array_equal(out, x)
+
+
+@pytest.mark.parametrize("func,match", [
+    ("lambda idx, pdim_size, fdim_size: (0,)", "expected \\(start_partition, byte_addr\\)"),
+    ("lambda idx, pdim_size, fdim_size: (0, 10**9)", "pass the end of SBUF"),
+    ("lambda idx, pdim_size, fdim_size: (idx[0] * 32, 0)", "different start partitions"),
+])
+def test_bad_allocation_functions_are_one_line_errors(tmp_path: Path, func: str,
+                                                      match: str) -> None:
+    p = write_kernel(tmp_path, f'''
+import neuronxcc.nki.compiler as ncc
+
+@nki.jit
+def k(x):
+    out = nl.ndarray((128, 64), dtype=nl.float32, buffer=nl.shared_hbm)
+    t = nl.ndarray((2, nl.par_dim(32), 64), dtype=nl.float32, buffer=ncc.sbuf.alloc({func}))
+    t[0] = nl.load(x[0:32])
+    nl.store(out[0:32], value=t[0])
+    return out
+''')
+    with pytest.raises(KernelError, match=match) as exc:
+        snki.record(snki.load_kernel(str(p), "k"), [np.zeros((128, 64), np.float32)])
+    assert "\n" not in exc.value.message
+
+
+def test_nl_matmul_of_fp32_and_bf16_promotes_to_fp32(tmp_path: Path) -> None:
+    """``nl.matmul`` of an fp32 tile and a bf16 tile (the attention tutorial's v1 in its
+    bf16 benchmark mode): the bf16 tile is converted to fp32 (exact), so the product is
+    the fp32 matmul's: within 2^-12 of float64 relative to |x|.T @ |y| (the fp32 tile
+    rounded to bf16 instead would be off by about 2^-9). Refused before ("fp32 operands
+    pair only with fp32")."""
+    p = write_kernel(tmp_path, '''
+@nki.jit
+def k(x, y):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    xs = nl.load(x)
+    ys = nl.load(y)
+    nl.store(out, value=nl.matmul(xs, ys, transpose_x=True))
+    return out
+''')
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((128, 128)).astype(np.float32)
+    y = rng.standard_normal((128, 512)).astype(ml_dtypes.bfloat16)
+    out = snki.values(snki.load_kernel(str(p), "k"), [x, y])
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    err = np.abs(out - x64.T @ y64)
+    assert np.all(err <= 2.0**-12 * (np.abs(x64).T @ np.abs(y64)))
+    xb = x.astype(ml_dtypes.bfloat16).astype(np.float64)
+    assert np.abs(xb.T @ y64 - x64.T @ y64).max() > 4 * err.max()  # the test can tell
+
+
+def test_the_garbage_of_large_recordings_is_collected_before_the_next(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tensor and its whole view are a reference cycle, and recording runs with the GC
+    off, so a dropped recording waits for a full collection; past COLLECT_AFTER_OPS
+    recorded operations the next record() collects it (a pytest process running flash
+    attention at 8K grew by ~100 MB a call before)."""
+    import gc
+    import weakref
+
+    from systolic.nki import run
+
+    monkeypatch.setattr(run, "COLLECT_AFTER_OPS", 0, raising=False)
+    a, b = _operands(128, 128, 512, ml_dtypes.bfloat16)
+    k = _kernel("tiled_matmul")
+    first = snki.record(k, [a, b])
+    gone = weakref.ref(first.outputs[0])
+    del first
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        snki.record(k, [a, b])
+        assert gone() is None
+    finally:
+        if was:
+            gc.enable()

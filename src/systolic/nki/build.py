@@ -4,8 +4,11 @@ function of its inputs returning data (:func:`build` reads as the pipeline):
 1. :func:`groups` (NKI's ``accumulate``): a matmul with ``accumulate=None`` overwrites the
    first time it writes a PSUM region and adds after; ``False`` always overwrites; ``True``
    adds (onto a region that ``nl.zeros``/``memset(0)`` cleared, the first add is an
-   overwrite of zeros, i.e. START). A group closes at the next operation of another engine
-   that touches its region, or at the end: its first matmul gets START, its last STOP.
+   overwrite of zeros, i.e. START). The older API's ``psum[...] += nc_matmul(...)`` is
+   ``True``, except that onto a region no instruction wrote, or whose last group was
+   finished and read, it opens a new group (START; unsure, docs/DESIGN-NOTES.md "PSUM
+   ``+=``"). A group closes at the next operation of another engine that touches its
+   region, or at the end: its first matmul gets START, its last STOP.
 2. :func:`check_reads`: nothing reads memory nothing wrote; then
    :func:`systolic.nki.valid.check_values`: nothing computed from memory nothing wrote
    leaves the chip (a partly written tile may be computed on, its unwritten part not kept).
@@ -142,6 +145,7 @@ class Groups:
 
 
 _MATMULS = (OpKind.MATMUL, OpKind.MATMUL_MX)
+_NONE: Any = object()  # groups(): no instruction wrote the region
 
 
 def groups(ops: list[Op]) -> Groups:
@@ -186,17 +190,25 @@ def groups(ops: list[Op]) -> Groups:
                     f"{same.where[1]} before anything read it; copy that result out first, "
                     f"or use accumulate=None to add"))
             if acc is True and not any(_contains(z, r) for z in zeroed.get(t, [])):
-                before = [o for w, o in written.get(t, []) if _overlap(w, r)]
-                why = ("that nothing wrote (its values are undefined)" if not before else
-                       "whose accumulation already finished (it was read), which this "
-                       "model's PSUM cannot extend" if before[-1] is None else
-                       f"that {before[-1].kind.value} at line "
-                       f"{before[-1].where[1]} wrote: a matmul accumulating onto values a "
-                       f"non-matmul instruction wrote is undefined on NeuronCore-v2 and v3 "
-                       f"hardware (NKI docs, nc_matmul accumulate) and not modelled")
-                raise KernelError(*op.where, (
-                    f"accumulate=True onto a PSUM region {why}; use accumulate=None (the "
-                    f"first matmul overwrites) or add partial results on the Vector engine"))
+                # the region's last writer: nothing (_NONE), a finished group (None), an op
+                last = next((o for w, o in reversed(written.get(t, [])) if _overlap(w, r)),
+                            _NONE)
+                if not (op.args.iadd and (last is _NONE or last is None)):  # type: ignore[union-attr]
+                    why = ("that nothing wrote (its values are undefined)" if last is _NONE
+                           else "whose accumulation already finished (it was read), which "
+                           "this model's PSUM cannot extend" if last is None else
+                           f"that {last.kind.value} at line "
+                           f"{last.where[1]} wrote: a matmul accumulating onto values a "
+                           f"non-matmul instruction wrote is undefined on NeuronCore-v2 "
+                           f"and v3 hardware (NKI docs, nc_matmul accumulate) and not "
+                           f"modelled")
+                    raise KernelError(*op.where, (
+                        f"accumulate=True onto a PSUM region {why}; use accumulate=None "
+                        f"(the first matmul overwrites) or add partial results on the "
+                        f"Vector engine"))
+                # the older API's ``+=`` onto a region nothing wrote or a finished, read
+                # group: a new group (START), as the vendor's hardware-tested kernels need
+                # (DESIGN-NOTES "PSUM +="; unsure: the docs are silent)
             j = zero_by.pop((t, r), None)
             if j is not None and r in zeroed.get(t, ()):  # zeroed whole, nothing read it
                 dead.add(j)
@@ -421,6 +433,9 @@ def place(rec: Recorder, life: Lifetimes, dead: set[int], buffers: int) -> Place
         addr[t.id] = top
         top += -(-t.free_elems * t.dtype.itemsize // _HBM_ALIGN) * _HBM_ALIGN
     chip = OnChip(rec.arch, buffers)
+    for t in rec.tensors:
+        if t.pin is not None:
+            chip.reserve(t)
     loop_ends: dict[int, list[int]] = {}
     for lid, at in rec.loop_ends.items():
         loop_ends.setdefault(at, []).append(lid)

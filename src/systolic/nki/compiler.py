@@ -4,11 +4,13 @@ A kernel that allocates its tiles itself (NKI "direct allocation": ``buffer=ncc.
 mod_alloc(base_addr=..., num_free_tiles=(2,))``, ``ncc.psum.mod_alloc(base_bank=...)``,
 ``ncc.sbuf.alloc(func)``) gets the buffer it names (SBUF or PSUM), and the model's
 compiler stage places the tile (nki/alloc.py: first fit, ``affine_range`` tiles rotating
-over physical copies). The addresses and rotation counts the kernel asks for are checked
-for type and sign and otherwise NOT honoured (unsure how far this moves the timing: the
-placement decides which instructions wait on which through reused addresses, not any
-value). ``skip_middle_end_transformations`` and the directives (``no_reorder()``) change
-nothing here: the model applies no middle-end transformations and keeps program order.
+over physical copies), except a tile the kernel places itself: ``mod_alloc``'s modulo
+placement (the API reference's ``modulo_allocate_func``: block ``(i, j, ..)`` at tile ``(i %
+n0, j % n1, ..)`` past the base, a count not given being 1) and ``alloc(func)``'s function
+are honoured, block by block (nki/direct.py), so blocks and tensors the kernel puts at one
+place share its memory, as on hardware.
+``skip_middle_end_transformations`` and the directives (``no_reorder()``) change nothing
+here: the model applies no middle-end transformations and keeps program order.
 """
 
 from __future__ import annotations
@@ -42,15 +44,17 @@ class _Space:
         return f"nki.compiler.{self.name}"
 
     def alloc(self, func: Callable[..., Any] | None = None, **kw: Any) -> Buffer:
-        """``alloc(func)``: ``func(idx, pdim_size, fdim_size)`` would give each block's
-        address; the model places the tile itself (module docstring)."""
+        """``alloc(func)``: ``func(idx, pdim_size, fdim_size)`` gives each block's place:
+        ``(start_partition, byte_addr)`` in SBUF, ``(bank_id, start_partition, byte_addr)``
+        in PSUM (nki.compiler.sbuf.alloc / psum.alloc)."""
         if func is None or not callable(func) or kw:
             raise fail(f"nki.compiler.{self.name}.alloc takes one allocation function "
                        f"(block index, partition size, free size) -> address")
-        return BUFFERS[self.name]
+        return Buffer(self.name, func)
 
     def mod_alloc(self, *args: Any, **kw: Any) -> Buffer:
-        """``mod_alloc(base_addr=|base_bank=, base_partition=, num_*_tiles=)``."""
+        """``mod_alloc(base_addr=|base_bank=, base_partition=, num_*_tiles=)``: the
+        ``alloc`` function the API reference defines (``psum_modulo_alloc_func``)."""
         what = f"nki.compiler.{self.name}.mod_alloc"
         if args:
             kw = dict(zip(self._keys, args, strict=False)) | kw
@@ -58,7 +62,14 @@ class _Space:
             if k not in self._keys:
                 raise fail(f"{what}: argument {k} is not one of {', '.join(self._keys)}")
             _whole(k, v, what)
-        return BUFFERS[self.name]
+        parts = [_modulo(kw.get("base_partition", 0), kw.get("num_par_tiles", ()), "p"),
+                 _modulo(kw.get("base_addr", 0), kw.get("num_free_tiles", ()), "f")]
+        if self.name == "psum":
+            parts.insert(0, _modulo(kw.get("base_bank", 0), kw.get("num_bank_tiles", ()), 1))
+
+        def locate(idx: tuple[int, ...], pdim_size: int, fdim_size: int) -> tuple[int, ...]:
+            return tuple(f(idx, pdim_size, fdim_size) for f in parts)
+        return Buffer(self.name, locate)
 
     def auto_alloc(self, *args: Any, **kw: Any) -> Buffer:
         return BUFFERS[self.name]
@@ -67,6 +78,25 @@ class _Space:
 sbuf = _Space("sbuf", ("base_addr", "base_partition", "num_par_tiles", "num_free_tiles"))
 psum = _Space("psum", ("base_bank", "base_addr", "base_partition", "num_bank_tiles",
                        "num_par_tiles", "num_free_tiles"))
+
+
+def _modulo(base: int, tiles: Any, scale: int | str) -> Callable[[tuple[int, ...], int, int],
+                                                                 int]:
+    """The API reference's ``modulo_allocate_func``: ``base`` + the block index modulo
+    ``tiles`` (1 where not given), linearised over ``tiles``, times ``scale`` (a number, or
+    ``p`` / ``f``: the tile's partitions / bytes per partition)."""
+    shape = tuple(tiles) if isinstance(tiles, tuple | list) else (tiles,)
+
+    def f(idx: tuple[int, ...], pdim: int, fdim: int) -> int:
+        s = shape or (1,) * len(idx)
+        lin = 0
+        for i, n in zip(idx, s, strict=False):
+            lin = lin * n + i % n
+        for n in s[len(idx):]:  # linearize over the whole allocate shape
+            lin *= n
+        unit = pdim if scale == "p" else fdim if scale == "f" else int(scale)
+        return base + lin * unit
+    return f
 
 
 def skip_middle_end_transformations(func: Any) -> Any:

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..isa import ActivationFunc, AluOp
 from . import ops as _isa
+from .direct import pin
 from .index import Expr, Grid, check_mask, reduce_axis, whole
 from .mask import applying, whole_only
 from .record import current, fail, here
@@ -121,6 +122,8 @@ def ndarray(shape: Any, dtype: Any = None, buffer: Any = None, name: str = "",
         raise fail(f"partition dimension {t.partitions} exceeds {rec.arch.rows} "
                    f"(nl.tile_size.pmax); put the larger dimension in the free dimensions or "
                    f"split it over several tiles", where)
+    if buf.locate is not None:
+        return pin(t, rec)
     rec.add_tensor(t)
     return t
 
@@ -273,7 +276,7 @@ def matmul(x: Any, y: Any, transpose_x: bool = False, **kw: Any) -> Pending:
         from .transpose import transpose_pending
 
         x = transpose_pending(x, None, None, "sbuf", where)
-    return Pending(LazyKind.MATMUL, where, stationary=x, moving=y)
+    return Pending(LazyKind.MATMUL, where, stationary=x, moving=y, promote=True)
 
 
 class _Callable(NlOp):

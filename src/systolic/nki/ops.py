@@ -25,7 +25,7 @@ from .opkind import (
 )
 from .record import Op, current, fail
 from .tensor import IndirectView, NlOp, Pending, Tensor, View, as_view, same_shape
-from .types import BUFFERS
+from .types import BUFFERS, DType
 
 __all__ = ["record_activation", "record_copy", "record_dma", "record_indirect_dma",
            "record_matmul", "record_memset", "record_tensor_reduce", "record_tensor_scalar",
@@ -199,12 +199,12 @@ def record_indirect_dma(dst: View, src: View, where: tuple[str, int], skip_oob: 
 
 
 def staged_in_sbuf(v: View, where: tuple[str, int], name: str = "",
-                   partition: int | None = None) -> View:
+                   partition: int | None = None, dtype: DType | None = None) -> View:
     """``v`` copied into a fresh SBUF tile by a recorded Vector ``tensor_copy`` (timed as
     any copy): the staging the compiler inserts where an engine or a DMA cannot use PSUM
     (each caller names the document). ``partition``: where the tile starts (a copy keeps
-    each element on its partition)."""
-    tmp = Tensor(v.shape, v.dtype, BUFFERS["sbuf"], where, name)
+    each element on its partition); ``dtype``: the tile's, converting (default ``v``'s)."""
+    tmp = Tensor(v.shape, dtype or v.dtype, BUFFERS["sbuf"], where, name)
     if partition is not None:
         tmp.at_partition(partition)
     current().add_tensor(tmp)
@@ -359,9 +359,10 @@ def _tile(values: tuple[int, int] | tuple[()] | list[int], default: tuple[int, i
 
 def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
                   tile_position: Any, tile_size: Any, perf_mode: Any,
-                  where: tuple[str, int], transpose: bool = False) -> None:
+                  where: tuple[str, int], transpose: bool = False, iadd: bool = False) -> None:
     """dst (+)= stat.T @ mov on the Tensor Engine. ``transpose``: the PE's transpose mode
-    (nc_matmul ``is_transpose``; NeuronCore-v3 on, nki/lower.py), the same matmul."""
+    (nc_matmul ``is_transpose``; NeuronCore-v3 on, nki/lower.py), the same matmul.
+    ``iadd``: written by the older API's ``dst += nc_matmul(...)`` (nki/build.py groups)."""
     arch = current().arch
     for v, role, buf in ((stat, "stationary", "sbuf"), (mov, "moving", "sbuf"),
                          (dst, "dst", "psum")):
@@ -446,4 +447,5 @@ def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
     if transpose and perf is not PerfMode.NONE:
         raise fail(f"nc_matmul is_transpose=True with perf_mode {perf.spelling} is not "
                    f"modelled (a transpose has no perf mode); drop perf_mode", where)
-    _add(MatmulArgs(accumulate, perf, pos[0], pos[1], transpose), dst, (stat, mov), where)
+    _add(MatmulArgs(accumulate, perf, pos[0], pos[1], transpose, iadd), dst, (stat, mov),
+         where)

@@ -166,6 +166,9 @@ class Recorder:
         self.loops: list[Loop] = []  # the loops the kernel is in now, innermost last
         self.loop_ends: dict[int, int] = {}  # loop id -> index of the first op after it
         self._loop_ids = 0
+        # direct allocation: a loop body's declaration -> the tensor its first iteration
+        # made (nki/direct.py pin)
+        self.direct: dict[Any, Any] = {}
         # SPMD instances placed on NeuronCores (nl.nc, nki/spmd.py): (first op, end op,
         # core) per instance; empty when the launch names no cores (nki/cores.py)
         self.core_ops: list[tuple[int, int, int]] = []

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from ..dtypes import get_format
 from .gather import RULES as GATHER_RULES
 from .lazy import LazyKind, Pending
 from .ops import (
@@ -101,8 +102,10 @@ def _write_matmul(p: Pending, dst: View, acc: bool | None) -> None:
     a = p.args
     pos = a.get("tile_position", ())
     stat, mov = (_to_sbuf(as_view(a[k]), pos, p.where) for k in ("stationary", "moving"))
+    if a.get("promote"):
+        stat, mov = _promoted(stat, mov, p.where)
     record_matmul(dst, stat, mov, acc, pos, a.get("tile_size", ()), a.get("perf_mode"),
-                  p.where, a.get("transpose", False))
+                  p.where, a.get("transpose", False), iadd=acc is True)
 
 
 def _to_sbuf(v: View, pos: tuple[int, ...], where: tuple[str, int]) -> View:
@@ -121,6 +124,21 @@ def _to_sbuf(v: View, pos: tuple[int, ...], where: tuple[str, int]) -> View:
         v.outside.check(where)
     # at the row a tile_position reads it from (as for a lazy operand, nki/isa.py)
     return staged_in_sbuf(v, where, "matmul_stage", int(pos[0]) if pos else None)
+
+
+def _promoted(stat: View, mov: View, where: tuple[str, int]) -> tuple[View, View]:
+    """``nl.matmul`` of an fp32 and a narrower float tile: the narrower one converted to
+    fp32 (exact) by a recorded Vector copy into a fresh SBUF tile, so the Tensor Engine
+    multiplies fp32 by fp32, as NKI's type promotion makes (bfloat16, float32) float32.
+    Which conversion the compiler inserts, and on which engine, is not documented (unsure);
+    ``nisa.nc_matmul``, the instruction itself, keeps refusing mixed operands."""
+    fam = [get_format(v.dtype.fmt).family == "fp32" for v in (stat, mov)]
+    if fam[0] == fam[1]:
+        return stat, mov
+    f32 = to_dtype("float32")
+    up = [v if f else staged_in_sbuf(v, where, "matmul_promote", v.p0, f32)
+          for v, f in zip((stat, mov), fam, strict=True)]
+    return up[0], up[1]
 
 
 def _write_copy(p: Pending, dst: View, acc: bool | None) -> None:

@@ -19,6 +19,8 @@ import itertools
 from math import prod
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from ..errors import SystolicError
 from ..isa.fields import INDEX_FORMATS
 from .index import Expr, Grid, MultiExpr, whole
@@ -87,6 +89,11 @@ class Tensor(Arithmetic):
         self.full = View(self, 0, 0, tuple(
             Axis(1 if i == self.pdim else strides[i], d, i == self.pdim)
             for i, d in enumerate(dims)))
+        # a tile the kernel places itself (nki/direct.py): its bytes per partition from the
+        # start of SBUF/PSUM, and each block's element offset (an array over the block dims)
+        self.pin: int | None = None
+        self.blocks: Any = None
+        self.inner: tuple[Axis, ...] = ()  # the axes of one block (partition and free)
 
     def at_partition(self, p: int) -> Tensor:
         """Place this fresh on-chip tensor at partitions ``p``.. (the compiler allocates the
@@ -113,10 +120,45 @@ class Tensor(Arithmetic):
 
     # indexing and in-place ops act on the whole-tensor view
     def __getitem__(self, key: object) -> View:
-        return self.full[key]
+        return self.full[key] if self.blocks is None else self._block_view(key)
 
     def __setitem__(self, key: object, value: object) -> None:
-        self.full[key] = value
+        if self.blocks is None:
+            self.full[key] = value
+        else:
+            self._block_view(key)[...] = value
+
+    def _block_view(self, key: object) -> View:
+        """A directly placed tensor indexed: the blocks its first (block) indices select,
+        each where the allocation put it, as one view when they are evenly spaced."""
+        keys = key if isinstance(key, tuple) else (key,)
+        nb = self.blocks.ndim
+        if keys == (Ellipsis,):
+            keys = ()
+        sel: list[object] = []
+        for i, k in enumerate(keys[:nb]):
+            if isinstance(k, slice):
+                sel.append(k)
+            elif whole(k) and 0 <= int(k) < self.shape[i]:  # type: ignore[call-overload]
+                sel.append(int(k))  # type: ignore[call-overload]
+            else:
+                raise fail(f"block dimension {i} of this directly allocated tensor (size "
+                           f"{self.shape[i]}) is indexed by {k!r}; index its blocks by an "
+                           f"integer in range or a slice")
+        table = self.blocks[tuple(sel)]
+        base = int(table.flat[0])
+        steps = [int(table[(0,) * d + (1,) + (0,) * (table.ndim - d - 1)]) - base
+                 if n > 1 else 0 for d, n in enumerate(table.shape)]
+        even = base + sum(np.arange(n).reshape((n,) + (1,) * (table.ndim - d - 1)) * st
+                          for d, (n, st) in enumerate(zip(table.shape, steps, strict=True)))
+        if not np.array_equal(table, np.broadcast_to(even, table.shape)):
+            raise fail("these blocks of a directly allocated tensor are not evenly spaced "
+                       "in memory; index one block at a time")
+        inner = self.inner
+        v = View(self, base, self.full.p0, tuple(
+            Axis(st, n) for n, st in zip(table.shape, steps, strict=True)) + inner)
+        rest = keys[nb:]
+        return v[(slice(None),) * table.ndim + rest] if rest else v
 
     def __iadd__(self, other: object) -> Tensor:
         self.full.__iadd__(other)

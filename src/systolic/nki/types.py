@@ -8,6 +8,7 @@ nl.float32`` or pass ``dtype=lhsT.dtype`` keep working.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -144,9 +145,13 @@ def fill_value(value: object, dtype: DType) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Buffer:
-    """Where an ``nl.ndarray`` lives: ``sbuf``, ``psum`` or one of the HBM kinds."""
+    """Where an ``nl.ndarray`` lives: ``sbuf``, ``psum`` or one of the HBM kinds.
+    ``locate``: a direct allocation's function of (block index, partitions, bytes per
+    partition) -> the physical tile's place (nki/compiler.py, nki/direct.py); None: the
+    compiler places the tile (nki/alloc.py)."""
 
     name: str
+    locate: Callable[..., tuple[int, ...]] | None = None
 
     @property
     def on_chip(self) -> bool:
