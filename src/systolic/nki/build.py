@@ -185,8 +185,15 @@ def groups(ops: list[Op]) -> Groups:
                     f"accumulate=False overwrites the PSUM accumulation begun at line "
                     f"{same.where[1]} before anything read it; copy that result out first, "
                     f"or use accumulate=None to add"))
-            if acc is True and not any(_contains(z, r) for z in zeroed.get(t, [])):
-                before = [o for w, o in written.get(t, []) if _overlap(w, r)]
+            before = [o for w, o in written.get(t, []) if _overlap(w, r)]
+            # the older API's ``psum += nc_matmul(...)`` onto PSUM nothing wrote: the
+            # compiler's accumulation group, whose first matmul writes ("A series of
+            # TensorE matmul instructions with the first one writing to a PSUM bank",
+            # trainium_inferentia2_arch.rst, aws-neuron-sdk 7c165a3e); nki-samples'
+            # allocated_fused_rms_norm_qkv accumulates so into an nl.ndarray
+            fresh = not before and getattr(op.args, "implicit", False)
+            if acc is True and not fresh and not any(_contains(z, r)
+                                                     for z in zeroed.get(t, [])):
                 why = ("that nothing wrote (its values are undefined)" if not before else
                        "whose accumulation already finished (it was read), which this "
                        "model's PSUM cannot extend" if before[-1] is None else

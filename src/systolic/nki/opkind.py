@@ -190,7 +190,8 @@ class ActivationArgs:
 @dataclass(frozen=True, slots=True)
 class MatmulArgs:
     """``nc_matmul``: dst (+)= srcs[0].T @ srcs[1] at array row ``row``, column ``col``;
-    ``transpose``: the PE's transpose mode (nki/lower.py)."""
+    ``transpose``: the PE's transpose mode (nki/lower.py); ``implicit``: the older API's
+    ``psum += nc_matmul(...)``, the compiler's accumulation group (nki/build.py groups)."""
 
     KIND: ClassVar[OpKind] = OpKind.MATMUL
     accumulate: bool | None
@@ -198,6 +199,7 @@ class MatmulArgs:
     row: int
     col: int
     transpose: bool = False
+    implicit: bool = False
 
 
 @dataclass(frozen=True, slots=True)

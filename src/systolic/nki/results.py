@@ -102,7 +102,7 @@ def _write_matmul(p: Pending, dst: View, acc: bool | None) -> None:
     pos = a.get("tile_position", ())
     stat, mov = (_to_sbuf(as_view(a[k]), pos, p.where) for k in ("stationary", "moving"))
     record_matmul(dst, stat, mov, acc, pos, a.get("tile_size", ()), a.get("perf_mode"),
-                  p.where, a.get("transpose", False))
+                  p.where, a.get("transpose", False), implicit=acc is True)
 
 
 def _to_sbuf(v: View, pos: tuple[int, ...], where: tuple[str, int]) -> View:
