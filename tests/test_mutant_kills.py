@@ -242,7 +242,8 @@ def test_fp4_refuses_a_nan_among_numbers() -> None:
 # -- the verifier ------------------------------------------------------------------------------
 def test_a_matmul_into_a_psum_format_it_cannot_accumulate_in_is_refused() -> None:
     """verify_acc_dtype: PSUM accumulates in fp32 (seed 000) or, for integer operands, in
-    seed 004's INT48 as an explicit option; bf16 PSUM or an INT48 float product is refused."""
+    seed 004's INT48 as an explicit option; bf16 PSUM of an integer product or an INT48 float
+    product is refused (bf16/fp16 PSUM is for float products from NeuronCore-v3)."""
     from systolic import verify
     from systolic.errors import VerifyError
 
@@ -256,6 +257,9 @@ def test_a_matmul_into_a_psum_format_it_cannot_accumulate_in_is_refused() -> Non
     fw, fx = sbuf(32, 0, 16, "bf16"), sbuf(32, 0x100, 8, "bf16")
     prog = Program([load(fw, 16), matmul(fx, psum(16, 0, 8, "int48"), ONE, "bf16")])
     with pytest.raises(VerifyError, match="is fp32, not int48"):
+        verify(prog, "trn1")
+    # from NeuronCore-v3 a 16-bit float product may also land in bf16 / fp16 PSUM
+    with pytest.raises(VerifyError, match="is fp32 or bf16 or fp16, not int48"):
         verify(prog, "trn2")
 
 

@@ -199,3 +199,17 @@ def test_fp32_pass_range_and_format() -> None:
 def test_flags_must_be_calc_flags() -> None:
     fails([load(128, 128), dataclasses.replace(mm(128, 128, 64, SS), flags=3)], "trn2", 1,
           "flags must be CalcFlags")
+
+
+def test_a_16_bit_psum_destination_needs_neuroncore_v3_and_a_16_or_8_bit_float() -> None:
+    def half(dtype: str) -> list[object]:
+        dst = AccessPattern(P, 0, 128, 0, ((1, 64),), dtype)
+        return [load(128, 128), dataclasses.replace(mm(128, 128, 64, SS), dst=dst)]
+
+    # trainium2_arch.rst: FP16/BF16 PSUM output (transpose mode, v3); v4: FP32 or BF16
+    for dtype in ("bf16", "fp16"):
+        verify(Program(half(dtype)), "trn2")
+        fails(half(dtype), "trn1", 1, f"PSUM destination of a bf16 MatMul is fp32, not {dtype}")
+    wide = [load(128, 128, "fp32"), dataclasses.replace(
+        mm(128, 128, 64, SS, "fp32"), dst=AccessPattern(P, 0, 128, 0, ((1, 64),), "bf16"))]
+    fails(wide, "trn3", 1, "PSUM destination of a fp32 MatMul is fp32, not bf16")

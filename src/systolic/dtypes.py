@@ -259,10 +259,22 @@ def accumulator_format(dtype: str | Format) -> str:
     return "fp32"
 
 
-def accumulator_formats(dtype: str | Format) -> tuple[str, ...]:
-    """The PSUM formats a MatMul of ``dtype`` may write: fp32, and for the integer formats
-    also seed 004's exact INT48 cell (an explicit option, never the compiler's default)."""
-    return ("fp32", "int48") if get_format(dtype).is_int else ("fp32",)
+def accumulator_formats(dtype: str | Format, generation: int = 2) -> tuple[str, ...]:
+    """The PSUM formats a MatMul of ``dtype`` may write on NeuronCore-v``generation``: fp32;
+    for the integer formats also seed 004's exact INT48 cell (an explicit option, never the
+    compiler's default); from NeuronCore-v3, for 8- and 16-bit float operands, also bf16 and
+    fp16: the PE's fp32 sum rounded (RNE) as it is written, an accumulating MatMul adding
+    its fp32 sum to the stored value and rounding again. trainium2_arch.rst (aws-neuron-sdk
+    7c165a3e) "FP16/BF16 PSUM output for FP16/BF16 transpose" (v3, transpose mode);
+    neuron-core-v4 (NeuronCore-v4 Architecture): "The output data type can either be FP32 or
+    BF16". Which of them a kernel may ask for is the NKI front end's rule (nki/ops.py); the
+    two-pass fp32 family writes fp32 only (a rounding per pass would round twice)."""
+    f = get_format(dtype)
+    if f.is_int:
+        return ("fp32", "int48")
+    if generation >= 3 and f.kind == "float" and f.family != "fp32":
+        return ("fp32", "bf16", "fp16")
+    return ("fp32",)
 
 
 def _as_float32(x: object) -> np.ndarray:

@@ -207,8 +207,11 @@ def groups(ops: list[Op]) -> Groups:
                         f"(the first matmul overwrites) or add partial results on the "
                         f"Vector engine"))
                 # the older API's ``+=`` onto a region nothing wrote or a finished, read
-                # group: a new group (START), as the vendor's hardware-tested kernels need
-                # (DESIGN-NOTES "PSUM +="; unsure: the docs are silent)
+                # group: the compiler's accumulation group, its first matmul writing ("A
+                # series of TensorE matmul instructions with the first one writing to a
+                # PSUM bank", trainium_inferentia2_arch.rst, aws-neuron-sdk 7c165a3e), as
+                # the vendor's hardware-tested kernels need (DESIGN-NOTES "PSUM +=";
+                # unsure for a finished group: the docs are silent)
             j = zero_by.pop((t, r), None)
             if j is not None and r in zeroed.get(t, ()):  # zeroed whole, nothing read it
                 dead.add(j)

@@ -357,6 +357,42 @@ def _tile(values: tuple[int, int] | tuple[()] | list[int], default: tuple[int, i
     return int(values[0]), int(values[1])
 
 
+def _psum_output(dst: View, stat: View, transpose: bool, accumulate: bool | None,
+                 generation: int, where: tuple[str, int]) -> None:
+    """Refuse a PSUM dtype the Tensor Engine does not write for this matmul. fp32 always
+    ("The matmul accumulation and results are always in float32", nki.isa.nc_matmul,
+    aws-neuron-sdk 7c165a3e). From NeuronCore-v3 the transpose mode writes the data's own
+    bf16/fp16 ("FP16/BF16 PSUM output for FP16/BF16 transpose", trainium2_arch.rst; exact:
+    x * 1 summed with zeros); the docs say nothing of a transpose accumulating into it, so
+    that stays refused. NeuronCore-v4 writes bf16 from any matmul ("The output data type can
+    either be FP32 or BF16", NeuronCore-v4 Architecture): the PE's fp32 sum rounded to
+    nearest even as it lands, an accumulating matmul adding its sum to the stored bf16 value
+    and rounding again (unsure: the docs name near-memory accumulation, not its rounding
+    point; stochastic rounding is not modelled). The values: sim/_base.apply_psum."""
+    fmt = dst.dtype.fmt
+    if fmt == "fp32":
+        return
+    wide = get_format(stat.dtype.fmt).family == "fp32"
+    if transpose and generation >= 3 and fmt in ("bf16", "fp16"):
+        if dst.dtype != stat.dtype:
+            raise fail(f"nc_matmul is_transpose=True writes fp32, or the data's own "
+                       f"bf16/fp16, into PSUM; data is {stat.dtype}, dst {dst.dtype}", where)
+        if accumulate:
+            raise fail(f"nc_matmul is_transpose=True accumulating into a {dst.dtype} PSUM "
+                       f"tile is not modelled (the docs name none); use an fp32 dst", where)
+        return
+    if generation >= 4 and fmt == "bf16" and not wide:
+        return
+    if wide and fmt == "bf16" and generation >= 4:
+        why = "only fp32 from an fp32 / tfloat32 operand (two passes)"
+    elif transpose or fmt != "bf16":
+        why = "bf16/fp16 only from the transpose mode (is_transpose=True) on NeuronCore-v3+"
+    else:
+        why = "bf16 only on NeuronCore-v4, or from the transpose mode on NeuronCore-v3"
+    raise fail(f"nc_matmul writes fp32 into PSUM; dst is {dst.dtype} ({why}): allocate it "
+               f"as nl.float32", where)
+
+
 def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
                   tile_position: Any, tile_size: Any, perf_mode: Any,
                   where: tuple[str, int], transpose: bool = False, iadd: bool = False) -> None:
@@ -379,9 +415,7 @@ def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
     if (get_format(sf).family == "fp32") != (get_format(mf).family == "fp32"):
         raise fail(f"fp32 operands pair only with fp32: stationary {stat.dtype}, moving "
                    f"{mov.dtype}; cast both with nisa.tensor_copy", where)
-    if dst.dtype.fmt != "fp32":
-        raise fail(f"nc_matmul writes fp32 into PSUM; dst is {dst.dtype}: allocate it as "
-                   f"nl.float32", where)
+    _psum_output(dst, stat, transpose, accumulate, arch.generation, where)
     perf = PerfMode.parse(getattr(perf_mode, "value", perf_mode) or "none")
     fold = perf.k_fold
     if perf is not PerfMode.NONE and not arch.supports_perf_mode(perf.spelling):
@@ -415,8 +449,9 @@ def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
     if dst.partitions != m or len(dst.axes) != 2 or dst.shape[-1] != n:
         raise fail(f"nc_matmul dst has shape {list(dst.shape)}; stationary.T @ moving is "
                    f"[{m}, {n}]", where)
-    lo = dst.offset * 4
-    hi = lo + ((dst.axes[1].num - 1) * dst.axes[1].stride + 1) * 4
+    isz = dst.dtype.itemsize
+    lo = dst.offset * isz
+    hi = lo + ((dst.axes[1].num - 1) * dst.axes[1].stride + 1) * isz
     if lo // arch.psum_bank_bytes != (hi - 1) // arch.psum_bank_bytes:
         raise fail(f"nc_matmul dst spans two PSUM banks (bytes {lo}..{hi} of the tile); an "
                    f"accumulation stays within one {arch.psum_bank_bytes}-byte bank", where)

@@ -7,11 +7,12 @@ A PF-transpose swaps the partition axis and the (flattened) free axis of a tile
   the stationary tensor and an identity matrix as the moving tensor", so it is recorded as
   the nc_matmul it is (LoadStationary + MatMul into PSUM, timed by the PE rules; the nc_matmul
   cost ``max(min(64, F), P)`` with N_moving = P is the transpose formula ``max(P, min(64,
-  F))``). The matmul writes fp32; a result asked in another dtype (the docs: dst "must have
-  the same data type as that of data") lands in an fp32 staging bank and a Vector copy
-  rounds it into place, one copy the hardware does not make (the model's PSUM holds fp32
-  matmul results only). An fp32 tile goes through the model's fp32 matmul (two bf16
-  passes, about 16 significant bits), not the bit-accurate transpose NeuronCore-v3 makes;
+  F))``). From NeuronCore-v3 the transpose mode writes a bf16/fp16 tile's own dtype into
+  PSUM ("FP16/BF16 PSUM output for FP16/BF16 transpose", trainium2_arch.rst), as the model's
+  matmul then does (nki/ops.py _psum_output); any other dst (fp8 data, NeuronCore-v2's fp32
+  output, an SBUF dst of the older API) gets the fp32 result through an fp32 staging bank
+  and a Vector copy. An fp32 tile goes through one fp32 pass on NeuronCore-v3 (nki/lower.py)
+  and the model's two-pass fp32 matmul on v2;
 * on the **Vector engine** (up to 32 x 32, SBUF or PSUM on either side) it is one
   :class:`~systolic.isa.instructions.Transpose`, ``max(MIN_II, N)`` cycles.
 
@@ -178,7 +179,8 @@ def _pe_transpose(out: View, src: View, p: int, f: int, where: tuple[str, int]) 
                    f"[{p}, {f}]", where)
     row = _pe_tile(src.p0, p, arch.tile_sizes)
     eye = identity(fmt, where).full[src.p0:src.p0 + p, src.p0:src.p0 + p]
-    direct = out.buffer.name == "psum" and out.dtype.fmt == "fp32"
+    direct = out.buffer.name == "psum" and (out.dtype.fmt == "fp32" or (
+        arch.generation >= 3 and out.dtype == src.dtype and fmt in ("bf16", "fp16")))
     if direct:
         target = out
     else:
@@ -201,25 +203,9 @@ def record_transpose_mode(dst: View, stat: View, mov: View, accumulate: bool | N
                           pos: Any, size: Any, perf: Any, where: tuple[str, int]) -> None:
     """``nc_matmul(dst, stationary, moving, is_transpose=True)``: the PE transpose, the
     matmul stationary.T @ moving (the kernel's moving is the identity), in transpose mode
-    (nki/lower.py). dst is fp32, or in transpose mode the data's own 16-bit float
-    (trainium2_arch.rst: "FP16/BF16 PSUM output for FP16/BF16 transpose"): this model's
-    matmul writes fp32, so that result lands in an fp32 staging bank and a Vector copy
-    (exact: the values are the data's own) puts it in place, a copy the hardware does not
-    make."""
-    if dst.buffer.name != "psum" or dst.dtype.fmt == "fp32":
-        record_matmul(dst, stat, mov, accumulate, pos, size, perf, where, transpose=True)
-        return
-    if dst.dtype != stat.dtype or dst.dtype.fmt not in ("bf16", "fp16"):
-        raise fail(f"nc_matmul is_transpose=True writes fp32, or the data's own bf16/fp16, "
-                   f"into PSUM; data is {stat.dtype}, dst {dst.dtype}", where)
-    if accumulate:
-        raise fail("nc_matmul is_transpose=True into a bf16/fp16 dst cannot accumulate in "
-                   "this model (its PSUM adds in fp32); use an fp32 dst", where)
-    tmp = Tensor(tuple(dst.shape), to_dtype("float32"), BUFFERS["psum"], where,
-                 "transpose_fp32")
-    current().add_tensor(tmp)
-    record_matmul(tmp.full, stat, mov, False, pos, size, perf, where, transpose=True)
-    record_copy(dst, tmp.full, None, where)
+    (nki/lower.py). dst is fp32, or from NeuronCore-v3 the data's own 16-bit float, written
+    by the matmul itself (nki/ops.py _psum_output)."""
+    record_matmul(dst, stat, mov, accumulate, pos, size, perf, where, transpose=True)
 
 
 # -- lazy results: nisa.nc_transpose(data) of the older API, nl.transpose(x) ----------------

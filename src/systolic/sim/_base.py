@@ -112,6 +112,13 @@ def apply_psum(view: np.ndarray, flags: CalcFlags, res: np.ndarray) -> None:
     res = res.reshape(view.shape)
     if view.dtype == np.int64:
         view[...] = wrap48(res if CalcFlags.START in flags else view + res)
+    elif view.dtype != np.float32:
+        # a bf16 / fp16 region (dtypes.accumulator_formats): the fp32 sum, of the product
+        # alone (START) or of the stored value and the product, rounded once (RNE) as it is
+        # written; an fp32 sum past the format's range is inf, as fp32 hardware's is
+        with np.errstate(invalid="ignore", over="ignore"):
+            total = res if CalcFlags.START in flags else view.astype(np.float32) + res
+            view[...] = total.astype(view.dtype)
     elif CalcFlags.START in flags:
         view[...] = res
     else:

@@ -304,7 +304,7 @@ class Checker:
         k = self._tile_k(mv, ins.perf_mode, i, "moving")
         m = dst.partitions
         n = mv.dims[-1][1]
-        accs = accumulator_formats(mv.dtype)
+        accs = accumulator_formats(mv.dtype, self.arch.generation)
         if dst.dtype not in accs:
             self._fail(i, f"the PSUM destination of a {mv.dtype} MatMul is "
                           f"{' or '.join(accs)}, not {dst.dtype}")
