@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import replace
 from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
 from .index import Mask
-from .opkind import OpKind
+from .opkind import IotaArgs, OpArgs, OpKind
 from .record import Op, Where, current, fail
 from .tensor import Axis, Outside, View
 
@@ -147,8 +148,25 @@ def split(op: Op, mask: Mask | bool, what: str, where: Where,
         cut = [_cut(v, box, sizes, what, where, whole_ok=reduced and i > 0)
                for i, v in enumerate((op.dst, *op.outs))]
         srcs = tuple(_cut(v, box, sizes, what, where, whole_ok=False) for v in op.srcs)
-        out.append(Op(op.args, cut[0], srcs, op.where, tuple(cut[1:])))
+        args = _iota_moved(op, box, sizes, what, where) if kind is OpKind.IOTA else op.args
+        out.append(Op(args, cut[0], srcs, op.where, tuple(cut[1:])))
     return out
+
+
+def _iota_moved(op: Op, box: dict[int, tuple[int, int]], sizes: dict[int, int], what: str,
+                where: Where) -> OpArgs:
+    """An iota's values depend on where the element is: cut to ``box`` (the axes _cut cut)
+    it starts at the value of the box's first element."""
+    a = op.args
+    assert isinstance(a, IotaArgs)
+    axes = op.dst.axes
+    free = len(axes) - 1
+    box = {k: iv for k, iv in box.items() if k < len(axes) and axes[k].num == sizes[k]}
+    if not a.outer_steps and free > 1 and any(k > 0 for k in box):
+        raise fail(f"{what}: a mask on a free axis of an iota into a tile of "
+                   f"{free} free axes is not modelled; mask the partitions", where)
+    steps = (a.partition_step, *a.outer_steps, a.free_step)
+    return replace(a, base=a.base + sum(steps[k] * lo for k, (lo, _) in box.items()))
 
 
 def _cut(v: View, box: dict[int, tuple[int, int]], sizes: dict[int, int], what: str,

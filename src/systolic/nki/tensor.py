@@ -285,6 +285,18 @@ class View(Arithmetic):
     def __repr__(self) -> str:
         return f"View({self.tensor!r}, shape={list(self.shape)})"
 
+    def stretched(self, shape: tuple[int, ...]) -> View | None:
+        """This on-chip view read as ``shape`` by repeating its free axes of size 1 (an
+        access-pattern step of 0: numpy's broadcast along free axes, [P, W, 1, 1] against
+        [P, W, 3, 3]); None when ``shape`` is not such a stretch of it."""
+        if (not self.buffer.on_chip or self.outside is not None or len(shape) != len(self.axes)
+                or not self.axes or not self.axes[0].part or shape[0] != self.axes[0].num
+                or any(a.num not in (n, 1) for a, n in zip(self.axes[1:], shape[1:], strict=True))):
+            return None
+        return View(self.tensor, self.offset, self.p0, (self.axes[0], *(
+            a if a.num == n else Axis(0, n) for a, n in zip(self.axes[1:], shape[1:],
+                                                             strict=True))), self.dt)
+
     def __getitem__(self, key: object) -> View:
         axes = self.axes
         if self.outside is not None:
