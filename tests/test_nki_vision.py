@@ -159,3 +159,67 @@ def test_iota_outer_axes_round_trip_the_text_form() -> None:
                outer_sizes=(7,))
     with pytest.raises(Exception, match="divide dst's 60 free elements"):
         verify(Program((bad,)), TRN2)
+
+
+# -- indirect DMA on a later dimension, and under a mask ------------------------------------
+GATHER_BATCH = '''
+@nki.jit
+def k(a, idx):
+    B, R, C = a.shape
+    out = nl.ndarray((B, 128, C), dtype=a.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(C)[None, :]
+    ix = nl.load(idx[i_p])
+    for b in nl.affine_range(B):
+        g = nl.load(a[b, ix, i_f], mask=(i_p < ROWS))
+        nl.store(out[b, i_p, i_f], value=g, mask=(i_p < ROWS))
+    return out
+'''
+
+
+def test_gather_along_the_dimension_after_an_integer_index_under_a_partition_mask(
+        tmp_path) -> None:
+    """x[b, idx_tile, i_f] (nki-samples' resize_nearest): batch b's rows named by the
+    indices; mask i_p < 100 leaves partitions 100.. out, whose indices lie past the table
+    (an unmasked gather of them is an error)."""
+    rng = np.random.default_rng(7)
+    a = rng.normal(0, 1, (3, 50, 40)).astype(np.float32)
+    idx = np.concatenate([rng.integers(0, 50, 100), np.full(28, 999)]).astype(np.int32)
+    got = _run(tmp_path, GATHER_BATCH.replace("ROWS", "100"), a, idx)
+    for b in range(3):  # row by row, not numpy's fancy indexing
+        for k in range(100):
+            np.testing.assert_array_equal(got[b, k], a[b, idx[k]])
+    with pytest.raises(IndexError, match="out of bounds"):
+        _run(tmp_path, GATHER_BATCH.replace("ROWS", "128"), a, idx)
+
+
+def test_masked_scatter_on_a_later_dimension(tmp_path) -> None:
+    body = '''
+@nki.jit
+def k(a, idx, v):
+    i_p = nl.arange(64)[:, None]
+    i_f = nl.arange(a.shape[2])[None, :]
+    ix = nl.load(idx[i_p])
+    t = nl.load(v)
+    nl.store(a[1, ix, i_f], value=t, mask=(i_p >= 16) & (i_f < 5))
+    return a
+'''
+    rng = np.random.default_rng(9)
+    a = rng.normal(0, 1, (2, 80, 8)).astype(np.float32)
+    idx = rng.permutation(80)[:64].astype(np.int32)
+    v = rng.normal(0, 1, (64, 8)).astype(np.float32)
+    want = a.copy()
+    for k in range(16, 64):
+        want[1, idx[k], :5] = v[k, :5]
+    np.testing.assert_array_equal(_run(tmp_path, body, a, idx, v), want)
+
+
+def test_indices_after_a_slice_are_refused(tmp_path) -> None:
+    body = '''
+@nki.jit
+def k(a, idx):
+    ix = nl.load(idx[nl.arange(16)[:, None]])
+    return nl.load(a[0:2, ix, 0:4])
+'''
+    with pytest.raises(KernelError, match="first after integer indices"):
+        _rec(tmp_path, body, ["fp32[4,16,4]", "int32[16]"])
