@@ -29,11 +29,12 @@ def test_the_integer_rows_take_their_limits_from_their_storage(name: str) -> Non
     assert encode(np.array([info.min, info.max]), f).tolist() == [info.min, info.max]
 
 
-def test_an_engine_result_cast_to_int32_rounds_to_nearest_even_and_saturates() -> None:
-    got = encode(np.array([2.5, 3.5, -2.5, 1e10, -1e10, np.nan], np.float32), "int32",
+def test_an_engine_result_cast_to_int32_truncates_toward_zero_and_saturates() -> None:
+    """Toward zero (58.53 -> 58, -2.7 -> -2), as numpy's astype: docs/NUMERICS.md."""
+    got = encode(np.array([2.5, 3.5, 58.53, -2.7, 1e10, -1e10, np.nan], np.float32), "int32",
                  overflow="format")
     info = np.iinfo(np.int32)
-    assert got.tolist() == [2, 4, -2, info.max, info.min, 0]
+    assert got.tolist() == [2, 3, 58, -2, info.max, info.min, 0]
 
 
 IOTA = '''

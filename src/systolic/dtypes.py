@@ -367,12 +367,15 @@ def encode(x: object, fmt: str | Format, *, overflow: OverflowPolicy = "error") 
         lo, hi = (-(1 << 47), (1 << 47) - 1) if f.name == "int48" else (
             int(np.iinfo(f.storage).min), int(np.iinfo(f.storage).max))
         if overflow == "format" and arr.dtype.kind not in "iub":
-            # an engine's float32 result cast to an integer tile: nearest (ties to even),
-            # saturated, NaN as 0. Unsure: the NKI docs say the engines cast their fp32
-            # results to the output dtype but name no rounding mode for integers.
+            # an engine's float32 result cast to an integer tile: toward zero, saturated,
+            # NaN as 0. Unsure: the NKI docs say the engines cast their fp32 results to the
+            # output dtype but name no rounding mode for integers. Toward zero, not to
+            # nearest: nki-samples' resize_nearest (hardware-tested) computes a row index as
+            # int32 pos / width and reads past its table if 58.53 becomes 59; the vendor's
+            # own simulator (numpy astype) truncates too (docs/NUMERICS.md).
             with np.errstate(invalid="ignore"):
                 a64 = np.nan_to_num(arr.astype(np.float64), nan=0.0, posinf=hi, neginf=lo)
-            return np.clip(np.rint(a64), lo, hi).astype(np.int64).astype(f.storage)
+            return np.clip(np.trunc(a64), lo, hi).astype(np.int64).astype(f.storage)
         if arr.dtype.kind in "iub":
             vals = arr.astype(np.int64)
         else:

@@ -424,12 +424,19 @@ class BnAggr:
 class Iota:
     """``nisa.iota`` (GpSimd engine): dst[p, j] = base + partition_step * p + free_step * j
     in 32-bit integer math, cast to dst's format (NKI docs, nki.isa.iota), ``j`` the index
-    of the element in dst's free elements (row-major). Nothing is read."""
+    of the element in dst's free elements (row-major). Nothing is read.
+
+    With ``outer_sizes`` (the newer API's pattern, [[step, num], ...] outermost first: NKI
+    docs, nki.isa.iota), j is split row-major into outer indices i_0.. over ``outer_sizes``
+    and an inner index i of the remaining free_elems / prod(outer_sizes) elements, and the
+    value is base + partition_step * p + sum(outer_steps[k] * i_k) + free_step * i."""
 
     dst: AccessPattern
     base: int = 0
     partition_step: int = 0
     free_step: int = 0
+    outer_steps: tuple[int, ...] = ()
+    outer_sizes: tuple[int, ...] = ()
     engine: Engine = Engine.GPSIMD
 
 

@@ -27,18 +27,28 @@ def reduce_axis(axis: object, what: str, where: tuple[str, int] | None = None) -
                f"free axis of a [P, F] tile)", where)
 
 
+def _either(a: tuple[int, ...] | None, b: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    """The dense grid of a sum: an open ``nl.arange`` axis (None) takes the other's."""
+    return b if a is None else a
+
+
 class Expr:
     """An affine index ``const + coef * i`` over one iteration axis of an ``nl.mgrid`` /
-    ``nl.arange``; ``pos`` is the axis's place in the result (0 = partition, 1 = free)."""
+    ``nl.arange``; ``pos`` is the axis's place in the result (0 = partition, 1 = free).
+    ``grid``: the shape of the ``nl.mgrid`` it came from (a dense grid: "each returned
+    argument has the same shape", NKI docs, nki.language.mgrid), None for ``nl.arange``."""
 
-    __slots__ = ("coef", "const", "pos", "size")
+    __slots__ = ("coef", "const", "grid", "pos", "size")
 
-    def __init__(self, pos: int, size: int, const: int = 0, coef: int = 1) -> None:
+    def __init__(self, pos: int, size: int, const: int = 0, coef: int = 1,
+                 grid: tuple[int, ...] | None = None) -> None:
         self.pos, self.size, self.const, self.coef = pos, size, const, coef
+        self.grid = grid
 
     def __add__(self, other: object) -> Any:
         if whole(other):
-            return Expr(self.pos, self.size, self.const + int(other), self.coef)  # type: ignore
+            return Expr(self.pos, self.size, self.const + int(other),  # type: ignore
+                        self.coef, self.grid)
         if isinstance(other, Expr | MultiExpr):
             return MultiExpr.of(self) + other
         raise fail(f"an index expression adds integers and other index expressions "
@@ -60,7 +70,7 @@ class Expr:
     def __mul__(self, other: object) -> Expr:
         if whole(other):
             k = int(other)  # type: ignore[call-overload]
-            return Expr(self.pos, self.size, self.const * k, self.coef * k)
+            return Expr(self.pos, self.size, self.const * k, self.coef * k, self.grid)
         raise fail("an index expression multiplies only by integers")
 
     __rmul__ = __mul__
@@ -90,7 +100,7 @@ class Expr:
         ``[None, :, None]`` the second free axis: the axis is where the slice stands."""
         if isinstance(key, tuple) and len(key) >= 2:
             pos = next((i for i, k in enumerate(key) if k is not None), 0)
-            return Expr(pos, self.size, self.const, self.coef)
+            return Expr(pos, self.size, self.const, self.coef, self.grid)
         return self
 
     @property
@@ -101,20 +111,23 @@ class Expr:
 class MultiExpr:
     """An affine index over several iteration axes: ``const + sum(coef_k * i_k)``
     (``i_f1 * F2 + i_f2``; ``expr_a + expr_b`` of two nl.arange axes). ``terms`` are
-    one-axis expressions with const 0, one per axis position, in order of position."""
+    one-axis expressions with const 0, one per axis position, in order of position;
+    ``grid`` the dense ``nl.mgrid`` shape they came from (:class:`Expr`)."""
 
-    __slots__ = ("const", "terms")
+    __slots__ = ("const", "grid", "terms")
 
-    def __init__(self, terms: tuple[Expr, ...], const: int) -> None:
-        self.terms, self.const = terms, const
+    def __init__(self, terms: tuple[Expr, ...], const: int,
+                 grid: tuple[int, ...] | None = None) -> None:
+        self.terms, self.const, self.grid = terms, const, grid
 
     @staticmethod
     def of(e: Expr) -> MultiExpr:
-        return MultiExpr((Expr(e.pos, e.size, 0, e.coef),), e.const)
+        return MultiExpr((Expr(e.pos, e.size, 0, e.coef),), e.const, e.grid)
 
     def __add__(self, other: object) -> MultiExpr:
         if whole(other):
-            return MultiExpr(self.terms, self.const + int(other))  # type: ignore[call-overload]
+            return MultiExpr(self.terms, self.const + int(other),  # type: ignore[call-overload]
+                             self.grid)
         if isinstance(other, Expr):
             other = MultiExpr.of(other)
         if not isinstance(other, MultiExpr):
@@ -128,7 +141,7 @@ class MultiExpr:
                            f"({old.size} and {t.size}) cannot be added")
             by[t.pos] = Expr(t.pos, t.size, 0, t.coef + (old.coef if old else 0))
         return MultiExpr(tuple(by[p] for p in sorted(by)),
-                         self.const + other.const)
+                         self.const + other.const, _either(self.grid, other.grid))
 
     __radd__ = __add__
 
@@ -137,7 +150,7 @@ class MultiExpr:
             raise fail("an index expression multiplies only by integers")
         k = int(other)  # type: ignore[call-overload]
         return MultiExpr(tuple(Expr(t.pos, t.size, 0, t.coef * k) for t in self.terms),
-                         self.const * k)
+                         self.const * k, self.grid)
 
     __rmul__ = __mul__
 
@@ -195,8 +208,9 @@ class Grid:
             if (s.step is not None and s.step < 1) or len(range(s.start or 0, s.stop)) < 1:
                 raise fail(f"nl.mgrid range {_span(s)} must have a step of at least 1 and "
                            f"cover at least one index")
-        self.axes = [Expr(i, len(range(s.start or 0, s.stop, s.step or 1)), s.start or 0,
-                          s.step or 1) for i, s in enumerate(spans)]
+        sizes = tuple(len(range(s.start or 0, s.stop, s.step or 1)) for s in spans)
+        self.axes = [Expr(i, n, s.start or 0, s.step or 1, sizes)
+                     for i, (s, n) in enumerate(zip(spans, sizes, strict=True))]
 
     def _axis(self, i: int, name: str) -> Expr:
         if i >= len(self.axes):

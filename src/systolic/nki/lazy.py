@@ -125,6 +125,11 @@ def binary(op: NlOp, x: object, y: object, where: tuple[str, int], dtype: object
         return Pending(_TS, where, src=vx, op0=op, operand0=vy, reverse0=False, **ts)
     if _column(vx, vy):
         return Pending(_TS, where, src=vy, op0=op, operand0=vx, reverse0=True, **ts)
+    if vx.shape != vy.shape:
+        # numpy broadcasting along free axes of size 1 ("x.shape and y.shape must be
+        # broadcastable to a common shape", nki.language.add & co.): read with step 0
+        vx = (vx.stretched(vy.shape) if vx.size < vy.size else None) or vx
+        vy = (vy.stretched(vx.shape) if vy.size < vx.size else None) or vy
     return Pending(LazyKind.TENSOR_TENSOR, where, a=vx, b=vy, op=op, dtype=dtype)
 
 

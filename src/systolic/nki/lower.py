@@ -272,7 +272,10 @@ def _bn_aggr(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
 def _iota(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
     a = op.args
     assert isinstance(a, IotaArgs)
-    return [Iota(p.dst, a.base, a.partition_step, a.free_step)]
+    outer = [(s, ax.num) for s, ax in zip(a.outer_steps, op.dst.axes[1:-1], strict=True)
+             if ax.num > 1]
+    return [Iota(p.dst, a.base, a.partition_step, a.free_step, tuple(s for s, _ in outer),
+                 tuple(n for _, n in outer))]
 
 
 def _reciprocal(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:

@@ -7,7 +7,9 @@ any performance overhead" (nki.api.shared.rst "NKI API Masking", aws-neuron-sdk 
 The model does the same: an operation recorded under a mask becomes the same operation
 over each covered sub-rectangle of its tile, every access pattern cut to it, so masked-out
 elements are neither read nor written and each instruction is timed by the cost table on
-the elements it covers. A mask that selects nothing records no instruction.
+the elements it covers. A mask that selects nothing records no instruction. On an indirect
+DMA the partition axis cuts the SBUF tile and its indices (the rows that move), a free axis
+the tile and the table's rows alike.
 
 The mask names iteration axes by position (``nl.arange(n)[:, None]`` is 0, the partition
 axis; ``[None, :]`` is 1 ...); position k cuts axis k of each view of the operation whose
@@ -28,13 +30,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from dataclasses import replace
 from itertools import pairwise
 from typing import Any
 
 import numpy as np
 
 from .index import Mask
-from .opkind import OpKind
+from .opkind import IndirectDmaArgs, IotaArgs, OpArgs, OpKind
 from .record import Op, Where, current, fail
 from .tensor import Axis, Outside, View
 
@@ -127,6 +130,10 @@ def split(op: Op, mask: Mask | bool, what: str, where: Where,
     assert isinstance(mask, Mask)
     pos, sizes, rects = grid if grid is not None else _grid(mask)  # type: ignore[misc]
     kind = op.kind
+    if kind is OpKind.INDIRECT_DMA:
+        return [_indirect_cut(op, {p: iv for p, iv in zip(pos, r, strict=True)
+                                   if iv != (0, sizes[p])}, sizes, what, where)
+                for r in rects]
     if kind not in _CUT and kind not in _ALONG:
         raise fail(f"{what}: a mask that leaves out part of the tile is not modelled on "
                    f"{kind.value} (its axes do not line up with its result's); use a tile "
@@ -147,8 +154,43 @@ def split(op: Op, mask: Mask | bool, what: str, where: Where,
         cut = [_cut(v, box, sizes, what, where, whole_ok=reduced and i > 0)
                for i, v in enumerate((op.dst, *op.outs))]
         srcs = tuple(_cut(v, box, sizes, what, where, whole_ok=False) for v in op.srcs)
-        out.append(Op(op.args, cut[0], srcs, op.where, tuple(cut[1:])))
+        args = _iota_moved(op, box, sizes, what, where) if kind is OpKind.IOTA else op.args
+        out.append(Op(args, cut[0], srcs, op.where, tuple(cut[1:])))
     return out
+
+
+def _indirect_cut(op: Op, box: dict[int, tuple[int, int]], sizes: dict[int, int], what: str,
+                  where: Where) -> Op:
+    """An indirect DMA cut to ``box``: the partition axis cuts the SBUF tile and its indices
+    (which rows move), a free axis the tile and every row of the table alike (the table's
+    first axis is its rows, which no mask position names)."""
+    a = op.args
+    assert isinstance(a, IndirectDmaArgs)
+    data, table = (op.srcs[0], op.dst) if a.scatter else (op.dst, op.srcs[0])
+    part = {k: iv for k, iv in box.items() if k == 0}
+    free = {k: iv for k, iv in box.items() if k > 0}
+    data = _cut(data, box, sizes, what, where, whole_ok=False)
+    index = _cut(op.srcs[1], part, sizes, what, where, whole_ok=False)
+    table = _cut(table, free, sizes, what, where, whole_ok=False)
+    if a.scatter:
+        return Op(a, table, (data, index, *((table,) if a.accumulate else ())), op.where)
+    return Op(a, data, (table, index), op.where)
+
+
+def _iota_moved(op: Op, box: dict[int, tuple[int, int]], sizes: dict[int, int], what: str,
+                where: Where) -> OpArgs:
+    """An iota's values depend on where the element is: cut to ``box`` (the axes _cut cut)
+    it starts at the value of the box's first element."""
+    a = op.args
+    assert isinstance(a, IotaArgs)
+    axes = op.dst.axes
+    free = len(axes) - 1
+    box = {k: iv for k, iv in box.items() if k < len(axes) and axes[k].num == sizes[k]}
+    if not a.outer_steps and free > 1 and any(k > 0 for k in box):
+        raise fail(f"{what}: a mask on a free axis of an iota into a tile of "
+                   f"{free} free axes is not modelled; mask the partitions", where)
+    steps = (a.partition_step, *a.outer_steps, a.free_step)
+    return replace(a, base=a.base + sum(steps[k] * lo for k, (lo, _) in box.items()))
 
 
 def _cut(v: View, box: dict[int, tuple[int, int]], sizes: dict[int, int], what: str,

@@ -237,12 +237,15 @@ class BnAggrArgs:
 
 @dataclass(frozen=True, slots=True)
 class IotaArgs:
-    """``iota``: base + partition_step * p + free_step * j."""
+    """``iota``: base + partition_step * p + free_step * j, j the flat free element; with
+    ``outer_steps`` (one per free axis of dst but its last), base + partition_step * p +
+    sum(outer_steps[k] * i_k) + free_step * i_last over dst's axes."""
 
     KIND: ClassVar[OpKind] = OpKind.IOTA
     base: int
     partition_step: int
     free_step: int
+    outer_steps: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -165,10 +165,8 @@ def record_indirect_dma(dst: View, src: View, where: tuple[str, int], skip_oob: 
                         accumulate: bool) -> None:
     """An indirect DMA (one side ``x[idx_tile, ...]``): a gather of device-memory rows into
     the partitions of an SBUF tile, or a scatter of its partitions into rows (nki/opkind.py
-    IndirectDmaArgs). The rows are resolved when the kernel runs (isa DmaIndirect)."""
-    if current().mask is not None:
-        raise fail("a mask= that leaves out part of an indirect DMA is not modelled; index "
-                   "a tile of the rows to move", where)
+    IndirectDmaArgs). The rows are resolved when the kernel runs (isa DmaIndirect); a
+    mask= cuts the tile's partitions and the indices alike (nki/mask.py)."""
     gather = isinstance(src, IndirectView)
     if gather and isinstance(dst, IndirectView):
         raise fail("an indirect DMA moves rows between device memory and SBUF; index one "

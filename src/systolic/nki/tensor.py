@@ -327,6 +327,18 @@ class View(Arithmetic):
     def __repr__(self) -> str:
         return f"View({self.tensor!r}, shape={list(self.shape)})"
 
+    def stretched(self, shape: tuple[int, ...]) -> View | None:
+        """This on-chip view read as ``shape`` by repeating its free axes of size 1 (an
+        access-pattern step of 0: numpy's broadcast along free axes, [P, W, 1, 1] against
+        [P, W, 3, 3]); None when ``shape`` is not such a stretch of it."""
+        if (not self.buffer.on_chip or self.outside is not None or len(shape) != len(self.axes)
+                or not self.axes or not self.axes[0].part or shape[0] != self.axes[0].num
+                or any(a.num not in (n, 1) for a, n in zip(self.axes[1:], shape[1:], strict=True))):
+            return None
+        return View(self.tensor, self.offset, self.p0, (self.axes[0], *(
+            a if a.num == n else Axis(0, n) for a, n in zip(self.axes[1:], shape[1:],
+                                                             strict=True))), self.dt)
+
     def __getitem__(self, key: object) -> View:
         axes = self.axes
         if self.outside is not None:
@@ -588,7 +600,8 @@ _INDIRECT_ONLY = ("a view indexed by a tile of indices (x[idx_tile, ...]) is the
 
 class IndirectView(View):
     """``x[idx_tile, ...]`` of a device-memory tensor: the rows the int32 values of
-    ``index`` (an SBUF tile [K, 1]) name along ``x``'s first dimension, resolved when the
+    ``index`` (an SBUF tile [K, 1]) name along ``x``'s first dimension (or the first after
+    integer indices: ``x[b, idx_tile, ...]``), resolved when the
     kernel runs (an indirect DMA: NKI docs, nki.language.load / store "indirect"). Its shape
     is [K, ...]; ``table`` is the plain view of every row an index may name (the other
     indices applied). Only a DMA may use it (nki/ops.py record_dma): it carries an
@@ -611,16 +624,19 @@ class IndirectView(View):
 def _indirect(v: View, keys: list[object], d: int) -> IndirectView:
     """``v[idx_tile, ...]``: the rows of device-memory view ``v`` named by the values of an
     SBUF tile of int32 indices, one per partition ([K, 1]; NKI docs: "indices have to be in
-    SBUF"), along ``v``'s first dimension; the other keys index the rest as usual."""
-    if d != 0 or any(isinstance(k, Tensor | View | Pending) for k in keys[1:]):
-        raise fail("a tile of indices indexes the first dimension only (x[idx_tile, i_f]: "
-                   "an indirect DMA of whole rows); other dimensions take ints, slices and "
-                   "index expressions")
+    SBUF"), along ``v``'s first dimension, or the first left by integer indices before it
+    (``x[b, idx_tile, i_f]``: nki-samples' resize_nearest, rows of batch b); the other keys
+    index the rest as usual."""
+    if (any(not whole(k) for k in keys[:d])
+            or any(isinstance(k, Tensor | View | Pending) for k in keys[d + 1:])):
+        raise fail("a tile of indices indexes the first dimension, or the first after integer "
+                   "indices (x[idx_tile, i_f], x[b, idx_tile, i_f]: an indirect DMA of whole "
+                   "rows); other dimensions take ints, slices and index expressions")
     if v.buffer.on_chip:
         raise fail(f"indexing a {v.buffer.name.upper()} tile with a tile of indices is not "
                    f"modelled; an indirect DMA gathers or scatters rows of a device-memory "
                    f"(HBM) tensor")
-    idx = as_view(keys[0])
+    idx = as_view(keys[d])
     if idx.outside is not None:
         idx.outside.check()
     if idx.buffer.name != "sbuf":
@@ -631,14 +647,15 @@ def _indirect(v: View, keys: list[object], d: int) -> IndirectView:
     if not idx.axes or not idx.axes[0].part or idx.size != idx.partitions:
         raise fail(f"the indices of an indirect DMA are one per partition ([K, 1]), not a "
                    f"{list(idx.shape)} tile")
-    table = v[(_ALL, *keys[1:])]
+    head = v.axes[d]
+    # every row, as a partition-axis index: the rows stay outermost beside index
+    # expressions over the free axes (a slice would be ordered by its dimension)
+    table = v[(*keys[:d], Expr(0, head.num), *keys[d + 1:])]
     if table.outside is not None:
         table.outside.check()
-    head = v.axes[0]
     if not table.axes or table.axes[0] != Axis(head.stride, head.num):
-        raise fail("with a tile of indices in the first dimension, the other indices must "
-                   "keep the rows outermost (x[idx_tile, i_f]); this arrangement is not "
-                   "modelled")
+        raise fail("with a tile of indices, the other indices must keep the indexed rows "
+                   "outermost (x[idx_tile, i_f]); this arrangement is not modelled")
     return IndirectView(table, idx)
 
 

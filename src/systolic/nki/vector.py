@@ -5,15 +5,17 @@ entry points (both API generations; nki/isa.py re-exports them) and what they re
 * ``bn_stats(data)``: data [P, N], N <= 512 (``nl.tile_size.bn_stats_fmax``), gives [P, 6]:
   (count, mean, variance x count) of the even- and of the odd-indexed elements;
 * ``bn_aggr(stats)``: [P, 3k] of such triples gives [P, 2]: mean, variance;
-* ``iota(expr, dtype)``: the values of an ``nl.arange`` expression (``c + k * i``, one axis)
-  in a new SBUF tile, [n, 1] for a partition-axis expression, [1, n] for a free one.
+* ``iota(expr, dtype)``: the values of an affine ``nl.arange`` / ``nl.mgrid`` expression
+  in a new SBUF tile, [n, 1] for a partition-axis ``nl.arange``, [1, n] for a free one, an
+  ``nl.mgrid`` expression's whole grid ([P, W, 3, 3] for ``3 * g.y + g.z``).
 
 Values: systolic.sim.functional_engines; costs: timing/costs.py (NKI docs' formulas).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from math import prod
+from typing import Any, NamedTuple
 
 from ..dtypes import FORMATS
 from ..isa import Engine
@@ -117,37 +119,70 @@ def write_stats(pend: Pending, dst: View, accumulate: bool | None) -> None:
 
 
 # -- iota ----------------------------------------------------------------------------------
-def _pattern(expr: object, where: tuple[str, int]) -> tuple[tuple[int, int], int, int, int]:
-    """(shape, base, partition step, free step) of a one-axis ``nl.arange`` expression."""
+class _Pattern(NamedTuple):
+    """What ``iota(expr)`` writes: the tile's shape, and its value at [p, i1, i2, ...]:
+    ``base + partition_step * p + sum(free_steps[k] * i_k)``."""
+
+    shape: tuple[int, ...]
+    base: int
+    partition_step: int
+    free_steps: tuple[int, ...]
+
+
+def _pattern(expr: object, where: tuple[str, int]) -> _Pattern:
+    """The pattern of an affine ``nl.arange`` / ``nl.mgrid`` expression. An ``nl.mgrid``
+    expression is dense (NKI docs, nki.language.mgrid: "each returned argument has the same
+    shape"): ``3 * g.y + g.z`` of ``nl.mgrid[0:P, 0:W, 0:3, 0:3]`` is [P, W, 3, 3], constant
+    along the axes it does not name. ``nl.arange`` axes are open: the tile has the axes the
+    expression names ([n, 1] for a partition-axis one, [1, n] for a free one)."""
     if isinstance(expr, int) and not isinstance(expr, bool):
-        return (1, 1), int(expr), 0, 0
-    if isinstance(expr, MultiExpr):  # expr_a + expr_b: a partition and a free axis
-        by = {t.pos: t for t in expr.terms}
-        if not set(by) <= {0, 1}:
-            raise fail("iota of an expression over more than the partition axis and one free "
-                       "axis is not modelled", where)
-        p, f = by.get(0), by.get(1)
-        return ((p.size if p else 1, f.size if f else 1), expr.const, p.coef if p else 0,
-                f.coef if f else 0)
-    if not isinstance(expr, Expr):
+        return _Pattern((1, 1), int(expr), 0, (0,))
+    if isinstance(expr, Expr):
+        expr = MultiExpr.of(expr)
+    if not isinstance(expr, MultiExpr):
         raise fail(f"iota takes an nl.arange expression (c + k * nl.arange(n)[None, :]), not "
                    f"{type(expr).__name__}", where)
-    if expr.pos == 0:
-        return (expr.size, 1), expr.const, expr.coef, 0
-    return (1, expr.size), expr.const, 0, expr.coef
+    by = {t.pos: t for t in expr.terms}
+    grid = expr.grid
+    if grid is not None and any(p >= len(grid) or grid[p] != t.size for p, t in by.items()):
+        grid = None  # an nl.arange axis unlike the grid's: the named axes alone
+    if grid is not None:
+        shape = (grid[0], *grid[1:]) if len(grid) > 1 else (grid[0], 1)
+        free = [by[p].coef if p in by else 0 for p in range(1, len(shape))]
+    else:
+        named = sorted(p for p in by if p > 0)
+        shape = (by[0].size if 0 in by else 1, *([by[p].size for p in named] or [1]))
+        free = [by[p].coef for p in named] or [0]
+    return _Pattern(shape, expr.const, by[0].coef if 0 in by else 0, tuple(free))
 
 
 def record_iota(dst: View, expr: object, where: tuple[str, int]) -> None:
-    shape, base, pstep, fstep = _pattern(expr, where)
+    pat = _pattern(expr, where)
+    shape = pat.shape
     if dst.buffer.name != "sbuf":
         raise fail(f"iota writes SBUF (NKI docs); dst is in {dst.buffer.name}", where)
     if dst.dtype.fmt not in FORMATS:
         raise fail(f"iota into {dst.dtype}: the model's on-chip memory has no {dst.dtype.fmt} "
                    f"format; use nl.float32 (integers exact to 2^24) or nl.int16", where)
-    if dst.partitions != shape[0] or dst.size != shape[0] * shape[1]:
+    if dst.partitions != shape[0] or dst.size != prod(shape):
         raise fail(f"iota of this expression makes {list(shape)}; dst is {list(dst.shape)}",
                    where)
-    _add(IotaArgs(base, pstep, fstep), dst, (), where)
+    _add(_iota_args(pat, dst, where), dst, (), where)
+
+
+def _iota_args(pat: _Pattern, dst: View, where: tuple[str, int]) -> IotaArgs:
+    """The pattern's free steps laid on dst's free axes (a one-axis pattern: along dst's
+    free elements, flat)."""
+    steps = [(s, n) for s, n in zip(pat.free_steps, pat.shape[1:], strict=True) if n > 1]
+    if len(steps) <= 1:
+        return IotaArgs(pat.base, pat.partition_step, steps[0][0] if steps else 0)
+    nums = [a.num for a in dst.axes[1:]]
+    if [n for n in nums if n > 1] != [n for _, n in steps]:
+        raise fail(f"iota of this expression makes {list(pat.shape)}; dst "
+                   f"{list(dst.shape)} has its elements in other axes", where)
+    it = iter(steps)
+    on_dst = [next(it)[0] if n > 1 else 0 for n in nums]
+    return IotaArgs(pat.base, pat.partition_step, on_dst[-1], tuple(on_dst[:-1]))
 
 
 def iota_pending(expr: object, dtype: Any, where: tuple[str, int]) -> Pending:
@@ -156,7 +191,7 @@ def iota_pending(expr: object, dtype: Any, where: tuple[str, int]) -> Pending:
 
 
 def iota_result(pend: Pending) -> Tensor:
-    shape = _pattern(pend.args["expr"], pend.where)[0]
+    shape = _pattern(pend.args["expr"], pend.where).shape
     return Tensor(shape, to_dtype(pend.args["dtype"]), BUFFERS["sbuf"], pend.where)
 
 
@@ -290,7 +325,7 @@ def bn_aggr(*args: Any, **kw: Any) -> Pending | None:
 
 
 def iota(*args: Any, **kw: Any) -> Pending | None:
-    """Older API ``iota(expr, dtype)``: the values of a one-axis ``nl.arange`` expression in a
+    """Older API ``iota(expr, dtype)``: the values of an affine index expression in a
     new SBUF tile, made on GpSimd; ``iota(dst, expr)`` writes them into dst."""
     where = here()
     kw.pop("name", None)

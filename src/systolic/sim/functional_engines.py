@@ -41,6 +41,7 @@ with every byte 0xFF, a NaN in every float format, so a missing initialisation s
 from __future__ import annotations
 
 from collections.abc import Callable
+from math import prod
 from typing import Any
 
 import ml_dtypes
@@ -311,7 +312,7 @@ HANDLERS: dict[type, Callable[[MachineState, Any], None]] = {
 #   mean = sum(c m) / n, variance = (sum M2 + sum c (m - mean)^2) / n (the population
 #   variance, np.var's), again exact and rounded once to fp32.
 # * ``Iota``: base + partition_step * p + free_step * j in 32-bit integer math (wrapping),
-#   cast to dst's format.
+#   cast to dst's format; j split over outer axes when the instruction has them.
 
 
 def transpose(mem: Memory, ins: Any) -> None:
@@ -354,8 +355,14 @@ def bn_aggr(mem: Memory, ins: Any) -> None:
 
 def iota(mem: Memory, ins: Any) -> None:
     p, f = ins.dst.partitions, ins.dst.free_elems
+    sizes = (*ins.outer_sizes, f // prod(ins.outer_sizes))
+    free = np.zeros(sizes, dtype=np.int64)
+    for k, (step, n) in enumerate(zip((*ins.outer_steps, ins.free_step), sizes, strict=True)):
+        shape = [1] * len(sizes)
+        shape[k] = n
+        free = free + step * np.arange(n, dtype=np.int64).reshape(shape)  # one per axis
     v = (ins.base + ins.partition_step * np.arange(p, dtype=np.int64)[:, None]
-         + ins.free_step * np.arange(f, dtype=np.int64)[None, :])
+         + free.reshape(1, f))
     v32 = v.astype(np.int32)  # 32-bit integer math: wraps as the engine's int32 does
     from ..dtypes import get_format
 

@@ -14,6 +14,7 @@ overlaps to be finished (STOP), and marks them read out, so a START may reuse th
 from __future__ import annotations
 
 from collections.abc import Callable
+from math import prod
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ShapeError
@@ -268,7 +269,7 @@ _BN_STATS_FMAX = 512
 def _breadth(c: Checker, i: int, ins: Any) -> None:
     """Transpose (Vector, <= 32 x 32, SBUF/PSUM, dtype kept, dst [F, P]); BnStats (Vector,
     src [P, N <= 512], dst [P, 6]); BnAggr (Vector, src [P, 3k], dst [P, 2]); Iota (GpSimd,
-    dst in SBUF)."""
+    dst in SBUF, its outer axes dividing dst's free elements)."""
     name = type(ins).__name__
     want = Engine.GPSIMD if name == "Iota" else Engine.VECTOR
     if ins.engine is not want:
@@ -277,6 +278,12 @@ def _breadth(c: Checker, i: int, ins: Any) -> None:
     dst: AccessPattern = ins.dst
     if name == "Iota":
         _bounds(c, i, dst, "Iota dst", (Space.SBUF,))
+        outer = prod(ins.outer_sizes)
+        if (len(ins.outer_steps) != len(ins.outer_sizes) or min(ins.outer_sizes, default=1) < 1
+                or dst.free_elems % outer):
+            c._fail(i, f"Iota outer axes (steps {list(ins.outer_steps)}, sizes "
+                       f"{list(ins.outer_sizes)}) must pair up and divide dst's "
+                       f"{dst.free_elems} free elements")
         return
     if name == "TensorTensorScan":
         _scan(c, i, ins)
