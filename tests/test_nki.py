@@ -589,3 +589,46 @@ def test_the_garbage_of_large_recordings_is_collected_before_the_next(
     finally:
         if was:
             gc.enable()
+
+
+PSUM_BLOCKS = '''
+@nki.jit
+def k(lhsT, rhs):
+    out = nl.ndarray((NB, 128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    ps = nl.ndarray((NB, nl.par_dim(128), 512), dtype=nl.float32, buffer=nl.psum)
+    if WHOLE:
+        nisa.memset(dst=ps, value=0.0)
+    a = nl.load(lhsT)
+    for j in nl.affine_range(NB):
+        b = nl.load(rhs[:, j * 512:(j + 1) * 512])
+        ps[j, :, :] = nisa.nc_matmul(a, b)
+        res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+        res[...] = nisa.tensor_copy(ps[j, :, :])
+        nl.store(out[j], value=res)
+    return out
+'''
+
+
+def test_a_psum_tensor_of_many_blocks_gets_a_bank_per_live_block(tmp_path: Path) -> None:
+    """A [16, P, 512] fp32 PSUM tensor is 16 banks, twice PSUM, but each block is written
+    and read at once: the compiler places logical tiles one by one (nki/blocks.py), so it
+    runs; refused "PSUM is full" before. Each block is its own product."""
+    p = write_kernel(tmp_path, "NB = 16\nWHOLE = False\n" + PSUM_BLOCKS)
+    a, b = _operands(128, 128, 16 * 512, ml_dtypes.bfloat16)
+    out = snki.values(snki.load_kernel(str(p), "k"), [a, b])
+    for j in range(16):
+        _check(out[j], a, b[:, j * 512:(j + 1) * 512])
+
+
+def test_a_psum_tensor_used_whole_is_placed_whole(tmp_path: Path) -> None:
+    """A whole-tensor memset spans the blocks, so the tensor keeps one place: 4 blocks fit
+    (values right), 16 do not (the one-line PSUM refusal, as before the block placement)."""
+    p = write_kernel(tmp_path, "NB = 4\nWHOLE = True\n" + PSUM_BLOCKS)
+    a, b = _operands(128, 128, 4 * 512, ml_dtypes.bfloat16)
+    out = snki.values(snki.load_kernel(str(p), "k"), [a, b])
+    for j in range(4):
+        _check(out[j], a, b[:, j * 512:(j + 1) * 512])
+    p = write_kernel(tmp_path, "NB = 16\nWHOLE = True\n" + PSUM_BLOCKS)
+    a, b = _operands(128, 128, 16 * 512, ml_dtypes.bfloat16)
+    with pytest.raises(KernelError, match="PSUM is full"):
+        snki.record(snki.load_kernel(str(p), "k"), [a, b])

@@ -1,6 +1,9 @@
 """From a recording to ONE Program: named passes over the recorded operations, each a
 function of its inputs returning data (:func:`build` reads as the pipeline):
 
+0. :func:`systolic.nki.blocks.split`: a PSUM tensor of several blocks becomes a tensor
+   per block where every use lies within one (the compiler's physical tile per logical
+   tile).
 1. :func:`groups` (NKI's ``accumulate``): a matmul with ``accumulate=None`` overwrites the
    first time it writes a PSUM region and adds after; ``False`` always overwrites; ``True``
    adds (onto a region that ``nl.zeros``/``memset(0)`` cleared, the first add is an
@@ -32,6 +35,7 @@ from ..errors import FormatError, KernelError, SystolicError, VerifyError
 from ..isa import ACCESS, AccessPattern, Instruction, Program, Space
 from ..verify import verify
 from .alloc import DEFAULT_BUFFERS, OnChip, Rotation
+from .blocks import split
 from .lower import LOWER, UNMERGED_SOURCES, Placed, new_state
 from .opkind import MemsetArgs, OpKind
 from .record import Op, Recorder
@@ -515,6 +519,10 @@ def build(rec: Recorder, result: Any, outputs: list[Tensor], check: bool = True,
     ``buffers`` physical tiles per tile made in an affine_range body (nki/alloc.py)."""
     if not isinstance(buffers, int) or isinstance(buffers, bool) or buffers < 1:
         raise SystolicError(f"buffers must be a whole number of at least 1, not {buffers!r}")
+    ops, blocks = split(rec.ops, rec.tensors, outputs)
+    if blocks:  # PSUM tensors placed block by block (nki/blocks.py)
+        rec.ops = ops
+        rec.tensors.extend(blocks)
     grp = groups(rec.ops)
     given = [*rec.inputs, *(t for t, _ in rec.constants)]
     check_reads(rec.ops, given)
