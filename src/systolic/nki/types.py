@@ -8,7 +8,7 @@ nl.float32`` or pass ``dtype=lhsT.dtype`` keep working.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
@@ -147,10 +147,12 @@ class Buffer:
     """Where an ``nl.ndarray`` lives: ``sbuf``, ``psum`` or one of the HBM kinds."""
 
     name: str
+    # SBUF or PSUM; a field, not a property: the recording and build passes ask it
+    # nearly a million times for a 100,000-operation kernel
+    on_chip: bool = field(init=False)
 
-    @property
-    def on_chip(self) -> bool:
-        return self.name in ("sbuf", "psum")
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "on_chip", self.name in ("sbuf", "psum"))
 
     def __repr__(self) -> str:
         return f"nl.{self.name}"
