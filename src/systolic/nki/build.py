@@ -331,7 +331,7 @@ def _ap(v: View, base: int, where: tuple[str, int], reorder: bool = False,
     """The access pattern of a view at its tensor's address (memoised: a loop makes the
     same SBUF/PSUM patterns over and over, and patterns are immutable)."""
     dt = v.dt if v.dt is not None else v.tensor.dtype
-    key = (v.tensor.buffer.name, dt.fmt, base + v.offset * dt.itemsize, v.p0, v.axes,
+    key = (v.buffer.name, dt.fmt, base + v.offset * dt.itemsize, v.p0, v.axes,
            reorder, merge)
     hit = _AP_CACHE.get(key)
     if hit is None:
@@ -479,12 +479,12 @@ def lower(rec: Recorder, grp: Groups, addr: dict[int, int]) -> Lowered:
     for i, op in enumerate(rec.ops):
         if i in dead:
             continue
-        w = op.where
+        w, dst, srcs, outs = op.where, op.dst, op.srcs, op.outs
         merge = op.kind not in UNMERGED_SOURCES
         placed = Placed(
-            _ap(op.dst, addr[op.dst.tensor.id], w, reorder=not op.srcs),
-            [_ap(s, addr[s.tensor.id], w, merge=merge) for s in op.srcs],
-            [_ap(o, addr[o.tensor.id], w) for o in op.outs],
+            _ap(dst, addr[dst.tensor.id], w, not srcs),
+            [_ap(s, addr[s.tensor.id], w, False, merge) for s in srcs],
+            [_ap(o, addr[o.tensor.id], w) for o in outs] if outs else [],
             i in starts, i in stops)
         insts = LOWER[op.kind](op, placed, st)
         for ins in insts:

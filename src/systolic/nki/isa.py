@@ -182,12 +182,12 @@ def _pair(value: Any, name: str, where: tuple[str, int]) -> tuple[int, ...]:
 
 def _perf_mode(value: Any, where: tuple[str, int]) -> Any:
     """nc_matmul's perf_mode: None, a name or an ``nisa.matmul_perf_mode`` member."""
-    from ..errors import SystolicError
-    from ..isa import PerfMode
-
     name = getattr(value, "value", value)
     if name is None:
         return None
+    from ..errors import SystolicError
+    from ..isa import PerfMode
+
     if name == "double_row_gen3":  # the older API's name of DoubleRow on NeuronCore-v3
         return "double_row"
     if isinstance(name, str):

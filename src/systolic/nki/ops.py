@@ -5,6 +5,7 @@ nki/results.py."""
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -357,6 +358,12 @@ def _tile(values: tuple[int, int] | tuple[()] | list[int], default: tuple[int, i
     return int(values[0]), int(values[1])
 
 
+@cache
+def _matmul_floats(formats: tuple[str, ...]) -> tuple[str, ...]:
+    """The float formats nc_matmul takes among an Arch's (once per Arch, not per call)."""
+    return tuple(f for f in formats if get_format(f).kind == "float" and f != "fp32r")
+
+
 def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
                   tile_position: Any, tile_size: Any, perf_mode: Any,
                   where: tuple[str, int], transpose: bool = False) -> None:
@@ -369,7 +376,7 @@ def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
             raise fail(f"nc_matmul {role} is in {v.buffer.name}; it must be in "
                        f"{buf.upper()}", where)
     sf, mf = stat.dtype.fmt, mov.dtype.fmt
-    floats = [f for f in arch.formats if get_format(f).kind == "float" and f != "fp32r"]
+    floats = _matmul_floats(arch.formats)
     for f in (sf, mf):
         if f not in floats:
             raise fail(f"nc_matmul does not take {f} operands on {arch.name} (NKI docs: "
@@ -381,7 +388,8 @@ def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
     if dst.dtype.fmt != "fp32":
         raise fail(f"nc_matmul writes fp32 into PSUM; dst is {dst.dtype}: allocate it as "
                    f"nl.float32", where)
-    perf = PerfMode.parse(getattr(perf_mode, "value", perf_mode) or "none")
+    perf = (PerfMode.NONE if perf_mode is None else
+            PerfMode.parse(getattr(perf_mode, "value", perf_mode) or "none"))
     fold = perf.k_fold
     if perf is not PerfMode.NONE and not arch.supports_perf_mode(perf.spelling):
         raise fail(f"perf_mode {perf.spelling} needs NeuronCore-v3 or newer; {arch.name} is "

@@ -54,6 +54,9 @@ class Tensor(Arithmetic):
         pdim = 0
         dims: list[int] = []
         for i, s in enumerate(shape):
+            if type(s) is int and s >= 1:  # nearly every dimension
+                dims.append(s)
+                continue
             if isinstance(s, ParDim):
                 pdim = i
                 s = s.size
@@ -84,9 +87,9 @@ class Tensor(Arithmetic):
         # the first partition on chip: 0, or where the older API's tile_position puts a
         # matmul operand or result (:meth:`at_partition`)
         self.p_base = 0
-        self.full = View(self, 0, 0, tuple(
-            Axis(1 if i == self.pdim else strides[i], d, i == self.pdim)
-            for i, d in enumerate(dims)))
+        pd = self.pdim
+        self.full = View(self, 0, 0, tuple([
+            Axis(1 if i == pd else strides[i], d, i == pd) for i, d in enumerate(dims)]))
 
     def at_partition(self, p: int) -> Tensor:
         """Place this fresh on-chip tensor at partitions ``p``.. (the compiler allocates the
@@ -315,18 +318,21 @@ class View(Arithmetic):
             k = keys[d] if d < len(keys) else _ALL
             tk = type(k)
             if tk is slice:
-                if not all(v is None or whole(v) for v in (k.start, k.stop, k.step)) or (  # type: ignore[union-attr]
-                        k.step is not None and k.step < 1):  # type: ignore[union-attr]
+                ks, ke, kp = k.start, k.stop, k.step  # type: ignore[union-attr]
+                if not ((ks is None or type(ks) is int) and (ke is None or type(ke) is int)
+                        and (kp is None or (type(kp) is int and kp >= 1))) and (
+                        not all(v is None or whole(v) for v in (ks, ke, kp))
+                        or (kp is not None and kp < 1)):  # plain ints pass at once
                     raise fail(f"slice {_slice_text(k)} of dimension {d}: a slice is "  # type: ignore[arg-type]
                                f"start:stop[:step] of whole numbers with a step of at least 1")
                 start, stop, step = k.indices(count)  # type: ignore[union-attr]
                 n, order = len(range(start, stop, step)), float(d)
-                if k.stop is not None and k.stop > count:  # type: ignore[union-attr]
-                    if k.start is not None and k.start > 0:  # type: ignore[union-attr]
-                        start = k.start  # type: ignore[union-attr]
-                    n = len(range(start, k.stop, step))  # type: ignore[union-attr]
+                if ke is not None and ke > count:
+                    if ks is not None and ks > 0:
+                        start = ks
+                    n = len(range(start, ke, step))
                     inside[len(out)] = (0, len(range(start, count, step)))
-                    why = why or (f"slice {k.start}:{k.stop} is out of range for dimension "  # type: ignore[union-attr]
+                    why = why or (f"slice {ks}:{ke} is out of range for dimension "
                                   f"{d} of size {count}")
             elif tk is MultiExpr:  # several iteration axes: one view axis per axis
                 exprs = True
