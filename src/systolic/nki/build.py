@@ -380,12 +380,14 @@ def _make_ap(v: View, base: int, where: tuple[str, int], reorder: bool,
 class Lifetimes:
     """Pass 3's result: per on-chip tensor id the index of its first and last operation
     (dead operations left out), the device-memory tensors in order of first use, and per
-    operation index the tensors whose last use it is."""
+    operation index the tensors whose last use it is (``ends``) and the on-chip tensors
+    whose first use it is (``begins``, in the order the operation names them)."""
 
     first: dict[int, int]
     last: dict[int, int]
     hbm: list[Tensor]
     ends: dict[int, list[Tensor]]
+    begins: dict[int, list[Tensor]] = field(default_factory=dict)
 
 
 def lifetimes(rec: Recorder, outputs: list[Tensor], dead: set[int]) -> Lifetimes:
@@ -394,13 +396,16 @@ def lifetimes(rec: Recorder, outputs: list[Tensor], dead: set[int]) -> Lifetimes
     last: dict[int, int] = {}
     hbm: list[Tensor] = list(rec.inputs)
     seen_hbm: set[int] = {t.id for t in hbm}
+    begins: dict[int, list[Tensor]] = {}
     for i, op in enumerate(rec.ops):
         if i in dead:
             continue
         for v in op.views():
             t = v.tensor
             if t.buffer.on_chip:
-                first.setdefault(t.id, i)
+                if t.id not in first:
+                    first[t.id] = i
+                    begins.setdefault(i, []).append(t)
                 last[t.id] = i
             elif t.id not in seen_hbm:
                 seen_hbm.add(t.id)
@@ -417,7 +422,7 @@ def lifetimes(rec: Recorder, outputs: list[Tensor], dead: set[int]) -> Lifetimes
     for t in rec.tensors:
         if t.id in last:
             ends.setdefault(last[t.id], []).append(t)
-    return Lifetimes(first, last, hbm, ends)
+    return Lifetimes(first, last, hbm, ends, begins)
 
 
 @dataclass(frozen=True)
@@ -442,16 +447,15 @@ def place(rec: Recorder, life: Lifetimes, dead: set[int], buffers: int) -> Place
     loop_ends: dict[int, list[int]] = {}
     for lid, at in rec.loop_ends.items():
         loop_ends.setdefault(at, []).append(lid)
-    first = life.first
-    for i, op in enumerate(rec.ops):
+    # only the operations where something happens, in order (a dead one, a PSUM memset the
+    # group's START replaces, begins and ends nothing: lifetimes leaves it out)
+    n = len(rec.ops)  # (a returned tile's end, n, is after the last operation: kept)
+    events = sorted(i for i in {*loop_ends, *life.begins, *life.ends} if i < n)
+    for i in events:
         for lid in loop_ends.get(i, ()):
             chip.end_loop(lid)
-        if i in dead:  # a PSUM memset the group's START replaces
-            continue
-        for v in op.views():
-            t = v.tensor
-            if t.buffer.on_chip and first[t.id] == i and t.id not in addr:
-                addr[t.id] = chip.place(t)
+        for t in life.begins.get(i, ()):
+            addr[t.id] = chip.place(t)
         for t in life.ends.get(i, ()):
             chip.release(t)
     return Placement(addr, max(top, _HBM_ALIGN),

@@ -96,9 +96,9 @@ def _gpsimd(eng: Engine, views: tuple[View, ...], what: str, where: tuple[str, i
 
 
 def _match(a: View, b: View, what: str, where: tuple[str, int]) -> None:
-    if a.size != b.size or not same_shape(a.shape, b.shape):
+    if a.shape != b.shape and (a.size != b.size or not same_shape(a.shape, b.shape)):
         raise fail(f"{what}: shapes {list(a.shape)} and {list(b.shape)} do not match", where)
-    if a.partitions != b.partitions and a.buffer.on_chip and b.buffer.on_chip:
+    if a.buffer.on_chip and b.buffer.on_chip and a.partitions != b.partitions:
         raise fail(f"{what}: {a.partitions} partitions against {b.partitions}; on-chip "
                    f"copies keep the partition dimension", where)
 
