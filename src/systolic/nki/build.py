@@ -330,7 +330,7 @@ def _ap(v: View, base: int, where: tuple[str, int], reorder: bool = False,
         merge: bool = True) -> AccessPattern:
     """The access pattern of a view at its tensor's address (memoised: a loop makes the
     same SBUF/PSUM patterns over and over, and patterns are immutable)."""
-    dt = v.dt if v.dt is not None else v.tensor.dtype
+    dt = v.dtype
     key = (v.buffer.name, dt.fmt, base + v.offset * dt.itemsize, v.p0, v.axes,
            reorder, merge)
     hit = _AP_CACHE.get(key)

@@ -117,7 +117,7 @@ def record_dma(dst: View, src: View, where: tuple[str, int], *, skip_oob: bool =
     """dst = src by DMA (``accumulate``: dst += src, ``dst_rmw_op=np.add``); either side may
     be ``x[idx_tile, ...]`` (:class:`IndirectView`: :func:`record_indirect_dma`, where
     ``skip_oob`` leaves out-of-range indices' rows out)."""
-    if src.dtype != dst.dtype:
+    if src.dtype is not dst.dtype and src.dtype != dst.dtype:
         _casting_dma(dst, src, where, skip_oob, accumulate)
         return
     if src.buffer.name == "psum" and not dst.buffer.on_chip:

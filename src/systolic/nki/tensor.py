@@ -245,7 +245,7 @@ class Outside(NamedTuple):
 class View(Arithmetic):
     """A strided window of a tensor: element ``offset``, first partition ``p0``, axes."""
 
-    __slots__ = ("axes", "buffer", "dt", "offset", "outside", "p0", "shape", "tensor")
+    __slots__ = ("axes", "buffer", "dt", "dtype", "offset", "outside", "p0", "shape", "tensor")
 
     def __init__(self, tensor: Tensor, offset: int, p0: int, axes: tuple[Axis, ...],
                  dt: DType | None = None, outside: Outside | None = None) -> None:
@@ -253,14 +253,11 @@ class View(Arithmetic):
         # the tensor's buffer, kept on the view: asked several times per operation
         self.buffer: Buffer = tensor.buffer
         self.dt = dt  # a reinterpreted dtype of the same size (``.ap(dtype=...)``)
+        self.dtype: DType = dt if dt is not None else tensor.dtype  # what the view reads
         self.shape: tuple[int, ...] = tuple([a[1] for a in axes])
         # an index past its dimension, allowed until an operation uses the view: a mask=
         # on that operation may leave the outside part out (nki/mask.py)
         self.outside = outside
-
-    @property
-    def dtype(self) -> DType:
-        return self.dt if self.dt is not None else self.tensor.dtype
 
     def ap(self, pattern: Any, offset: int = 0, dtype: Any = None, **kw: Any) -> View:
         return _ap_view(self.tensor, pattern, offset, dtype)
