@@ -6,6 +6,7 @@ nki/results.py."""
 from __future__ import annotations
 
 from functools import cache
+from math import prod
 from typing import Any
 
 import numpy as np
@@ -138,7 +139,7 @@ def record_dma(dst: View, src: View, where: tuple[str, int], *, skip_oob: bool =
                    "store the sum", where)
     _match(dst, src, "dma_copy", where)
     _add(_DMA, dst, (src,), where)
-    if dst.buffer.on_chip and not src.buffer.on_chip and dst.size == dst.tensor.full.size:
+    if dst.buffer.on_chip and not src.buffer.on_chip and dst.size == prod(dst.tensor.shape):
         dst.tensor.loaded_from = src
 
 
