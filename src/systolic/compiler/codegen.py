@@ -148,9 +148,9 @@ class WeightTileState:
         r = _region(region)
         r0, r1, c0, c1 = r.row, r.row + r.rows, r.col, r.col + r.cols
         # Rect.overlaps written out: asked for every DMA of a kernel
-        kept = tuple(t for t in self.tiles
-                     if not (t.region.row < r1 and r0 < t.region.row + t.region.rows
-                             and t.region.col < c1 and c0 < t.region.col + t.region.cols))
+        kept = tuple([t for t in self.tiles  # (a list first: no generator per call)
+                      if not (t.region.row < r1 and r0 < t.region.row + t.region.rows
+                              and t.region.col < c1 and c0 < t.region.col + t.region.cols)])
         return self if len(kept) == len(self.tiles) else WeightTileState(kept)
 
 

@@ -177,8 +177,12 @@ def groups(ops: list[Op]) -> Groups:
         if op.kind in _MATMULS:
             t, r = op.dst.tensor.id, _rect(op.dst)
             groups = open_.setdefault(t, [])
-            same = next((g for g in groups if g.rect == r), None)
-            clash = next((g for g in groups if g is not same and _overlap(g.rect, r)), None)
+            same = clash = None  # the open group of this region; another it overlaps
+            for g in groups:
+                if same is None and g.rect == r:
+                    same = g
+                elif clash is None and _overlap(g.rect, r):
+                    clash = g
             if clash is not None:
                 raise KernelError(*op.where, (
                     f"nc_matmul writes part of a PSUM accumulation still open since line "
@@ -222,6 +226,12 @@ def groups(ops: list[Op]) -> Groups:
             zeroed[t] = [z for z in zeroed.get(t, []) if not _overlap(z, r)]
             groups.append(_Group(i, r, op.where))
             continue
+        if op.dst.buffer.name != "psum":  # most ops touch no PSUM: skip them at once
+            for v in (*op.outs, *op.srcs) if op.outs else op.srcs:
+                if v.buffer.name == "psum":
+                    break
+            else:
+                continue
         for v, is_dst in ((op.dst, True), *((o, True) for o in op.outs),
                           *((s, False) for s in op.srcs)):
             if v.buffer.name != "psum":
@@ -297,18 +307,26 @@ def check_reads(ops: list[Op], inputs: list[Tensor]) -> None:
         if plain:
             for v in op.srcs:
                 t = v.tensor
-                r = _footprint(v)
-                if not any(_overlap(w, r) for w in written.get(t.id, ())):
+                r0, r1, r2, r3 = _footprint(v)
+                for w in written.get(t.id, ()):  # _overlap, inline: 200,000 reads a kernel
+                    if w[0] < r1 and r0 < w[1] and w[2] < r3 and r2 < w[3]:
+                        break
+                else:
                     made = "an argument" if t.is_input else f"the tensor made at line {t.where[1]}"
                     raise KernelError(*op.where, (
                         f"{op.kind.value} reads {made} where nothing was "
                         f"written before: its values would be whatever the memory held; write "
                         f"it first (dma_copy, memset, a computation assigned to it)"))
         for v in (op.dst, *op.outs) if plain else op.views():
-            rects = written.setdefault(v.tensor.id, [])
             r = _footprint(v)
-            rects[:] = [w for w in rects if not _contains(r, w)]
-            rects.append(r)
+            rects = written.get(v.tensor.id)
+            if rects is None:
+                written[v.tensor.id] = [r]
+            elif r not in rects:  # (written again: the rects already cover it)
+                r0, r1, r2, r3 = r  # drop the rects r covers (_contains, inline)
+                rects[:] = [w for w in rects
+                            if not (r0 <= w[0] and w[1] <= r1 and r2 <= w[2] and w[3] <= r3)]
+                rects.append(r)
 
 
 def _merge(dims: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -331,8 +349,8 @@ def _ap(v: View, base: int, where: tuple[str, int], reorder: bool = False,
         merge: bool = True) -> AccessPattern:
     """The access pattern of a view at its tensor's address (memoised: a loop makes the
     same SBUF/PSUM patterns over and over, and patterns are immutable)."""
-    dt = v.dt if v.dt is not None else v.tensor.dtype
-    key = (v.tensor.buffer.name, dt.fmt, base + v.offset * dt.itemsize, v.p0, v.axes,
+    dt = v.dtype
+    key = (v.buffer.name, dt.fmt, base + v.offset * dt.itemsize, v.p0, v.axes,
            reorder, merge)
     hit = _AP_CACHE.get(key)
     if hit is None:
@@ -381,12 +399,14 @@ def _make_ap(v: View, base: int, where: tuple[str, int], reorder: bool,
 class Lifetimes:
     """Pass 3's result: per on-chip tensor id the index of its first and last operation
     (dead operations left out), the device-memory tensors in order of first use, and per
-    operation index the tensors whose last use it is."""
+    operation index the tensors whose last use it is (``ends``) and the on-chip tensors
+    whose first use it is (``begins``, in the order the operation names them)."""
 
     first: dict[int, int]
     last: dict[int, int]
     hbm: list[Tensor]
     ends: dict[int, list[Tensor]]
+    begins: dict[int, list[Tensor]] = field(default_factory=dict)
 
 
 def lifetimes(rec: Recorder, outputs: list[Tensor], dead: set[int]) -> Lifetimes:
@@ -395,13 +415,16 @@ def lifetimes(rec: Recorder, outputs: list[Tensor], dead: set[int]) -> Lifetimes
     last: dict[int, int] = {}
     hbm: list[Tensor] = list(rec.inputs)
     seen_hbm: set[int] = {t.id for t in hbm}
+    begins: dict[int, list[Tensor]] = {}
     for i, op in enumerate(rec.ops):
         if i in dead:
             continue
         for v in op.views():
             t = v.tensor
             if t.buffer.on_chip:
-                first.setdefault(t.id, i)
+                if t.id not in first:
+                    first[t.id] = i
+                    begins.setdefault(i, []).append(t)
                 last[t.id] = i
             elif t.id not in seen_hbm:
                 seen_hbm.add(t.id)
@@ -418,7 +441,7 @@ def lifetimes(rec: Recorder, outputs: list[Tensor], dead: set[int]) -> Lifetimes
     for t in rec.tensors:
         if t.id in last:
             ends.setdefault(last[t.id], []).append(t)
-    return Lifetimes(first, last, hbm, ends)
+    return Lifetimes(first, last, hbm, ends, begins)
 
 
 @dataclass(frozen=True)
@@ -446,16 +469,15 @@ def place(rec: Recorder, life: Lifetimes, dead: set[int], buffers: int) -> Place
     loop_ends: dict[int, list[int]] = {}
     for lid, at in rec.loop_ends.items():
         loop_ends.setdefault(at, []).append(lid)
-    first = life.first
-    for i, op in enumerate(rec.ops):
+    # only the operations where something happens, in order (a dead one, a PSUM memset the
+    # group's START replaces, begins and ends nothing: lifetimes leaves it out)
+    n = len(rec.ops)  # (a returned tile's end, n, is after the last operation: kept)
+    events = sorted(i for i in {*loop_ends, *life.begins, *life.ends} if i < n)
+    for i in events:
         for lid in loop_ends.get(i, ()):
             chip.end_loop(lid)
-        if i in dead:  # a PSUM memset the group's START replaces
-            continue
-        for v in op.views():
-            t = v.tensor
-            if t.buffer.on_chip and first[t.id] == i and t.id not in addr:
-                addr[t.id] = chip.place(t)
+        for t in life.begins.get(i, ()):
+            addr[t.id] = chip.place(t)
         for t in life.ends.get(i, ()):
             chip.release(t)
     return Placement(addr, max(top, _HBM_ALIGN),
@@ -483,12 +505,12 @@ def lower(rec: Recorder, grp: Groups, addr: dict[int, int]) -> Lowered:
     for i, op in enumerate(rec.ops):
         if i in dead:
             continue
-        w = op.where
+        w, dst, srcs, outs = op.where, op.dst, op.srcs, op.outs
         merge = op.kind not in UNMERGED_SOURCES
         placed = Placed(
-            _ap(op.dst, addr[op.dst.tensor.id], w, reorder=not op.srcs),
-            [_ap(s, addr[s.tensor.id], w, merge=merge) for s in op.srcs],
-            [_ap(o, addr[o.tensor.id], w) for o in op.outs],
+            _ap(dst, addr[dst.tensor.id], w, not srcs),
+            [_ap(s, addr[s.tensor.id], w, False, merge) for s in srcs],
+            [_ap(o, addr[o.tensor.id], w) for o in outs] if outs else [],
             i in starts, i in stops)
         insts = LOWER[op.kind](op, placed, st)
         for ins in insts:

@@ -21,7 +21,7 @@ import numpy as np
 from ..arch import Arch
 from ..errors import KernelError
 from .record import Recorder, fail
-from .tensor import Axis, Tensor, View
+from .tensor import Axis, Tensor
 
 __all__ = ["MAX_BLOCKS", "pin"]
 
@@ -118,10 +118,13 @@ def _apply(t: Tensor, p0: int, low: int, blocks: Any) -> None:
     t.pin = low
     if not blocks.ndim:
         return
-    t.inner = t.full.axes[blocks.ndim:]
+    t.inner = t.full_axes[blocks.ndim:]
     t.blocks = blocks
     t.free_elems = int(blocks.max()) + t.free_elems // blocks.size
-    try:  # the whole tensor as one view where its blocks are evenly spaced
-        t.full = t[...]
-    except KernelError:  # else its physical memory, partitions by elements
-        t.full = View(t, 0, p0, (Axis(1, t.partitions, True), Axis(1, t.free_elems)))
+    try:  # the whole tensor as one view where its blocks are evenly spaced from 0
+        v = t[...]
+        whole = v.offset == 0 and all(a.stride >= 0 for a in v.axes)
+    except KernelError:
+        whole = False
+    # else its physical memory, partitions by elements
+    t.full_axes = v.axes if whole else (Axis(1, t.partitions, True), Axis(1, t.free_elems))

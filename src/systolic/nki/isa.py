@@ -11,6 +11,7 @@ at the kernel's line; nothing is computed here.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -92,6 +93,9 @@ def dma_copy(dst: Any = None, src: Any = None, **kw: Any) -> None:
     if dst is None or src is None:
         raise fail("dma_copy needs dst= and src=", where)
     if not kw:  # the common call: no options to read (100,000 of them in a big kernel)
+        if current().mask is None:  # and no mask around it: nothing to apply
+            record_dma(as_view(dst), as_view(src), where)
+            return
         with applying(None, "dma_copy", where):
             record_dma(as_view(dst), as_view(src), where)
         return
@@ -139,15 +143,18 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
         perf = _perf_mode(kw.pop("perf_mode", None), where)
         acc = kw.pop("accumulate", None)
         no_extra(kw, "nc_matmul", where)
-        with applying(m, "nc_matmul", where):
-            if transpose:
-                from .transpose import record_transpose_mode
+        record: Callable[..., None] = record_matmul
+        if transpose:
+            from .transpose import record_transpose_mode
 
-                record_transpose_mode(as_view(vals["dst"]), as_view(vals["stationary"]),
-                                      as_view(vals["moving"]), acc, pos, size, perf, where)
-                return None
-            record_matmul(as_view(vals["dst"]), as_view(vals["stationary"]),
-                          as_view(vals["moving"]), acc, pos, size, perf, where)
+            record = record_transpose_mode
+        if m is None and current().mask is None:  # nearly every call: no mask to apply
+            record(as_view(vals["dst"]), as_view(vals["stationary"]),
+                   as_view(vals["moving"]), acc, pos, size, perf, where)
+            return None
+        with applying(m, "nc_matmul", where):
+            record(as_view(vals["dst"]), as_view(vals["stationary"]),
+                   as_view(vals["moving"]), acc, pos, size, perf, where)
         return None
     names = ("stationary", "moving")
     vals = dict(zip(names, args, strict=False))
@@ -180,12 +187,12 @@ def _pair(value: Any, name: str, where: tuple[str, int]) -> tuple[int, ...]:
 
 def _perf_mode(value: Any, where: tuple[str, int]) -> Any:
     """nc_matmul's perf_mode: None, a name or an ``nisa.matmul_perf_mode`` member."""
-    from ..errors import SystolicError
-    from ..isa import PerfMode
-
     name = getattr(value, "value", value)
     if name is None:
         return None
+    from ..errors import SystolicError
+    from ..isa import PerfMode
+
     if name == "double_row_gen3":  # the older API's name of DoubleRow on NeuronCore-v3
         return "double_row"
     if isinstance(name, str):

@@ -5,6 +5,8 @@ nki/results.py."""
 
 from __future__ import annotations
 
+from functools import cache
+from math import prod
 from typing import Any
 
 import numpy as np
@@ -95,9 +97,9 @@ def _gpsimd(eng: Engine, views: tuple[View, ...], what: str, where: tuple[str, i
 
 
 def _match(a: View, b: View, what: str, where: tuple[str, int]) -> None:
-    if a.size != b.size or not same_shape(a.shape, b.shape):
+    if a.shape != b.shape and (a.size != b.size or not same_shape(a.shape, b.shape)):
         raise fail(f"{what}: shapes {list(a.shape)} and {list(b.shape)} do not match", where)
-    if a.partitions != b.partitions and a.buffer.on_chip and b.buffer.on_chip:
+    if a.buffer.on_chip and b.buffer.on_chip and a.partitions != b.partitions:
         raise fail(f"{what}: {a.partitions} partitions against {b.partitions}; on-chip "
                    f"copies keep the partition dimension", where)
 
@@ -116,7 +118,7 @@ def record_dma(dst: View, src: View, where: tuple[str, int], *, skip_oob: bool =
     """dst = src by DMA (``accumulate``: dst += src, ``dst_rmw_op=np.add``); either side may
     be ``x[idx_tile, ...]`` (:class:`IndirectView`: :func:`record_indirect_dma`, where
     ``skip_oob`` leaves out-of-range indices' rows out)."""
-    if src.dtype != dst.dtype:
+    if src.dtype is not dst.dtype and src.dtype != dst.dtype:
         _casting_dma(dst, src, where, skip_oob, accumulate)
         return
     if src.buffer.name == "psum" and not dst.buffer.on_chip:
@@ -137,7 +139,7 @@ def record_dma(dst: View, src: View, where: tuple[str, int], *, skip_oob: bool =
                    "store the sum", where)
     _match(dst, src, "dma_copy", where)
     _add(_DMA, dst, (src,), where)
-    if dst.buffer.on_chip and not src.buffer.on_chip and dst.size == dst.tensor.full.size:
+    if dst.buffer.on_chip and not src.buffer.on_chip and dst.size == prod(dst.tensor.shape):
         dst.tensor.loaded_from = src
 
 
@@ -391,6 +393,12 @@ def _psum_output(dst: View, stat: View, transpose: bool, accumulate: bool | None
                f"as nl.float32", where)
 
 
+@cache
+def _matmul_floats(formats: tuple[str, ...]) -> tuple[str, ...]:
+    """The float formats nc_matmul takes among an Arch's (once per Arch, not per call)."""
+    return tuple(f for f in formats if get_format(f).kind == "float" and f != "fp32r")
+
+
 def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
                   tile_position: Any, tile_size: Any, perf_mode: Any,
                   where: tuple[str, int], transpose: bool = False, iadd: bool = False) -> None:
@@ -404,7 +412,7 @@ def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
             raise fail(f"nc_matmul {role} is in {v.buffer.name}; it must be in "
                        f"{buf.upper()}", where)
     sf, mf = stat.dtype.fmt, mov.dtype.fmt
-    floats = [f for f in arch.formats if get_format(f).kind == "float" and f != "fp32r"]
+    floats = _matmul_floats(arch.formats)
     for f in (sf, mf):
         if f not in floats:
             raise fail(f"nc_matmul does not take {f} operands on {arch.name} (NKI docs: "
@@ -414,7 +422,8 @@ def record_matmul(dst: View, stat: View, mov: View, accumulate: bool | None,
         raise fail(f"fp32 operands pair only with fp32: stationary {stat.dtype}, moving "
                    f"{mov.dtype}; cast both with nisa.tensor_copy", where)
     _psum_output(dst, stat, transpose, accumulate, arch.generation, where)
-    perf = PerfMode.parse(getattr(perf_mode, "value", perf_mode) or "none")
+    perf = (PerfMode.NONE if perf_mode is None else
+            PerfMode.parse(getattr(perf_mode, "value", perf_mode) or "none"))
     fold = perf.k_fold
     if perf is not PerfMode.NONE and not arch.supports_perf_mode(perf.spelling):
         raise fail(f"perf_mode {perf.spelling} needs NeuronCore-v3 or newer; {arch.name} is "

@@ -86,22 +86,23 @@ def missing_names(module: str) -> Any:
     return __getattr__
 
 
-@dataclass(slots=True)
 class Op:
     """One recorded NKI operation: ``args`` its typed record (nki/opkind.py), whose class
-    names its :class:`OpKind`; ``dst``/``srcs`` are views (``srcs`` every view it reads,
-    per-partition operands included); ``outs`` the views it writes besides ``dst`` (an
-    activation's ``reduce_res``, quantize_mx's scales)."""
+    names its :class:`OpKind` (``kind``, kept on the op: the build passes read it five
+    times per op); ``dst``/``srcs`` are views (``srcs`` every view it reads, per-partition
+    operands included); ``outs`` the views it writes besides ``dst`` (an activation's
+    ``reduce_res``, quantize_mx's scales)."""
 
-    args: OpArgs
-    dst: View
-    srcs: tuple[View, ...]
-    where: Where
-    outs: tuple[View, ...] = ()
+    __slots__ = ("args", "dst", "kind", "outs", "srcs", "where")
 
-    @property
-    def kind(self) -> OpKind:
-        return self.args.KIND
+    def __init__(self, args: OpArgs, dst: View, srcs: tuple[View, ...], where: Where,
+                 outs: tuple[View, ...] = ()) -> None:
+        self.args, self.dst, self.srcs, self.where, self.outs = args, dst, srcs, where, outs
+        self.kind: OpKind = args.KIND
+
+    def __repr__(self) -> str:
+        return (f"Op({self.kind.value}, dst={self.dst!r}, srcs={list(self.srcs)!r}, "
+                f"where={self.where!r})")
 
     def views(self) -> tuple[View, ...]:
         """Every view it touches: written first, then read."""
@@ -205,6 +206,15 @@ class Recorder:
             raise KernelError(*op.where, self._over("NKI operations"))
         if self.pending:
             self.flush(op)
+        dst = op.dst
+        if self.mask is None and not op.outs and dst.outside is None:
+            for s in op.srcs:
+                if s.outside is not None:
+                    break
+            else:  # nearly every op: unmasked, one view written, no index past a dimension
+                dst.tensor.loaded_from = None
+                self.ops.append(op)
+                return
         for o in ([op] if self.mask is None else self.mask(op)):
             for v in o.views():  # an index past its dimension that no mask cut off
                 if v.outside is not None:

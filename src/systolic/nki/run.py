@@ -141,13 +141,6 @@ def _budget(max_ops: Any, time_limit_s: Any) -> None:
                             f"no limit), not {time_limit_s!r}")
 
 
-# record(): a full collection before a recording once this many operations were recorded
-# since the last (a cost of ~0.1 s per million live objects, against the ~5 s it takes
-# to record that many operations)
-COLLECT_AFTER_OPS = 200_000
-_RECORDED_SINCE_COLLECT = 0
-
-
 def record(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = None, *,
            arch: str | Arch | None = None, check: bool = True,
            buffers: int = DEFAULT_BUFFERS, max_ops: int = DEFAULT_MAX_OPS,
@@ -159,14 +152,6 @@ def record(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = Non
     record; ``time_limit_s``: the most seconds its Python may run (None: no limit). Past
     either, a :class:`KernelError` names the kernel line reached (nki/record.py)."""
     _budget(max_ops, time_limit_s)
-    global _RECORDED_SINCE_COLLECT
-    if _RECORDED_SINCE_COLLECT > COLLECT_AFTER_OPS:
-        # Recordings are collected with the GC off (below), and a tensor and its whole
-        # view are a reference cycle: the garbage of earlier large recordings waits for a
-        # full collection that the collector's thresholds may put off for a long time (a
-        # pytest run of flash attention at 8K grew ~100 MB a call). Collect it now.
-        gc.collect()
-        _RECORDED_SINCE_COLLECT = 0
     func, karch = _unwrap(kernel)
     rec = Recorder(_arch(karch, arch), RECORDING, max_ops)
     targs: list[Any] = []
@@ -186,12 +171,33 @@ def record(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = Non
             rec.inputs.append(t)
             a = t
         tkw[name] = a
-    _record.push(rec)
     collecting = gc.isenabled()
-    gc.disable()  # ~10 objects per NKI op, none cyclic: collections only cost time here
+    # ~10 objects per NKI op, none cyclic but a tensor and its whole view: collections only
+    # cost time here, so none runs until the Program is built (one between the kernel and
+    # the build traversed every object the kernel made, 0.4-1.4 s of 3.5 at 100,000 ops)
+    gc.disable()
+    try:
+        result = _run_kernel(rec, func, targs, tkw, time_limit_s)
+        outs = result if isinstance(result, tuple | list) else (result,)
+        # a returned SBUF/PSUM tile (the vendor's range_select test returns one) is read
+        # after the kernel ends, as NKI's simulator does; it lives to the end (lifetimes)
+        outputs = [o for o in outs if isinstance(o, Tensor)]
+        built = build(rec, result, outputs, check, buffers)
+        built.cores = core_programs(rec, outputs, buffers)  # nl.nc launches (nki/cores.py)
+        return built
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _run_kernel(rec: Recorder, func: Any, targs: list[Any], tkw: dict[str, Any],
+                time_limit_s: float | None) -> Any:
+    """``func(*targs, **tkw)`` recorded into ``rec``: what it returns; a failure inside is
+    one :class:`KernelError` at the kernel line reached."""
+    _record.push(rec)
     try:
         with time_guard(time_limit_s):
-            result = func(*targs, **tkw)
+            return func(*targs, **tkw)
     except RecordingTimeout as exc:
         path, line = _kernel_line(exc.__traceback__)
         raise KernelError(path, line, (
@@ -221,21 +227,6 @@ def record(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = Non
         raise KernelError(*where, what) from None
     finally:
         _record.pop()
-        _RECORDED_SINCE_COLLECT += len(rec.ops)
-        if collecting:
-            gc.enable()
-    outs = result if isinstance(result, tuple | list) else (result,)
-    # a returned SBUF/PSUM tile (the vendor's range_select test returns one) is read after
-    # the kernel ends, as NKI's simulator does; it lives to the end (build.lifetimes)
-    outputs = [o for o in outs if isinstance(o, Tensor)]
-    gc.disable()
-    try:
-        built = build(rec, result, outputs, check, buffers)
-        built.cores = core_programs(rec, outputs, buffers)  # nl.nc launches (nki/cores.py)
-        return built
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def values(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = None, *,

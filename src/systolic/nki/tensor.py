@@ -56,6 +56,9 @@ class Tensor(Arithmetic):
         pdim = 0
         dims: list[int] = []
         for i, s in enumerate(shape):
+            if type(s) is int and s >= 1:  # nearly every dimension
+                dims.append(s)
+                continue
             if isinstance(s, ParDim):
                 pdim = i
                 s = s.size
@@ -86,14 +89,21 @@ class Tensor(Arithmetic):
         # the first partition on chip: 0, or where the older API's tile_position puts a
         # matmul operand or result (:meth:`at_partition`)
         self.p_base = 0
-        self.full = View(self, 0, 0, tuple(
-            Axis(1 if i == self.pdim else strides[i], d, i == self.pdim)
-            for i, d in enumerate(dims)))
+        pd = self.pdim
+        self.full_axes = tuple([Axis(1 if i == pd else strides[i], d, i == pd)
+                            for i, d in enumerate(dims)])
         # a tile the kernel places itself (nki/direct.py): its bytes per partition from the
         # start of SBUF/PSUM, and each block's element offset (an array over the block dims)
         self.pin: int | None = None
         self.blocks: Any = None
         self.inner: tuple[Axis, ...] = ()  # the axes of one block (partition and free)
+
+    @property
+    def full(self) -> View:
+        """The whole tensor, a view made when asked: a tensor keeping its own view would be
+        a reference cycle, left for the garbage collector (600,000 objects a 100,000-op
+        recording) where reference counts free the rest at once."""
+        return View(self, 0, self.p_base, self.full_axes)
 
     def at_partition(self, p: int) -> Tensor:
         """Place this fresh on-chip tensor at partitions ``p``.. (the compiler allocates the
@@ -104,7 +114,6 @@ class Tensor(Arithmetic):
             raise fail(f"a {self.partitions}-partition tile placed at partition {p} ends past "
                        f"partition 127", self.where)
         self.p_base = p
-        self.full = View(self, 0, p, self.full.axes)
         return self
 
     @property
@@ -284,24 +293,19 @@ class Outside(NamedTuple):
 class View(Arithmetic):
     """A strided window of a tensor: element ``offset``, first partition ``p0``, axes."""
 
-    __slots__ = ("axes", "dt", "offset", "outside", "p0", "shape", "tensor")
+    __slots__ = ("axes", "buffer", "dt", "dtype", "offset", "outside", "p0", "shape", "tensor")
 
     def __init__(self, tensor: Tensor, offset: int, p0: int, axes: tuple[Axis, ...],
                  dt: DType | None = None, outside: Outside | None = None) -> None:
         self.tensor, self.offset, self.p0, self.axes = tensor, offset, p0, axes
+        # the tensor's buffer, kept on the view: asked several times per operation
+        self.buffer: Buffer = tensor.buffer
         self.dt = dt  # a reinterpreted dtype of the same size (``.ap(dtype=...)``)
+        self.dtype: DType = dt if dt is not None else tensor.dtype  # what the view reads
         self.shape: tuple[int, ...] = tuple([a[1] for a in axes])
         # an index past its dimension, allowed until an operation uses the view: a mask=
         # on that operation may leave the outside part out (nki/mask.py)
         self.outside = outside
-
-    @property
-    def dtype(self) -> DType:
-        return self.dt if self.dt is not None else self.tensor.dtype
-
-    @property
-    def buffer(self) -> Buffer:
-        return self.tensor.buffer
 
     def ap(self, pattern: Any, offset: int = 0, dtype: Any = None, **kw: Any) -> View:
         return _ap_view(self.tensor, pattern, offset, dtype)
@@ -371,18 +375,21 @@ class View(Arithmetic):
             k = keys[d] if d < len(keys) else _ALL
             tk = type(k)
             if tk is slice:
-                if not all(v is None or whole(v) for v in (k.start, k.stop, k.step)) or (  # type: ignore[union-attr]
-                        k.step is not None and k.step < 1):  # type: ignore[union-attr]
+                ks, ke, kp = k.start, k.stop, k.step  # type: ignore[union-attr]
+                if not ((ks is None or type(ks) is int) and (ke is None or type(ke) is int)
+                        and (kp is None or (type(kp) is int and kp >= 1))) and (
+                        not all(v is None or whole(v) for v in (ks, ke, kp))
+                        or (kp is not None and kp < 1)):  # plain ints pass at once
                     raise fail(f"slice {_slice_text(k)} of dimension {d}: a slice is "  # type: ignore[arg-type]
                                f"start:stop[:step] of whole numbers with a step of at least 1")
                 start, stop, step = k.indices(count)  # type: ignore[union-attr]
                 n, order = len(range(start, stop, step)), float(d)
-                if k.stop is not None and k.stop > count:  # type: ignore[union-attr]
-                    if k.start is not None and k.start > 0:  # type: ignore[union-attr]
-                        start = k.start  # type: ignore[union-attr]
-                    n = len(range(start, k.stop, step))  # type: ignore[union-attr]
+                if ke is not None and ke > count:
+                    if ks is not None and ks > 0:
+                        start = ks
+                    n = len(range(start, ke, step))
                     inside[len(out)] = (0, len(range(start, count, step)))
-                    why = why or (f"slice {k.start}:{k.stop} is out of range for dimension "  # type: ignore[union-attr]
+                    why = why or (f"slice {ks}:{ke} is out of range for dimension "
                                   f"{d} of size {count}")
             elif tk is MultiExpr:  # several iteration axes: one view axis per axis
                 exprs = True
@@ -666,7 +673,7 @@ def _slice_text(k: slice) -> str:
 
 def same_shape(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     """Shapes agree up to dimensions of size 1 (NKI drops them freely)."""
-    return tuple(s for s in a if s != 1) == tuple(s for s in b if s != 1)
+    return a == b or tuple(s for s in a if s != 1) == tuple(s for s in b if s != 1)
 
 
 def assign(target: View, value: object) -> None:

@@ -9,7 +9,7 @@ nl.float32`` or pass ``dtype=lhsT.dtype`` keep working.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
@@ -152,10 +152,12 @@ class Buffer:
 
     name: str
     locate: Callable[..., tuple[int, ...]] | None = None
+    # SBUF or PSUM; a field, not a property: the recording and build passes ask it
+    # nearly a million times for a 100,000-operation kernel
+    on_chip: bool = field(init=False)
 
-    @property
-    def on_chip(self) -> bool:
-        return self.name in ("sbuf", "psum")
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "on_chip", self.name in ("sbuf", "psum"))
 
     def __repr__(self) -> str:
         return f"nl.{self.name}"

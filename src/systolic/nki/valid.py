@@ -91,7 +91,7 @@ def _window(m: np.ndarray, v: View) -> np.ndarray:
 
 def _whole(v: View) -> bool:
     """``v`` names every element of its tensor once (``t``, ``t[...]``)."""
-    return v.p0 == 0 and v.offset == 0 and v.axes == v.tensor.full.axes
+    return v.p0 == 0 and v.offset == 0 and v.axes == v.tensor.full_axes
 
 
 class _Tracker:
