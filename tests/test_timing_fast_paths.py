@@ -5,7 +5,8 @@ never moves a figure).
   the buckets filed once) against buckets from the first region and against flat mode
   throughout.
 * The busy time of every queue from the merged intervals of each group of ops holding the
-  same queues (``_Scheduler._busy``) against one queue at a time (``_busy_each``).
+  same queues (``_Scheduler._busy``, and its plain-Python twin ``_busy_small`` for programs
+  of up to ``BUSY_NUMPY`` ops) against one queue at a time (``_busy_each``).
 * The what-if latencies (longest-path arithmetic over the resource predecessors found once,
   ``whatif.LazyWhatIf``) against the plain re-run of each (``whatif.rerun``), for whole
   programs and prefixes, in both schedules.
@@ -105,8 +106,11 @@ def _busy_both_ways(prog: Program) -> None:
     sch.run(prog)
     _, starts, ends, queue, nqs, _ = sch._arrays()
     nq = len(tcore.queue_names(TRN2))
-    assert sch._busy(starts, ends, queue, nqs, nq) == \
-        sch._busy_each(starts, ends, queue, nqs, nq)
+    want = sch._busy_each(starts, ends, queue, nqs, nq)
+    assert sch._busy(starts, ends, queue, nqs, nq) == want
+    # the plain-Python path of small programs (BUSY_NUMPY), from the scheduler's own lists
+    rec = sch.records
+    assert sch._busy_small(rec[2::RECORD], sch.ends, sch.queue, rec[1::RECORD], nq) == want
 
 
 def test_busy_by_groups_with_transfers_over_overlapping_engine_sets() -> None:
@@ -134,6 +138,16 @@ def test_busy_by_groups_with_transfers_over_overlapping_engine_sets() -> None:
 @pytest.mark.parametrize("prog", _products()[:2])
 def test_busy_by_groups_on_products(prog: Program) -> None:
     _busy_both_ways(prog)
+
+
+@pytest.mark.parametrize("limit", [0, 10**9])
+def test_busy_in_python_or_numpy_gives_the_same_timing(monkeypatch, limit: int) -> None:
+    """Whole timings with every program's busy times found by numpy (0) or in Python."""
+    progs = _products()
+    want = [time_program(p, TRN2) for p in progs]
+    monkeypatch.setattr(tcore, "BUSY_NUMPY", limit)
+    for p, w in zip(progs, want, strict=True):
+        _same(time_program(p, TRN2), w)
 
 
 def test_lazy_what_if_equals_each_re_run() -> None:

@@ -128,8 +128,8 @@ class WeightTileState:
         """True when the tile of ``group`` is ``stationary`` latched on the PEs ``rect`` in
         ``perf_mode`` (seed 000: same weights, same perf signature, no intervening writer)."""
         for t in self.tiles:
-            if (t.group == group and t.stationary == stationary and t.perf_mode is perf_mode
-                    and t.rect == rect):
+            if (t.group == group and (t.stationary is stationary or t.stationary == stationary)
+                    and t.perf_mode is perf_mode and t.rect == rect):
                 return True
         return False
 
@@ -280,7 +280,8 @@ class DenseState:
            ) -> AccessPattern:
         """``AccessPattern(space, 0, partitions, offset, dims, dtype, partition_step)``, the
         same object for equal arguments within one emit call."""
-        key = (space, partitions, offset, dims, dtype, partition_step)
+        # the space by its value: an Enum member hashes in Python, its str value in C
+        key = (space._value_, partitions, offset, dims, dtype, partition_step)
         got = self.patterns.get(key)
         if got is None:
             got = self.patterns[key] = AccessPattern(space, 0, partitions, offset, dims, dtype,

@@ -57,7 +57,7 @@ import numpy as np
 
 from ..arch import Arch, get_arch
 from ..errors import SystolicError
-from ..geometry import interval_union
+from ..geometry import interval_union, union_pairs
 from ..isa import (
     ACCESS,
     AccessPattern,
@@ -78,7 +78,7 @@ from ..isa import (
 from . import pe as pe_rules
 from .costs import engine_cycles, engine_hz
 from .critical_path import RECORD, critical_path
-from .deps import Tracker, region
+from .deps import Region, Tracker, region
 from .dma import dma_cost, indirect_rows, queue_for
 from .result import CAUSES, QUEUE_NAMES, WHAT_IF, Cause, CoreTiming, queue_names
 from .timeline import Timeline
@@ -100,6 +100,12 @@ _LOADS = (LoadStationary, LdWeightMx)
 # made of the same few transfer shapes. Cleared when full.
 _DMA_COSTS: dict[tuple[object, ...], tuple[Arch, object, int, int]] = {}
 _DMA_COSTS_MAX = 1 << 16
+# The region of an access pattern, by value, kept across programs as _DMA_COSTS (a sweep's
+# products share most of their SBUF slots and PSUM banks). Cleared when full.
+_REGIONS: dict[AccessPattern, Region] = {}
+# Up to this many ops the queues' busy times are found in plain Python (_busy_small), past it
+# with numpy (_busy): the same integers either way (tests/test_timing_fast_paths.py)
+BUSY_NUMPY = 512
 
 
 def _program_format(program: Program) -> tuple[str, str]:
@@ -275,7 +281,12 @@ class _Scheduler:
         key = ap  # every field: two dtypes of one offset and dims touch different bytes
         rid = self.region_vals.get(key)
         if rid is None:
-            rid = self.region_vals[key] = self.tracker.intern(region(ap))
+            reg = _REGIONS.get(key)
+            if reg is None:
+                if len(_REGIONS) >= _DMA_COSTS_MAX:
+                    _REGIONS.clear()
+                reg = _REGIONS[key] = region(ap)
+            rid = self.region_vals[key] = self.tracker.intern(reg)
         self.region_ids[id(ap)] = (ap, rid)
         return rid
 
@@ -704,6 +715,36 @@ class _Scheduler:
             busy[qid] = int(np.sum(hi - lo))
         return busy, counts
 
+    def _busy_small(self, starts: list[int], ends: list[int], queue: list[int],
+                    nqs: list[int], nq: int) -> tuple[list[int], list[int]]:
+        """:meth:`_busy` in plain Python, for a program of up to ``BUSY_NUMPY`` ops (a sweep
+        point's 40: numpy's fixed cost per call was a tenth of such a program's timing)."""
+        n_dma = self.arch.dma_engines
+        groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for s, e, q, k in zip(starts, ends, queue, nqs, strict=True):
+            key = (q, k if q >= _DQ else 0)  # the queues an op holds
+            got = groups.get(key)
+            if got is None:
+                groups[key] = [(s, e)]
+            else:
+                got.append((s, e))
+        held: list[list[tuple[int, int]]] = [[] for _ in range(nq)]
+        parts, counts = [0] * nq, [0] * nq
+        for (q0, n), pairs in groups.items():
+            merged = union_pairs(pairs)
+            qids = ([_DQ + (q0 - _DQ + j) % n_dma for j in range(n)] if q0 >= _DQ
+                    else [q0])
+            for qid in qids:
+                held[qid].extend(merged)
+                parts[qid] += 1
+                counts[qid] += len(pairs)
+        busy = [0] * nq
+        for qid, pairs in enumerate(held):
+            if parts[qid] > 1:
+                pairs = union_pairs(pairs)
+            busy[qid] = sum(e - s for s, e in pairs)
+        return busy, counts
+
     def _busy_each(self, starts: np.ndarray, ends: np.ndarray, queue: np.ndarray,
                    nqs: np.ndarray, nq: int) -> tuple[list[int], list[int]]:
         """:meth:`_busy` one queue at a time (no shifted times that could overflow)."""
@@ -729,7 +770,12 @@ class _Scheduler:
         latency = int(ends.max()) if n else 0
         macs2, dma_bytes, hbm_bytes = self.totals[cut]
         names = queue_names(arch)
-        b, c = self._busy(starts, ends, queue, nqs, len(names))
+        if n <= BUSY_NUMPY:
+            rec = self.records
+            b, c = self._busy_small(rec[2:RECORD * n:RECORD], self.ends[:n], self.queue[:n],
+                                    rec[1:RECORD * n:RECORD], len(names))
+        else:
+            b, c = self._busy(starts, ends, queue, nqs, len(names))
         busy = dict(zip(names, b, strict=True))
         counts = dict(zip(names, c, strict=True))
         # the what-if latencies: one longest-path pass over the plans, when first read
