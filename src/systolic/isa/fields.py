@@ -250,6 +250,11 @@ class Space(enum.Enum):
     PSUM = "PSUM"
     DRAM = "DRAM"
 
+    # Members are singletons compared by identity, so the identity hash is a valid one; Enum's
+    # own hashes the name in Python, at every hash of an AccessPattern (issue 20: a sweep
+    # point hashes a few hundred patterns and DMA cost keys)
+    __hash__ = object.__hash__
+
 
 @dataclass(frozen=True, slots=True)
 class AccessPattern:
