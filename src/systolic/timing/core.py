@@ -102,7 +102,7 @@ _DMA_COSTS: dict[tuple[object, ...], tuple[Arch, object, int, int]] = {}
 _DMA_COSTS_MAX = 1 << 16
 # The region of an access pattern, by value, kept across programs as _DMA_COSTS (a sweep's
 # products share most of their SBUF slots and PSUM banks). Cleared when full.
-_REGIONS: dict[AccessPattern, Region] = {}
+_REGIONS: dict[tuple[object, ...], Region] = {}
 # Up to this many ops the queues' busy times are found in plain Python (_busy_small), past it
 # with numpy (_busy): the same integers either way (tests/test_timing_fast_paths.py)
 BUSY_NUMPY = 512
@@ -257,7 +257,7 @@ class _Scheduler:
         self.pending = -1  # the load op since the previous MatMul
         # memos, on frozen patterns and instructions
         self.region_ids: dict[int, tuple[AccessPattern, int]] = {}
-        self.region_vals: dict[object, int] = {}
+        self.region_vals: dict[tuple[object, ...], int] = {}
         self.dma_ids: dict[tuple[int, int], tuple[AccessPattern, AccessPattern,
                                                   _DmaPlan]] = {}
         self.pe_costs: dict[object, tuple[int, int, int]] = {}
@@ -278,7 +278,10 @@ class _Scheduler:
         got = self.region_ids.get(id(ap))
         if got is not None and got[0] is ap:
             return got[1]
-        key = ap  # every field: two dtypes of one offset and dims touch different bytes
+        # every field: two dtypes of one offset and dims touch different bytes (a tuple: the
+        # pattern's own hash and equality are Python functions; a tuple's are not)
+        key = (ap.space, ap.partition, ap.partitions, ap.offset, ap.dims, ap.dtype,
+               ap.partition_step)
         rid = self.region_vals.get(key)
         if rid is None:
             reg = _REGIONS.get(key)

@@ -88,7 +88,10 @@ _NONE, _INTERVAL, _LOAD, _READOUT = (int(c) for c in Cause)
 _COMPUTE_KIND = int(Kind.COMPUTE)
 # Cause of a compute's start by Bind value (an IntEnum indexes a tuple; a dict keyed by it
 # hashed it in Python, per MatMul); LOAD_QUEUE binds loads only
-_WHY_CAUSE = (_NONE, _INTERVAL, _LOAD, -1, _READOUT)
+_WHY = {Bind.NONE: _NONE, Bind.INTERVAL: _INTERVAL, Bind.WEIGHT_LOAD: _LOAD,
+        Bind.READY: _READOUT}
+assert [int(b) for b in sorted(Bind)] == list(range(len(Bind)))
+_WHY_CAUSE = tuple(_WHY.get(b, -1) for b in sorted(Bind))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
