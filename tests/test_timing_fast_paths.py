@@ -150,6 +150,32 @@ def test_busy_in_python_or_numpy_gives_the_same_timing(monkeypatch, limit: int) 
         _same(time_program(p, TRN2), w)
 
 
+def test_pe_cost_key_names_every_field_the_costs_read() -> None:
+    """The compute costs are memoised on ``pe.cost_key`` (issue 20): instructions with one
+    key have one entry of costs, over products of every dense format and MX, ragged tiles
+    in each dimension and both fp32 passes."""
+    from systolic.isa import MatmultMx
+    from systolic.timing.pe import cost_key
+    from systolic.timing.tensor_engine import _compute_entry
+
+    trn3 = get_arch("trn3")
+    cases = [(TRN2, m, k, n, dt, mode) for m, k, n in [(200, 300, 700), (128, 64, 512)]
+             for dt, mode in [("bf16", "none"), ("fp32", "none"), ("fp8_e4m3", "double_row"),
+                              ("fp8_e4m3", "none"), ("int8", "none")]]
+    cases += [(trn3, 256, 300, 600, fmt, "none") for fmt in ("mxfp8_e4m3", "mxfp4")]
+    seen: dict[tuple[object, ...], tuple[object, tuple[int, ...]]] = {}
+    kinds = set()
+    for arch, m, k, n, dt, mode in cases:
+        prog = lower(make_spec(m, k, n, dt, arch, mode), arch, check=False).program
+        for ins in prog:
+            if isinstance(ins, MatMul | MatmultMx):
+                kinds.add(type(ins))
+                key = (arch.name, cost_key(ins))
+                entry = _compute_entry(ins, arch)
+                assert seen.setdefault(key, (ins, entry))[1] == entry, (ins, seen[key][0])
+    assert kinds == {MatMul, MatmultMx} and len(seen) > 20
+
+
 def test_lazy_what_if_equals_each_re_run() -> None:
     prog = _products()[1]
     sch = tcore._Scheduler(TRN2, "list", True)

@@ -248,6 +248,12 @@ class _Scheduler:
         # split)
         self.dma_tl: list[Timeline] = [Timeline(self.fill)] * arch.dma_engines
         self.dma_one: Timeline | None = self.dma_tl[0]
+        # per engine set: the distinct timelines it books (each held by none of the other
+        # engines) and the run-deduplicated ones it fits, valid while ``dma_split`` (the
+        # splits so far) is unchanged: once a set's timelines are its own, booking it splits
+        # nothing until another set splits one of them
+        self.dma_split = 0
+        self.dma_sets: dict[tuple[int, ...], tuple[int, list[Timeline], list[Timeline]]] = {}
         # per DMA queue id, per engine: the end and the op of the queue's last transfer
         self.fifo_end: dict[int, list[int]] = {}
         self.fifo_op: dict[int, list[int]] = {}
@@ -454,6 +460,11 @@ class _Scheduler:
         if self.dma_one is not None and len(engines) == len(dma_tl):
             self.dma_one.reserve(t, end, op)  # every engine, one shared timeline
             return
+        got = self.dma_sets.get(engines)
+        if got is not None and got[0] == self.dma_split:
+            for tl in got[1]:
+                tl.reserve(t, end, op)
+            return
         done: set[int] = set()
         for e in engines:
             tl = dma_tl[e]
@@ -467,7 +478,20 @@ class _Scheduler:
                     dma_tl[x] = tl
                 done.add(id(tl))
                 self.dma_one = None
+                self.dma_split += 1
             tl.reserve(t, end, op)
+        own = list({id(dma_tl[e]): dma_tl[e] for e in engines}.values())
+        self.dma_sets[engines] = (self.dma_split, own, self._run_timelines(engines))
+
+    def _run_timelines(self, engines: tuple[int, ...]) -> list[Timeline]:
+        """The engines' timelines, a run of engines sharing one timeline as one."""
+        dma_tl = self.dma_tl
+        tls: list[Timeline] = []
+        for e in engines:
+            tl = dma_tl[e]
+            if not tls or tls[-1] is not tl:
+                tls.append(tl)
+        return tls
 
     def _dma_op(self, i: int, src: AccessPattern, dst: AccessPattern, qid: int,
                 rd: tuple[int, ...], wr: tuple[int, ...], extra: int = -1) -> int:
@@ -499,12 +523,9 @@ class _Scheduler:
         if one is not None:
             tls = [one]
         else:
-            dma_tl = self.dma_tl
-            tls = []
-            for e in engines:
-                tl = dma_tl[e]
-                if not tls or tls[-1] is not tl:
-                    tls.append(tl)
+            got = self.dma_sets.get(engines)
+            tls = (got[2] if got is not None and got[0] == self.dma_split
+                   else self._run_timelines(engines))
         hbm = self.hbm
         while True:
             if len(tls) == 1:  # _fit of one timeline
@@ -554,13 +575,14 @@ class _Scheduler:
         return op
 
     def _pe_cost(self, ins: MatMul | MatmultMx) -> tuple[int, int, int]:
-        """(interval, duration, 2 x useful MACs) of a MatMul, in ticks (memoised on the
-        frozen instruction)."""
-        hit = self.pe_costs.get(ins)
+        """(interval, duration, 2 x useful MACs) of a MatMul, in ticks (memoised on
+        :func:`~systolic.timing.pe.cost_key`)."""
+        key = pe_rules.cost_key(ins)
+        hit = self.pe_costs.get(key)
         if hit is None:
             r = self.r_pe
             passes = 2 if isinstance(ins, MatMul) and ins.fp32_pass else 1
-            hit = self.pe_costs[ins] = (pe_rules.matmul_interval(ins, self.arch) * r,
+            hit = self.pe_costs[key] = (pe_rules.matmul_interval(ins, self.arch) * r,
                                         pe_rules.matmul_duration(ins, self.arch) * r,
                                         2 * pe_rules.useful_macs(ins) // passes)
         return hit

@@ -51,6 +51,7 @@ from .pe import (
     column_period,
     compute_step,
     contraction,
+    cost_key,
     load_cycles,
     load_step,
     matmul_duration,
@@ -177,7 +178,7 @@ def schedule(program: Program, arch: Arch | str, *, check: bool = False) -> Sche
     ends = [-1] * count
     cause = [-1] * count
     entries: list[tuple[int, ...]] = []
-    memo: dict[object, tuple[int, ...]] = {}  # compute costs by instruction (frozen)
+    memo: dict[object, tuple[int, ...]] = {}  # compute costs by pe.cost_key
     load_memo: dict[object, int] = {}
     ro_memo: dict[object, int] = {}
     why_cause = _WHY_CAUSE
@@ -193,9 +194,10 @@ def schedule(program: Program, arch: Arch | str, *, check: bool = False) -> Sche
     for i, ins in enumerate(instrs):
         tp = type(ins)
         if tp is MatMul or tp is MatmultMx:
-            e = memo.get(ins)
+            key = cost_key(ins)  # type: ignore[arg-type]
+            e = memo.get(key)
             if e is None:
-                e = memo[ins] = _compute_entry(ins, arch)  # type: ignore[arg-type]
+                e = memo[key] = _compute_entry(ins, arch)  # type: ignore[arg-type]
             dst = ins.dst  # type: ignore[union-attr]
             got = rects.get(id(dst))
             if got is None or got[0] is not dst:
