@@ -43,3 +43,23 @@ def test_sweep_point_equals_the_full_path(monkeypatch, point: dict[str, Any]) ->
     monkeypatch.setattr(tcore, "_REGIONS", {})
     want = evaluate.evaluate_point(target, point)
     assert got == want
+
+
+def test_breakdown_floats_are_the_nearest_to_the_exact_fractions() -> None:
+    """``Report.breakdown`` divides integers (issue 20) where it converted Fractions: the
+    same floats, for real reports and for units up to 2**80."""
+    import dataclasses
+    import random
+
+    from systolic.api import make_spec
+    from systolic.arch import get_arch
+
+    arch = get_arch("trn2")
+    rng = random.Random(20)
+    for m, k, n, dt, mode in [(320, 192, 576, "bf16", "none"), (300, 500, 700, "fp32", "none"),
+                              (256, 512, 512, "fp8_e4m3", "double_row")]:
+        rep = time_op(make_spec(m, k, n, dt, arch, mode), arch)[0]
+        wild = dataclasses.replace(rep, units={c: rng.randrange(1 << rng.randrange(1, 80))
+                                               for c in rep.units})
+        for r in (rep, wild):
+            assert r.breakdown == {c: float(f) for c, f in r.exact_breakdown().items()}

@@ -262,7 +262,7 @@ def workload_figures(target: WorkloadTarget, inputs: dict[str, Any]) -> dict[str
     of max(Tensor Engine time, that memory time) per op: what the whole-core ``latency_us``
     would be with perfect reuse and perfect overlap."""
     results = [OpResult(op, _timed(op.spec, op.arch)) for op in _ops(target, inputs)]
-    t = workload_totals(results)
+    t = workload_totals(results, views=False)
     out = flat_core(t, sum(sum(r.report.counts.get(op, 0) for op in _DMA_OPCODES)
                            * r.op.repeat for r in results))
     out.update({"intensity": t["intensity"], "flops": t["flops"],

@@ -263,6 +263,9 @@ def _meta(con: sqlite3.Connection, path: str) -> dict[str, Any]:
 
 def _plain(v: Any) -> Any:
     """A value SQLite stores as itself (numpy scalars become Python ones)."""
+    tp = type(v)
+    if tp is float or tp is int or tp is str or v is None:  # most figures: no lookup
+        return v
     if isinstance(v, bool):
         return int(v)
     if hasattr(v, "item"):

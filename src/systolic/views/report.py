@@ -165,8 +165,11 @@ class Report:
 
     @property
     def breakdown(self) -> dict[str, float]:
-        """Cycles per cause (floats; :meth:`exact_breakdown` for exact values)."""
-        return {k: float(v) for k, v in self.exact_breakdown().items()}
+        """Cycles per cause (floats; :meth:`exact_breakdown` for exact values): each the
+        float nearest its exact value, as ``float(Fraction)`` gives it (Python's int / int
+        rounds correctly; no Fraction is built, issue 20)."""
+        unit = 2 * self.arch.rows * self.arch.cols * self.pack
+        return {k: v / unit for k, v in self.units.items()}
 
     def percent(self) -> dict[str, float]:
         total = sum(self.units.values())
