@@ -753,21 +753,25 @@ class _Scheduler:
                 groups[key] = [(s, e)]
             else:
                 got.append((s, e))
-        held: list[list[tuple[int, int]]] = [[] for _ in range(nq)]
-        parts, counts = [0] * nq, [0] * nq
+        held: list[list[list[tuple[int, int]]]] = [[] for _ in range(nq)]
+        busy, counts = [0] * nq, [0] * nq
         for (q0, n), pairs in groups.items():
             merged = union_pairs(pairs)
+            size = 0
+            for s, e in merged:
+                size += e - s
             qids = ([_DQ + (q0 - _DQ + j) % n_dma for j in range(n)] if q0 >= _DQ
                     else [q0])
             for qid in qids:
-                held[qid].extend(merged)
-                parts[qid] += 1
+                held[qid].append(merged)
+                busy[qid] = size  # the union of this group alone
                 counts[qid] += len(pairs)
-        busy = [0] * nq
-        for qid, pairs in enumerate(held):
-            if parts[qid] > 1:
-                pairs = union_pairs(pairs)
-            busy[qid] = sum(e - s for s, e in pairs)
+        for qid, parts in enumerate(held):
+            if len(parts) > 1:  # several groups hold the queue: the union of them all
+                size = 0
+                for s, e in union_pairs([x for part in parts for x in part]):
+                    size += e - s
+                busy[qid] = size
         return busy, counts
 
     def _busy_each(self, starts: np.ndarray, ends: np.ndarray, queue: np.ndarray,
