@@ -98,7 +98,7 @@ _LOADS = (LoadStationary, LdWeightMx)
 # DMA costs by Arch and transfer shape (its offsets left out: a cost does not depend on
 # them, timing/dma.py), kept across programs: a sweep times thousands of small programs
 # made of the same few transfer shapes. Cleared when full.
-_DMA_COSTS: dict[tuple[object, ...], tuple[Arch, object, int, int]] = {}
+_DMA_COSTS: dict[tuple[object, ...], tuple[Arch, _DmaPlan]] = {}
 _DMA_COSTS_MAX = 1 << 16
 # The region of an access pattern, by value, kept across programs as _DMA_COSTS (a sweep's
 # products share most of their SBUF slots and PSUM banks). Cleared when full.
@@ -439,16 +439,15 @@ class _Scheduler:
             c = dma_cost(src, dst, self.arch)
             occ = max(1, ceil(c.engine_ns * self.tick / 1e9))
             hb = max(1, ceil(c.hbm_bytes / self.hbm_rate)) if c.hbm_bytes else 0
+            engines = c.engines
+            e0 = engines[0]
+            # consecutive engines (no wrap past the last) are read and written as list slices
+            e1 = e0 + len(engines) if engines == tuple(range(e0, e0 + len(engines))) else 0
             if len(_DMA_COSTS) >= _DMA_COSTS_MAX:
                 _DMA_COSTS.clear()
-            hit = _DMA_COSTS[key] = (self.arch, c, occ, hb)
-        _, cost, occ, hb = hit
-        engines = cost.engines  # type: ignore[attr-defined]
-        e0 = engines[0]
-        # consecutive engines (no wrap past the last) are read and written as list slices
-        e1 = e0 + len(engines) if engines == tuple(range(e0, e0 + len(engines))) else 0
-        plan = (engines, e0, e1, occ, hb, cost.bytes,  # type: ignore[attr-defined]
-                cost.hbm_bytes)  # type: ignore[attr-defined]
+            hit = _DMA_COSTS[key] = (self.arch, (engines, e0, e1, occ, hb, c.bytes,
+                                                 c.hbm_bytes))
+        plan = hit[1]
         self.dma_ids[(id(src), id(dst))] = (src, dst, plan)
         return plan
 
