@@ -17,7 +17,8 @@ Overhead per point = (sweep wall time - direct loop time) / points, in this proc
 one worker (the pool with 2 workers shows the parallel speed-up instead); and, less noisy,
 the sweep's wall time minus the time each point spent in the evaluator (stored per point as
 elapsed_s). The Dask cluster's start-up is timed apart: a cluster is started once for many
-sweeps.
+sweeps. The matmul sweep's floor (``floor_matmul``) is the arithmetic its points cannot do
+without, in CPU seconds, best of ``--repeat``.
 """
 
 from __future__ import annotations
@@ -35,11 +36,13 @@ from timer import best_interleaved
 
 from systolic.api import make_spec
 from systolic.arch import get_arch
+from systolic.compiler import lower
 from systolic.nki import record_kernel
 from systolic.sweep import SweepSpec, parse_sweep
 from systolic.sweep.runner import execute
 from systolic.sweep.store import read_rows
 from systolic.timing.core import time_program
+from systolic.timing.tensor_engine import schedule
 from systolic.workload import time_op
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,6 +73,66 @@ def direct_matmul(points: list[dict[str, Any]]) -> None:
     for p in points:
         report, _ = time_op(make_spec(p["m"], p["k"], p["n"], "bf16", arch, "none"), arch)
         report.core  # noqa: B018 (the whole-core timing is computed on first use)
+
+
+def floor_inputs(points: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What the floor of each matmul point reads, found once and not timed: its tiles (the
+    compiler's loop nest), its ops' durations, queues and dependencies as the whole-core
+    scheduler found them (the what-if plans), and its MatMuls' issue intervals and durations
+    (the Tensor Engine's view)."""
+    arch = get_arch("trn2")
+    per_chunk = max(1, arch.psum_banks // 2)
+    out = []
+    for p in points:
+        spec = make_spec(p["m"], p["k"], p["n"], "bf16", arch, "none")
+        low = lower(spec, arch, check=False)
+        plan = low.plan
+        plans = time_program(low.program, arch).what_if._plans  # type: ignore[attr-defined]
+        ct = time_program(low.program, arch, what_if=False)
+        cc = schedule(low.program, arch).compute
+        out.append(([m.size for m in plan.m_tiles], [k.size for k in plan.k_tiles],
+                    [n.size for n in plan.n_tiles], per_chunk, list(plans.dur),
+                    list(plans.dep_end), list(plans.dep_op), list(plans.dep_lat),
+                    ct.op_queue.tolist(), len(ct.busy_ticks), cc.interval.tolist(),
+                    cc.duration.tolist()))
+    return out
+
+
+def floor_matmul(inputs: list[tuple[Any, ...]]) -> None:
+    """The least work a matmul point is: the compiler's loop nest over its tiles (a tuple a
+    step, no instruction objects), the whole core's schedule as one max per dependency and
+    one per queue (no gap filling, no DMA engine or HBM timelines, no dependency search),
+    each queue's busy time, and the Tensor Engine's issue arithmetic (one max a MatMul)."""
+    for (ms, ks, ns, per_chunk, dur, dep_end, dep_op, dep_lat, queue, nq, te_iv,
+         te_dur) in inputs:
+        steps = []
+        for mi, m in enumerate(ms):
+            for c0 in range(0, len(ns), per_chunk):
+                for ki, k in enumerate(ks):
+                    for nj in range(c0, min(c0 + per_chunk, len(ns))):
+                        steps.append((ki, mi, nj, k, m, ns[nj]))
+        ends: list[int] = []
+        free, busy = [0] * nq, [0] * nq
+        lo = 0
+        for op, d in enumerate(dur):
+            t = 0
+            hi = dep_end[op]
+            for x in range(lo, hi):
+                e = ends[dep_op[x]] + dep_lat[x]
+                if e > t:
+                    t = e
+            lo = hi
+            q = queue[op]
+            if free[q] > t:
+                t = free[q]
+            ends.append(t + d)
+            free[q] = t + d
+            busy[q] += d
+        max(ends)
+        start = cycles = 0
+        for iv, du in zip(te_iv, te_dur, strict=True):
+            cycles = max(cycles, start + du)
+            start += iv
 
 
 def direct_kernel(points: list[dict[str, Any]]) -> None:
@@ -134,6 +197,12 @@ def bench(title: str, spec: SweepSpec, direct: Callable[[list[dict[str, Any]]], 
           f"{n / cpu[list(cases)[1]] / target:.2f}x (CPU)")
 
 
+def _cpu(f: Callable[[], object]) -> float:
+    c0 = time.process_time()
+    f()
+    return time.process_time() - c0
+
+
 def _warm() -> None:
     """Import the evaluator on a Dask worker before the timing. Returns nothing: the module
     (the lazy ``systolic`` package, ``__import__``'s value) cannot be pickled back."""
@@ -155,8 +224,13 @@ def main() -> None:
             Client(cluster) as client:
         client.run(_warm)
         start = time.perf_counter() - t0
-        bench("matmul sweep (m, k, n in 64..640, bf16, trn2)", parse_sweep(MATMUL),
+        spec = parse_sweep(MATMUL)
+        bench("matmul sweep (m, k, n in 64..640, bf16, trn2)", spec,
               direct_matmul, "time_op + .core", client, tmp, args.repeat, 1000.0)
+        inputs = floor_inputs([p for _, p in spec.points()])
+        floor = min(_cpu(lambda: floor_matmul(inputs)) for _ in range(args.repeat))
+        print(f"  floor (the compiler's loop nest, both schedules' arithmetic, busy times; "
+              f"floor_matmul): {floor:.3f} s CPU = {len(inputs) / floor:,.0f} points/s")
         bench("kernel sweep (basic_matmul.py: M 8..128 x N 64..512 x 1..16 DMA queues, trn2)",
               parse_sweep(KERNEL_SWEEP), direct_kernel, "record_kernel + time_program",
               client, tmp, args.repeat, 500.0)

@@ -5,7 +5,8 @@ never moves a figure).
   the buckets filed once) against buckets from the first region and against flat mode
   throughout.
 * The busy time of every queue from the merged intervals of each group of ops holding the
-  same queues (``_Scheduler._busy``) against one queue at a time (``_busy_each``).
+  same queues (``_Scheduler._busy``, and its plain-Python twin ``_busy_small`` for programs
+  of up to ``BUSY_NUMPY`` ops) against one queue at a time (``_busy_each``).
 * The what-if latencies (longest-path arithmetic over the resource predecessors found once,
   ``whatif.LazyWhatIf``) against the plain re-run of each (``whatif.rerun``), for whole
   programs and prefixes, in both schedules.
@@ -105,8 +106,11 @@ def _busy_both_ways(prog: Program) -> None:
     sch.run(prog)
     _, starts, ends, queue, nqs, _ = sch._arrays()
     nq = len(tcore.queue_names(TRN2))
-    assert sch._busy(starts, ends, queue, nqs, nq) == \
-        sch._busy_each(starts, ends, queue, nqs, nq)
+    want = sch._busy_each(starts, ends, queue, nqs, nq)
+    assert sch._busy(starts, ends, queue, nqs, nq) == want
+    # the plain-Python path of small programs (BUSY_NUMPY), from the scheduler's own lists
+    rec = sch.records
+    assert sch._busy_small(rec[2::RECORD], sch.ends, sch.queue, rec[1::RECORD], nq) == want
 
 
 def test_busy_by_groups_with_transfers_over_overlapping_engine_sets() -> None:
@@ -134,6 +138,42 @@ def test_busy_by_groups_with_transfers_over_overlapping_engine_sets() -> None:
 @pytest.mark.parametrize("prog", _products()[:2])
 def test_busy_by_groups_on_products(prog: Program) -> None:
     _busy_both_ways(prog)
+
+
+@pytest.mark.parametrize("limit", [0, 10**9])
+def test_busy_in_python_or_numpy_gives_the_same_timing(monkeypatch, limit: int) -> None:
+    """Whole timings with every program's busy times found by numpy (0) or in Python."""
+    progs = _products()
+    want = [time_program(p, TRN2) for p in progs]
+    monkeypatch.setattr(tcore, "BUSY_NUMPY", limit)
+    for p, w in zip(progs, want, strict=True):
+        _same(time_program(p, TRN2), w)
+
+
+def test_pe_cost_key_names_every_field_the_costs_read() -> None:
+    """The compute costs are memoised on ``pe.cost_key`` (issue 20): instructions with one
+    key have one entry of costs, over products of every dense format and MX, ragged tiles
+    in each dimension and both fp32 passes."""
+    from systolic.isa import MatmultMx
+    from systolic.timing.pe import cost_key
+    from systolic.timing.tensor_engine import _compute_entry
+
+    trn3 = get_arch("trn3")
+    cases = [(TRN2, m, k, n, dt, mode) for m, k, n in [(200, 300, 700), (128, 64, 512)]
+             for dt, mode in [("bf16", "none"), ("fp32", "none"), ("fp8_e4m3", "double_row"),
+                              ("fp8_e4m3", "none"), ("int8", "none")]]
+    cases += [(trn3, 256, 300, 600, fmt, "none") for fmt in ("mxfp8_e4m3", "mxfp4")]
+    seen: dict[tuple[object, ...], tuple[object, tuple[int, ...]]] = {}
+    kinds = set()
+    for arch, m, k, n, dt, mode in cases:
+        prog = lower(make_spec(m, k, n, dt, arch, mode), arch, check=False).program
+        for ins in prog:
+            if isinstance(ins, MatMul | MatmultMx):
+                kinds.add(type(ins))
+                key = (arch.name, cost_key(ins))
+                entry = _compute_entry(ins, arch)
+                assert seen.setdefault(key, (ins, entry))[1] == entry, (ins, seen[key][0])
+    assert kinds == {MatMul, MatmultMx} and len(seen) > 20
 
 
 def test_lazy_what_if_equals_each_re_run() -> None:

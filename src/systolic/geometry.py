@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Rect", "interval_union", "wavefront_cycles"]
+__all__ = ["Rect", "interval_union", "union_pairs", "wavefront_cycles"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +67,24 @@ def interval_union(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarr
     first = np.flatnonzero(new)
     last = np.append(first[1:] - 1, len(s) - 1)
     return s[first], e[last]
+
+
+def union_pairs(pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """:func:`interval_union` of ``(lo, hi)`` pairs, in plain Python (sorts ``pairs`` in
+    place): a few dozen intervals cost a tenth of the numpy calls' fixed overhead."""
+    if not pairs:
+        return []
+    pairs.sort()
+    out = []
+    s, e = pairs[0]
+    for lo, hi in pairs:
+        if lo > e:
+            out.append((s, e))
+            s, e = lo, hi
+        elif hi > e:
+            e = hi
+    out.append((s, e))
+    return out
 
 
 def wavefront_cycles(n: int, k: int, m: int, period: int = 1) -> int:

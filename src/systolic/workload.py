@@ -347,7 +347,7 @@ def evaluate(workload: Workload, progress: Callable[[int], None] | None = None
     return out
 
 
-def workload_totals(results: Sequence[OpResult]) -> dict[str, Any]:
+def workload_totals(results: Sequence[OpResult], *, views: bool = True) -> dict[str, Any]:
     """The workload's total, each op counted ``repeat`` times: the ops run one after the
     other, so times add.
 
@@ -356,7 +356,9 @@ def workload_totals(results: Sequence[OpResult]) -> dict[str, Any]:
     ``bound`` (critical-path time per cause summed; ``by`` the largest), ``engines`` (busy
     fraction of the total latency, ops summed), ``dma``, ``intensity``. Tensor Engine:
     ``cycles``, ``pe_us``, ``pe_tflops``, ``utilization`` (useful MACs over the array's
-    capacity in the total cycles), ``breakdown``, ``largest_loss``."""
+    capacity in the total cycles), ``breakdown``, ``largest_loss``. The schema's ``pe``
+    and ``core`` objects of the same sums are left out when ``views`` is False (a sweep
+    point reads the keys above only)."""
     lat_s = pe_s = at_peak_s = 0.0
     cycles = flops = macs = capacity = dma_bytes = hbm_bytes = tail = 0
     bound: dict[str, float] = {}
@@ -381,19 +383,20 @@ def workload_totals(results: Sequence[OpResult]) -> dict[str, Any]:
         for k, v in core.busy_ticks.items():
             busy[k] = busy.get(k, 0.0) + v / core.tick_hz * r
             ins[k] = ins.get(k, 0) + core.instructions[k] * r
-        for k, part in rep.exact_breakdown().items():  # once per op: Fractions are slow
-            causes[k] += float(part) * r
+        for k, part in rep.breakdown.items():  # once per op
+            causes[k] += part * r
     percent = {k: 100.0 * v / cycles if cycles else 0.0 for k, v in causes.items()}
     cause, pct = _largest(percent)
+    flat = _flat_totals(results, lat_s, pe_s, at_peak_s, cycles, flops, macs, capacity,
+                        dma_bytes, hbm_bytes, bound, busy, ins, causes, percent, cause, pct)
+    if not views:
+        return flat
     core_view_ = core_fields(latency_s=lat_s, flops=flops, peak_flops_s=at_peak_s,
                              bound_s=bound, busy_s=busy, instructions=ins,
                              dma_bytes=dma_bytes, hbm_bytes=hbm_bytes)
     pe = pe_fields(cycles=cycles, seconds=pe_s, useful_macs=macs, capacity_macs=capacity,
                    peak_tflops=core_view_["peak_tflops"], breakdown=causes, readout_tail=tail)
-    return {"pe": pe, "core": core_view_, **_flat_totals(results, lat_s, pe_s, at_peak_s, cycles,
-                                                    flops, macs, capacity, dma_bytes,
-                                                    hbm_bytes, bound, busy, ins, causes,
-                                                    percent, cause, pct)}
+    return {"pe": pe, "core": core_view_, **flat}
 
 
 def _flat_totals(results: Sequence[OpResult], lat_s: float, pe_s: float, at_peak_s: float,

@@ -128,8 +128,8 @@ class WeightTileState:
         """True when the tile of ``group`` is ``stationary`` latched on the PEs ``rect`` in
         ``perf_mode`` (seed 000: same weights, same perf signature, no intervening writer)."""
         for t in self.tiles:
-            if (t.group == group and t.stationary == stationary and t.perf_mode is perf_mode
-                    and t.rect == rect):
+            if (t.group == group and (t.stationary is stationary or t.stationary == stationary)
+                    and t.perf_mode is perf_mode and t.rect == rect):
                 return True
         return False
 
@@ -280,7 +280,8 @@ class DenseState:
            ) -> AccessPattern:
         """``AccessPattern(space, 0, partitions, offset, dims, dtype, partition_step)``, the
         same object for equal arguments within one emit call."""
-        key = (space, partitions, offset, dims, dtype, partition_step)
+        # the space by its value: an Enum member hashes in Python, its str value in C
+        key = (space._value_, partitions, offset, dims, dtype, partition_step)
         got = self.patterns.get(key)
         if got is None:
             got = self.patterns[key] = AccessPattern(space, 0, partitions, offset, dims, dtype,
@@ -314,16 +315,18 @@ def _stationary(st: DenseState, plan: TilePlan, lay: Layout, k: KTile, m: Span,
                 out: list[Instruction]) -> AccessPattern:
     """DMA the a.T tile (k, m) into SBUF if not resident; return its SBUF pattern."""
     s, isz = plan.spec, plan.itemsize
-    off, resident = st.stat.get(("a", k.index, m.index, k.fold))
-    if k.fold == 2:
+    fold = k.fold  # read once: a property of the perf mode's (issue 20)
+    parts = k.size // fold  # k.partitions
+    off, resident = st.stat.get(("a", k.index, m.index, fold))
+    if fold == 2:
         sb_dims: tuple[tuple[int, int], ...] = ((m.size, 2), (1, m.size))
         dr_dims: tuple[tuple[int, int], ...] = ((1, 2), (s.k, m.size))
     else:
         sb_dims, dr_dims = ((1, m.size),), ((s.k, m.size),)
-    sb = st.ap(Space.SBUF, k.partitions, off, sb_dims, s.dtype)
+    sb = st.ap(Space.SBUF, parts, off, sb_dims, s.dtype)
     if not resident:
         start = lay.a_offset + (m.start * s.k + k.start) * isz
-        src = st.ap(Space.DRAM, k.partitions, start, dr_dims, s.dtype, k.fold * isz)
+        src = st.ap(Space.DRAM, parts, start, dr_dims, s.dtype, fold * isz)
         out.append(DmaLoad(src, sb))
         st.weights = st.weights.written(sb)
     return sb
@@ -333,16 +336,18 @@ def _moving(st: DenseState, plan: TilePlan, lay: Layout, k: KTile, n: Span
             ) -> tuple[AccessPattern, DmaLoad | None]:
     """The b tile (k, n)'s SBUF pattern, and the DmaLoad to bring it there if not resident."""
     s, isz = plan.spec, plan.itemsize
-    off, resident = st.mov.get(("b", k.index, n.index, k.fold))
-    if k.fold == 2:
+    fold = k.fold
+    parts = k.size // fold  # k.partitions
+    off, resident = st.mov.get(("b", k.index, n.index, fold))
+    if fold == 2:
         sb_dims: tuple[tuple[int, int], ...] = ((n.size, 2), (1, n.size))
         dr_dims: tuple[tuple[int, int], ...] = ((s.n, 2), (1, n.size))
     else:
         sb_dims, dr_dims = ((1, n.size),), ((1, n.size),)
-    sb = st.ap(Space.SBUF, k.partitions, off, sb_dims, s.dtype)
+    sb = st.ap(Space.SBUF, parts, off, sb_dims, s.dtype)
     if not resident:
         start = lay.b_offset + (k.start * s.n + n.start) * isz
-        src = st.ap(Space.DRAM, k.partitions, start, dr_dims, s.dtype, k.fold * s.n * isz)
+        src = st.ap(Space.DRAM, parts, start, dr_dims, s.dtype, fold * s.n * isz)
         # no weights.written(sb): the moving window never holds a stationary tile
         return sb, DmaLoad(src, sb)
     return sb, None

@@ -17,6 +17,7 @@ is refused from arithmetic before a single tile is built (:func:`check_size`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..arch import Arch
 from ..dtypes import accumulator_format, get_format
@@ -148,8 +149,11 @@ def check_size(spec: MatmulSpec, arch: Arch) -> None:
             f"(fewer M or N tiles) and scale its cycles")
 
 
+@lru_cache(maxsize=64)
 def tile(spec: MatmulSpec, arch: Arch) -> TilePlan:
-    """Cut ``spec`` into K, M and N tiles for ``arch`` (MX formats: over the padded K)."""
+    """Cut ``spec`` into K, M and N tiles for ``arch`` (MX formats: over the padded K).
+    Kept for the last few specs (a TilePlan is immutable): timing a product asks for its
+    plan two to four times (extrapolate.py's estimate, the compiler, the slices)."""
     if is_mx(spec):
         return _tile_mx(spec, arch)
     fold = spec.perf_mode.k_fold

@@ -65,7 +65,9 @@ class PerfMode(enum.IntEnum):
     @property
     def k_fold(self) -> int:
         """Contraction rows folded into one PE row: 2 for DoubleRow (seed 000, perf in {1, 4})."""
-        return 2 if self in (PerfMode.DOUBLE_ROW, PerfMode.DOUBLE_ROW_SW_INTERLEAVE) else 1
+        # DOUBLE_ROW (1), DOUBLE_ROW_SW_INTERLEAVE (4): the values, compared as ints (asked
+        # for every K tile several times while lowering; issue 20)
+        return 2 if self._value_ in (1, 4) else 1
 
     @classmethod
     def parse(cls, value: str | int | PerfMode | None) -> PerfMode:
@@ -248,6 +250,11 @@ class Space(enum.Enum):
     PSUM = "PSUM"
     DRAM = "DRAM"
 
+    # Members are singletons compared by identity, so the identity hash is a valid one; Enum's
+    # own hashes the name in Python, at every hash of an AccessPattern (issue 20: a sweep
+    # point hashes a few hundred patterns and DMA cost keys)
+    __hash__ = object.__hash__
+
 
 @dataclass(frozen=True, slots=True)
 class AccessPattern:
@@ -269,15 +276,17 @@ class AccessPattern:
     partition_step: int = 0
 
     def __post_init__(self) -> None:
-        if not 1 <= len(self.dims) <= 3:
-            raise ShapeError(f"an access pattern has 1 to 3 free dims, not {len(self.dims)}")
+        dims = self.dims
+        if not 1 <= len(dims) <= 3:
+            raise ShapeError(f"an access pattern has 1 to 3 free dims, not {len(dims)}")
         if self.partitions < 1 or self.partition < 0 or self.offset < 0:
             raise ShapeError("an access pattern needs partition >= 0, partitions >= 1, "
                              "offset >= 0")
         if self.partition_step and self.space is not Space.DRAM:
             raise ShapeError("only device-memory (DRAM) patterns carry a row stride")
-        if any(num < 1 for _, num in self.dims):
-            raise ShapeError(f"every free dim needs num >= 1; got {self.dims}")
+        for _, num in dims:  # a loop, not any(generator): made for every pattern
+            if num < 1:
+                raise ShapeError(f"every free dim needs num >= 1; got {dims}")
         get_format(self.dtype)
 
     @property

@@ -221,8 +221,15 @@ def target_figures(kind: str) -> tuple[str, ...]:
 def _timed(spec: MatmulSpec, arch: Arch) -> Report:
     """Time one product; cached per process, as the ops of a workload (a MLP's gate and up)
     and consecutive points of a sweep over the ops' own inputs share products. Small: a
-    Report lowered whole keeps its Program (one object per instruction)."""
-    return time_op(spec, arch)[0]
+    Report lowered whole keeps its Program (one object per instruction). Its whole core is
+    timed without the what-if plans (``what_if=False``): no figure reads them, and the
+    schedule is the same op for op."""
+    report = time_op(spec, arch)[0]
+    if report.core_timing is None and report.program is not None:
+        core = time_program(report.program, report.arch, fmt=report.fmt,
+                            perf_mode=report.perf_mode, what_if=False)
+        report = replace(report, core_timing=core)
+    return report
 
 
 def _ops(target: WorkloadTarget, inputs: dict[str, Any]) -> list[Op]:
@@ -255,7 +262,7 @@ def workload_figures(target: WorkloadTarget, inputs: dict[str, Any]) -> dict[str
     of max(Tensor Engine time, that memory time) per op: what the whole-core ``latency_us``
     would be with perfect reuse and perfect overlap."""
     results = [OpResult(op, _timed(op.spec, op.arch)) for op in _ops(target, inputs)]
-    t = workload_totals(results)
+    t = workload_totals(results, views=False)
     out = flat_core(t, sum(sum(r.report.counts.get(op, 0) for op in _DMA_OPCODES)
                            * r.op.repeat for r in results))
     out.update({"intensity": t["intensity"], "flops": t["flops"],

@@ -111,6 +111,9 @@ class Store:
             raise SweepError(f"{self.path}: another sweep is writing this store now; wait for "
                              f"it to finish or use another --out") from None
         try:
+            # the INSERT of each set of column names (issue 20: building it, and looking
+            # up each of a point's ~100 names in the column list, was a fifth of a write)
+            self._inserts: dict[tuple[str, ...], str] = {}
             self.con = sqlite3.connect(self.path, timeout=OPEN_WAIT_S, isolation_level=None)
             self.con.execute("PRAGMA journal_mode=WAL")
             self.con.execute("PRAGMA synchronous=NORMAL")
@@ -219,19 +222,35 @@ class Store:
         """Store finished points ``[(seq, inputs, result)]`` (the results of one chunk, which
         arrive together) in one transaction: a kill never half-writes them. A point already
         stored (a failed one run again) is replaced."""
+        try:
+            self._write(batch, sweep_id)
+        except BaseException:
+            # rolled back: a column added in the transaction is gone again, and so must be
+            # every INSERT that names it
+            self._inserts.clear()
+            with contextlib.suppress(sqlite3.Error):
+                self.columns = [r[1] for r in self.con.execute("PRAGMA table_info(points)")]
+            raise
+
+    def _write(self, batch: list[tuple[int, dict[str, Any], dict[str, Any]]],
+               sweep_id: str | None) -> None:
         with self._transaction():
             for seq, inputs, result in batch:
                 values = {"key": result["key"], "seq": seq, "status": result["status"],
                           "error": result["error"], "elapsed_s": result["elapsed_s"],
                           "sweep_id": sweep_id, **inputs, **result["figures"]}
-                for name in values:
-                    if name not in self.columns:
-                        self.con.execute(f"ALTER TABLE points ADD COLUMN {_quote(name)}")
-                        self.columns.append(name)
-                cols = ", ".join(_quote(c) for c in values)
-                marks = ", ".join("?" for _ in values)
-                self.con.execute(f"INSERT OR REPLACE INTO points ({cols}) VALUES ({marks})",
-                                 [_plain(v) for v in values.values()])
+                names = tuple(values)
+                sql = self._inserts.get(names)
+                if sql is None:  # a new set of columns (a sweep's points share one or two)
+                    for name in names:
+                        if name not in self.columns:
+                            self.con.execute(f"ALTER TABLE points ADD COLUMN {_quote(name)}")
+                            self.columns.append(name)
+                    cols = ", ".join(_quote(c) for c in names)
+                    marks = ", ".join("?" for _ in names)
+                    sql = self._inserts[names] = (f"INSERT OR REPLACE INTO points ({cols}) "
+                                                  f"VALUES ({marks})")
+                self.con.execute(sql, [_plain(v) for v in values.values()])
 
 
 def _meta(con: sqlite3.Connection, path: str) -> dict[str, Any]:
@@ -244,6 +263,9 @@ def _meta(con: sqlite3.Connection, path: str) -> dict[str, Any]:
 
 def _plain(v: Any) -> Any:
     """A value SQLite stores as itself (numpy scalars become Python ones)."""
+    tp = type(v)
+    if tp is float or tp is int or tp is str or v is None:  # most figures: no lookup
+        return v
     if isinstance(v, bool):
         return int(v)
     if hasattr(v, "item"):

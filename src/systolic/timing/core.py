@@ -57,7 +57,7 @@ import numpy as np
 
 from ..arch import Arch, get_arch
 from ..errors import SystolicError
-from ..geometry import interval_union
+from ..geometry import interval_union, union_pairs
 from ..isa import (
     ACCESS,
     AccessPattern,
@@ -78,7 +78,7 @@ from ..isa import (
 from . import pe as pe_rules
 from .costs import engine_cycles, engine_hz
 from .critical_path import RECORD, critical_path
-from .deps import Tracker, region
+from .deps import Region, Tracker, region
 from .dma import dma_cost, indirect_rows, queue_for
 from .result import CAUSES, QUEUE_NAMES, WHAT_IF, Cause, CoreTiming, queue_names
 from .timeline import Timeline
@@ -98,8 +98,14 @@ _LOADS = (LoadStationary, LdWeightMx)
 # DMA costs by Arch and transfer shape (its offsets left out: a cost does not depend on
 # them, timing/dma.py), kept across programs: a sweep times thousands of small programs
 # made of the same few transfer shapes. Cleared when full.
-_DMA_COSTS: dict[tuple[object, ...], tuple[Arch, object, int, int]] = {}
+_DMA_COSTS: dict[tuple[object, ...], tuple[Arch, _DmaPlan]] = {}
 _DMA_COSTS_MAX = 1 << 16
+# The region of an access pattern, by value, kept across programs as _DMA_COSTS (a sweep's
+# products share most of their SBUF slots and PSUM banks). Cleared when full.
+_REGIONS: dict[tuple[object, ...], Region] = {}
+# Up to this many ops the queues' busy times are found in plain Python (_busy_small), past it
+# with numpy (_busy): the same integers either way (tests/test_timing_fast_paths.py)
+BUSY_NUMPY = 512
 
 
 def _program_format(program: Program) -> tuple[str, str]:
@@ -242,6 +248,12 @@ class _Scheduler:
         # split)
         self.dma_tl: list[Timeline] = [Timeline(self.fill)] * arch.dma_engines
         self.dma_one: Timeline | None = self.dma_tl[0]
+        # per engine set: the distinct timelines it books (each held by none of the other
+        # engines) and the run-deduplicated ones it fits, valid while ``dma_split`` (the
+        # splits so far) is unchanged: once a set's timelines are its own, booking it splits
+        # nothing until another set splits one of them
+        self.dma_split = 0
+        self.dma_sets: dict[tuple[int, ...], tuple[int, list[Timeline], list[Timeline]]] = {}
         # per DMA queue id, per engine: the end and the op of the queue's last transfer
         self.fifo_end: dict[int, list[int]] = {}
         self.fifo_op: dict[int, list[int]] = {}
@@ -251,7 +263,7 @@ class _Scheduler:
         self.pending = -1  # the load op since the previous MatMul
         # memos, on frozen patterns and instructions
         self.region_ids: dict[int, tuple[AccessPattern, int]] = {}
-        self.region_vals: dict[object, int] = {}
+        self.region_vals: dict[tuple[object, ...], int] = {}
         self.dma_ids: dict[tuple[int, int], tuple[AccessPattern, AccessPattern,
                                                   _DmaPlan]] = {}
         self.pe_costs: dict[object, tuple[int, int, int]] = {}
@@ -272,10 +284,18 @@ class _Scheduler:
         got = self.region_ids.get(id(ap))
         if got is not None and got[0] is ap:
             return got[1]
-        key = ap  # every field: two dtypes of one offset and dims touch different bytes
+        # every field: two dtypes of one offset and dims touch different bytes (a tuple: the
+        # pattern's own hash and equality are Python functions; a tuple's are not)
+        key = (ap.space, ap.partition, ap.partitions, ap.offset, ap.dims, ap.dtype,
+               ap.partition_step)
         rid = self.region_vals.get(key)
         if rid is None:
-            rid = self.region_vals[key] = self.tracker.intern(region(ap))
+            reg = _REGIONS.get(key)
+            if reg is None:
+                if len(_REGIONS) >= _DMA_COSTS_MAX:
+                    _REGIONS.clear()
+                reg = _REGIONS[key] = region(ap)
+            rid = self.region_vals[key] = self.tracker.intern(reg)
         self.region_ids[id(ap)] = (ap, rid)
         return rid
 
@@ -419,16 +439,15 @@ class _Scheduler:
             c = dma_cost(src, dst, self.arch)
             occ = max(1, ceil(c.engine_ns * self.tick / 1e9))
             hb = max(1, ceil(c.hbm_bytes / self.hbm_rate)) if c.hbm_bytes else 0
+            engines = c.engines
+            e0 = engines[0]
+            # consecutive engines (no wrap past the last) are read and written as list slices
+            e1 = e0 + len(engines) if engines == tuple(range(e0, e0 + len(engines))) else 0
             if len(_DMA_COSTS) >= _DMA_COSTS_MAX:
                 _DMA_COSTS.clear()
-            hit = _DMA_COSTS[key] = (self.arch, c, occ, hb)
-        _, cost, occ, hb = hit
-        engines = cost.engines  # type: ignore[attr-defined]
-        e0 = engines[0]
-        # consecutive engines (no wrap past the last) are read and written as list slices
-        e1 = e0 + len(engines) if engines == tuple(range(e0, e0 + len(engines))) else 0
-        plan = (engines, e0, e1, occ, hb, cost.bytes,  # type: ignore[attr-defined]
-                cost.hbm_bytes)  # type: ignore[attr-defined]
+            hit = _DMA_COSTS[key] = (self.arch, (engines, e0, e1, occ, hb, c.bytes,
+                                                 c.hbm_bytes))
+        plan = hit[1]
         self.dma_ids[(id(src), id(dst))] = (src, dst, plan)
         return plan
 
@@ -439,6 +458,11 @@ class _Scheduler:
         dma_tl = self.dma_tl
         if self.dma_one is not None and len(engines) == len(dma_tl):
             self.dma_one.reserve(t, end, op)  # every engine, one shared timeline
+            return
+        got = self.dma_sets.get(engines)
+        if got is not None and got[0] == self.dma_split:
+            for tl in got[1]:
+                tl.reserve(t, end, op)
             return
         done: set[int] = set()
         for e in engines:
@@ -453,7 +477,20 @@ class _Scheduler:
                     dma_tl[x] = tl
                 done.add(id(tl))
                 self.dma_one = None
+                self.dma_split += 1
             tl.reserve(t, end, op)
+        own = list({id(dma_tl[e]): dma_tl[e] for e in engines}.values())
+        self.dma_sets[engines] = (self.dma_split, own, self._run_timelines(engines))
+
+    def _run_timelines(self, engines: tuple[int, ...]) -> list[Timeline]:
+        """The engines' timelines, a run of engines sharing one timeline as one."""
+        dma_tl = self.dma_tl
+        tls: list[Timeline] = []
+        for e in engines:
+            tl = dma_tl[e]
+            if not tls or tls[-1] is not tl:
+                tls.append(tl)
+        return tls
 
     def _dma_op(self, i: int, src: AccessPattern, dst: AccessPattern, qid: int,
                 rd: tuple[int, ...], wr: tuple[int, ...], extra: int = -1) -> int:
@@ -485,12 +522,9 @@ class _Scheduler:
         if one is not None:
             tls = [one]
         else:
-            dma_tl = self.dma_tl
-            tls = []
-            for e in engines:
-                tl = dma_tl[e]
-                if not tls or tls[-1] is not tl:
-                    tls.append(tl)
+            got = self.dma_sets.get(engines)
+            tls = (got[2] if got is not None and got[0] == self.dma_split
+                   else self._run_timelines(engines))
         hbm = self.hbm
         while True:
             if len(tls) == 1:  # _fit of one timeline
@@ -540,13 +574,14 @@ class _Scheduler:
         return op
 
     def _pe_cost(self, ins: MatMul | MatmultMx) -> tuple[int, int, int]:
-        """(interval, duration, 2 x useful MACs) of a MatMul, in ticks (memoised on the
-        frozen instruction)."""
-        hit = self.pe_costs.get(ins)
+        """(interval, duration, 2 x useful MACs) of a MatMul, in ticks (memoised on
+        :func:`~systolic.timing.pe.cost_key`)."""
+        key = pe_rules.cost_key(ins)
+        hit = self.pe_costs.get(key)
         if hit is None:
             r = self.r_pe
             passes = 2 if isinstance(ins, MatMul) and ins.fp32_pass else 1
-            hit = self.pe_costs[ins] = (pe_rules.matmul_interval(ins, self.arch) * r,
+            hit = self.pe_costs[key] = (pe_rules.matmul_interval(ins, self.arch) * r,
                                         pe_rules.matmul_duration(ins, self.arch) * r,
                                         2 * pe_rules.useful_macs(ins) // passes)
         return hit
@@ -704,6 +739,40 @@ class _Scheduler:
             busy[qid] = int(np.sum(hi - lo))
         return busy, counts
 
+    def _busy_small(self, starts: list[int], ends: list[int], queue: list[int],
+                    nqs: list[int], nq: int) -> tuple[list[int], list[int]]:
+        """:meth:`_busy` in plain Python, for a program of up to ``BUSY_NUMPY`` ops (a sweep
+        point's 40: numpy's fixed cost per call was a tenth of such a program's timing)."""
+        n_dma = self.arch.dma_engines
+        groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for s, e, q, k in zip(starts, ends, queue, nqs, strict=True):
+            key = (q, k if q >= _DQ else 0)  # the queues an op holds
+            got = groups.get(key)
+            if got is None:
+                groups[key] = [(s, e)]
+            else:
+                got.append((s, e))
+        held: list[list[list[tuple[int, int]]]] = [[] for _ in range(nq)]
+        busy, counts = [0] * nq, [0] * nq
+        for (q0, n), pairs in groups.items():
+            merged = union_pairs(pairs)
+            size = 0
+            for s, e in merged:
+                size += e - s
+            qids = ([_DQ + (q0 - _DQ + j) % n_dma for j in range(n)] if q0 >= _DQ
+                    else [q0])
+            for qid in qids:
+                held[qid].append(merged)
+                busy[qid] = size  # the union of this group alone
+                counts[qid] += len(pairs)
+        for qid, parts in enumerate(held):
+            if len(parts) > 1:  # several groups hold the queue: the union of them all
+                size = 0
+                for s, e in union_pairs([x for part in parts for x in part]):
+                    size += e - s
+                busy[qid] = size
+        return busy, counts
+
     def _busy_each(self, starts: np.ndarray, ends: np.ndarray, queue: np.ndarray,
                    nqs: np.ndarray, nq: int) -> tuple[list[int], list[int]]:
         """:meth:`_busy` one queue at a time (no shifted times that could overflow)."""
@@ -729,7 +798,12 @@ class _Scheduler:
         latency = int(ends.max()) if n else 0
         macs2, dma_bytes, hbm_bytes = self.totals[cut]
         names = queue_names(arch)
-        b, c = self._busy(starts, ends, queue, nqs, len(names))
+        if n <= BUSY_NUMPY:
+            rec = self.records
+            b, c = self._busy_small(rec[2:RECORD * n:RECORD], self.ends[:n], self.queue[:n],
+                                    rec[1:RECORD * n:RECORD], len(names))
+        else:
+            b, c = self._busy(starts, ends, queue, nqs, len(names))
         busy = dict(zip(names, b, strict=True))
         counts = dict(zip(names, c, strict=True))
         # the what-if latencies: one longest-path pass over the plans, when first read

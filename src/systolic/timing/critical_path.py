@@ -37,6 +37,9 @@ class OpRecord(NamedTuple):
 
 
 RECORD = len(OpRecord._fields)  # ints a record
+# the causes' keys by value (Cause's values are 0 .. n - 1 in display order)
+_KEYS = tuple(c.key for c in sorted(Cause))
+assert [int(c) for c in sorted(Cause)] == list(range(len(Cause)))
 
 
 def critical_path(records: Sequence[int], ends: np.ndarray, latency: int) -> dict[str, int]:
@@ -44,7 +47,7 @@ def critical_path(records: Sequence[int], ends: np.ndarray, latency: int) -> dic
     ``records`` are the ops' :class:`OpRecord` fields, ``RECORD`` ints an op."""
     parts = [0] * len(Cause)
     if not len(ends):
-        return {c.key: 0 for c in Cause}
+        return dict.fromkeys(_KEYS, 0)
     op = int(np.argmax(ends))
     t = latency
     while op >= 0:
@@ -58,4 +61,4 @@ def critical_path(records: Sequence[int], ends: np.ndarray, latency: int) -> dic
         t = lo
         op = binder
     parts[Cause.IDLE] += t  # a root that does not start at 0
-    return {c.key: parts[c] for c in Cause}
+    return dict(zip(_KEYS, parts, strict=True))

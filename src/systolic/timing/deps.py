@@ -235,6 +235,8 @@ class Tracker:
         # flat mode (FLAT_REGIONS): the live records of each memory space, by region id
         self.flat: dict[str, dict[int, _Record]] | None = {}
         self.regions: list[Region] = []
+        # per region: its (first) rectangle's row and column bounds, for the flat scan
+        self.boxes: list[tuple[int, int, int, int]] = []
         self.extents: list[tuple[int, int]] = []  # a device-memory region's flat extent
         self.layouts: list[tuple[Layout, ...]] = []
         self.buckets: list[tuple[Key, ...]] = []  # where each region's record is filed
@@ -271,6 +273,8 @@ class Tracker:
         if rid is None:
             rid = self.ids[r] = len(self.regions)
             self.regions.append(r)
+            x = r[2]
+            self.boxes.append((x.row, x.row + x.rows, x.col, x.col + x.cols))
             sp = self.spaces.get(r[0])
             if sp is None:
                 sp = self.spaces[r[0]] = len(self.space_versions)
@@ -396,18 +400,19 @@ class Tracker:
                 return []
             out: list[_Record] = []
             extents = self.extents
+            boxes = self.boxes
             simple = ra[3] is None
-            x = ra[2]
-            x0, x1, y0, y1 = x.row, x.row + x.rows, x.col, x.col + x.cols
+            pitch = ra[1]
+            x0, x1, y0, y1 = boxes[rid]
             for other, rec in live.items():
                 if written and not rec.writers and not rec.pipe:
                     continue
                 rb = regions[other]
-                if simple and rb[3] is None and rb[1] == ra[1]:  # two rectangles of one grid
-                    o = rb[2]
-                    if o.row < x1 and x0 < o.row + o.rows and o.col < y1 and y0 < o.col + o.cols:
+                if simple and rb[3] is None and rb[1] == pitch:  # two rectangles of one grid
+                    o0, o1, p0, p1 = boxes[other]
+                    if o0 < x1 and x0 < o1 and p0 < y1 and y0 < p1:
                         out.append(rec)
-                elif rb[1] != ra[1]:  # device memory, two pitches: flat extents first
+                elif rb[1] != pitch:  # device memory, two pitches: flat extents first
                     lo, hi = extents[rid]
                     olo, ohi = extents[other]
                     if olo < hi and lo < ohi and self._overlap(rid, other):

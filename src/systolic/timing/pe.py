@@ -48,6 +48,7 @@ __all__ = [
     "column_period",
     "compute_step",
     "contraction",
+    "cost_key",
     "load_cycles",
     "load_step",
     "matmul_duration",
@@ -107,6 +108,16 @@ def matmul_duration(ins: Compute, arch: Arch) -> int:
     """Cycles from start to the last MAC's cycle + 1 on an otherwise idle array."""
     return wavefront_cycles(moving_n(ins), array_rows(ins), array_cols(ins),
                             column_period(ins, arch))
+
+
+def cost_key(ins: Compute) -> tuple[object, ...]:
+    """The fields the compute rules above read (the moving tile's partitions, dims and
+    format, the destination's partitions, the fp32 pass or the MX format): instructions of
+    one key cost the same on one Arch. A memo key that hashes in C (the frozen instruction's
+    own hash runs in Python over every field, issue 20)."""
+    mv = ins.moving
+    last = ins.fmt if type(ins) is MatmultMx else ins.fp32_pass  # type: ignore[union-attr]
+    return (type(ins), mv.partitions, mv.dims, mv.dtype, ins.dst.partitions, last)
 
 
 def load_cycles(ins: Load, arch: Arch) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -57,7 +58,12 @@ QUEUE_NAMES = ("tensor", "vector", "scalar", "gpsimd")
 def queue_names(arch: Arch) -> tuple[str, ...]:
     """Queue names by id: the four compute engines, then the DMA engines ``dma0`` ...
     (Neuron Explorer's per-engine rows)."""
-    return QUEUE_NAMES + tuple(f"dma{q}" for q in range(arch.dma_engines))
+    return _queue_names(arch.dma_engines)
+
+
+@lru_cache(maxsize=64)
+def _queue_names(dma_engines: int) -> tuple[str, ...]:
+    return QUEUE_NAMES + tuple(f"dma{q}" for q in range(dma_engines))
 
 
 @dataclass(frozen=True, eq=False)

@@ -51,6 +51,7 @@ from .pe import (
     column_period,
     compute_step,
     contraction,
+    cost_key,
     load_cycles,
     load_step,
     matmul_duration,
@@ -85,6 +86,13 @@ class Cause(enum.IntEnum):
 _START = int(CalcFlags.START)
 _STOP = int(CalcFlags.STOP)
 _NONE, _INTERVAL, _LOAD, _READOUT = (int(c) for c in Cause)
+_COMPUTE_KIND = int(Kind.COMPUTE)
+# Cause of a compute's start by Bind value (an IntEnum indexes a tuple; a dict keyed by it
+# hashed it in Python, per MatMul); LOAD_QUEUE binds loads only
+_WHY = {Bind.NONE: _NONE, Bind.INTERVAL: _INTERVAL, Bind.WEIGHT_LOAD: _LOAD,
+        Bind.READY: _READOUT}
+assert [int(b) for b in sorted(Bind)] == list(range(len(Bind)))
+_WHY_CAUSE = tuple(_WHY.get(b, -1) for b in sorted(Bind))
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -170,11 +178,13 @@ def schedule(program: Program, arch: Arch | str, *, check: bool = False) -> Sche
     ends = [-1] * count
     cause = [-1] * count
     entries: list[tuple[int, ...]] = []
-    memo: dict[object, tuple[int, ...]] = {}  # compute costs by instruction (frozen)
+    memo: dict[object, tuple[int, ...]] = {}  # compute costs by pe.cost_key
     load_memo: dict[object, int] = {}
     ro_memo: dict[object, int] = {}
-    why_cause = {Bind.NONE: _NONE, Bind.INTERVAL: _INTERVAL, Bind.WEIGHT_LOAD: _LOAD,
-                 Bind.READY: _READOUT}
+    why_cause = _WHY_CAUSE
+    # PSUM patterns' rectangles by pattern object (the compiler shares equal patterns: a
+    # bank's is asked for by each MatMul of its group and by its ReadOut)
+    rects: dict[int, tuple[object, Rect]] = {}
 
     pe = PE_IDLE  # the issue rules' state (timing/pe.py)
     ro_free = 0  # the read-out engine is free from here
@@ -184,10 +194,15 @@ def schedule(program: Program, arch: Arch | str, *, check: bool = False) -> Sche
     for i, ins in enumerate(instrs):
         tp = type(ins)
         if tp is MatMul or tp is MatmultMx:
-            e = memo.get(ins)
+            key = cost_key(ins)  # type: ignore[arg-type]
+            e = memo.get(key)
             if e is None:
-                e = memo[ins] = _compute_entry(ins, arch)  # type: ignore[arg-type]
-            dreg = ins.dst.rect  # type: ignore[union-attr]
+                e = memo[key] = _compute_entry(ins, arch)  # type: ignore[arg-type]
+            dst = ins.dst  # type: ignore[union-attr]
+            got = rects.get(id(dst))
+            if got is None or got[0] is not dst:
+                got = rects[id(dst)] = (dst, dst.rect)
+            dreg = got[1]
             flags = int(ins.flags)  # type: ignore[union-attr]
             ready = 0
             if flags & _START and ro_end:  # the bank must be read out first
@@ -214,7 +229,10 @@ def schedule(program: Program, arch: Arch | str, *, check: bool = False) -> Sche
             c = ro_memo.get(src.dims)
             if c is None:
                 c = ro_memo[src.dims] = readout_cycles(ins, arch)  # type: ignore[arg-type]
-            reg = src.rect
+            got = rects.get(id(src))
+            if got is None or got[0] is not src:
+                got = rects[id(src)] = (src, src.rect)
+            reg = got[1]
             done = max((g for other, g in group_end.items() if reg.overlaps(other)),
                        default=0)  # every MatMul of the region's group has ended (pe.py)
             t = ro_free if ro_free > done else done
@@ -233,7 +251,7 @@ def _assemble(arch: Arch, kinds: bytearray, starts: list[int], ends: list[int],
     kind_arr = np.frombuffer(bytes(kinds), dtype=np.int8).copy()
     table = np.array(entries, dtype=np.int64).reshape(-1, 9)
     costs = ComputeCosts(
-        index=np.flatnonzero(kind_arr == Kind.COMPUTE),
+        index=np.flatnonzero(kind_arr == _COMPUTE_KIND),
         interval=table[:, 0], duration=table[:, 1], n=table[:, 2], period=table[:, 3],
         rows=table[:, 4], cols=table[:, 5], fold=table[:, 6], passes=table[:, 7],
         macs=table[:, 8].astype(np.float64) / table[:, 7],

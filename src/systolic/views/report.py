@@ -67,8 +67,10 @@ CAUSES: dict[str, str] = {
     "readout": "PSUM read-out stalls",
     "idle": "idle gaps",
 }
-_GAP_CAUSE = {Cause.NONE: "idle", Cause.INTERVAL: "idle", Cause.WEIGHT_LOAD: "weight_load",
-              Cause.READOUT: "readout"}
+# by the Cause's int value (numpy compares an array with an int at once; with an IntEnum it
+# probes the enum for array attributes first)
+_GAP_CAUSE = {int(Cause.NONE): "idle", int(Cause.INTERVAL): "idle",
+              int(Cause.WEIGHT_LOAD): "weight_load", int(Cause.READOUT): "readout"}
 
 
 def _breakdown_units(sch: Schedule, pack: int) -> dict[str, int]:
@@ -84,18 +86,18 @@ def _breakdown_units(sch: Schedule, pack: int) -> dict[str, int]:
     stream[-1] = min(int(stream[-1]), int(cc.duration[-1]))
     ideal2 = 2 * cc.n // cc.passes  # 2E, an integer since q is 1 or 2
     lane = rows * pack
-    out["useful"] = int(np.sum(ideal2 * cc.cols * cc.rows * cc.fold))
-    out["cols_idle"] = int(np.sum(ideal2 * (cols - cc.cols))) * lane
-    out["rows_idle"] = int(np.sum(ideal2 * cc.cols * (lane - cc.rows * cc.fold)))
-    out["fp32_passes"] = int(np.sum(2 * stream - ideal2)) * rows * cols * pack
-    out["short_moving"] = int(np.sum(cc.interval[:-1] - stream[:-1])) * unit
+    out["useful"] = int((ideal2 * cc.cols * cc.rows * cc.fold).sum())
+    out["cols_idle"] = int((ideal2 * (cols - cc.cols)).sum()) * lane
+    out["rows_idle"] = int((ideal2 * cc.cols * (lane - cc.rows * cc.fold)).sum())
+    out["fp32_passes"] = int((2 * stream - ideal2).sum()) * rows * cols * pack
+    out["short_moving"] = int((cc.interval[:-1] - stream[:-1]).sum()) * unit
     out["fill_drain"] = (sch.cycles - int(s[-1]) - int(stream[-1])) * unit
     gaps = np.empty(len(s), dtype=np.int64)
     gaps[0] = s[0]
     gaps[1:] = s[1:] - s[:-1] - cc.interval[:-1]
     causes = sch.cause[cc.index]
     for c, key in _GAP_CAUSE.items():
-        out[key] += int(np.sum(gaps[causes == c])) * unit
+        out[key] += int(gaps[causes == c].sum()) * unit
     return out
 
 
@@ -163,8 +165,11 @@ class Report:
 
     @property
     def breakdown(self) -> dict[str, float]:
-        """Cycles per cause (floats; :meth:`exact_breakdown` for exact values)."""
-        return {k: float(v) for k, v in self.exact_breakdown().items()}
+        """Cycles per cause (floats; :meth:`exact_breakdown` for exact values): each the
+        float nearest its exact value, as ``float(Fraction)`` gives it (Python's int / int
+        rounds correctly; no Fraction is built, issue 20)."""
+        unit = 2 * self.arch.rows * self.arch.cols * self.pack
+        return {k: v / unit for k, v in self.units.items()}
 
     def percent(self) -> dict[str, float]:
         total = sum(self.units.values())
@@ -310,7 +315,7 @@ def build_report(program: Program, arch: Arch | str,
     else:
         fmt, mode = _program_format(program, pack)
     units = _breakdown_units(sch, pack)
-    useful2 = int(np.sum(2 * cc.n // cc.passes * cc.cols * cc.rows * cc.fold))
+    useful2 = units["useful"]  # sum(2E x c x r x f): 2 x the useful MACs
     return Report(arch=arch, fmt=fmt, perf_mode=mode, pack=pack, cycles=sch.cycles,
                   useful_macs=useful2 // 2, readout_tail=sch.readout_tail,
                   counts=program.counts(), units=units, schedule=sch, program=program)

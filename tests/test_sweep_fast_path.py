@@ -1,0 +1,65 @@
+"""A sweep's matmul point (issue 20's fast path: the whole core timed without what-if plans,
+busy times in plain Python, access-pattern regions kept across programs) reports every
+figure the full path does: ``time_op``'s Report with its whole core timed on first use
+(what-ifs on), busy times by numpy, no region kept from an earlier program."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from systolic.sweep import evaluate
+from systolic.timing import core as tcore
+from systolic.workload import time_op
+
+POINTS: list[dict[str, Any]] = [
+    {"arch": "trn2", "m": m, "k": k, "n": n}
+    for m, k, n in [(64, 64, 64), (128, 640, 576), (320, 320, 320), (640, 192, 640),
+                    (576, 448, 64), (1, 1, 1), (257, 129, 1025)]
+] + [
+    {"arch": "trn2", "m": 300, "k": 500, "n": 700, "dtype": d, "perf_mode": pm}
+    for d, pm in [("fp32", "none"), ("fp8_e4m3", "double_row"), ("int8", "none")]
+] + [
+    {"arch": "trn3", "m": 256, "k": 256, "n": 512, "dtype": "mxfp8_e4m3"},
+    {"arch": "trn1", "m": 1000, "k": 1000, "n": 1000},
+    {"arch": "trn2", "m": 2048, "k": 2048, "n": 2048},  # timed whole, over BUSY_NUMPY ops
+    {"arch": "trn2", "m": 4096, "k": 512, "n": 4096},  # from a slice (extrapolate.py)
+    {"arch": "trn2", "m": 384, "k": 512, "n": 512, "dma_engines": 3},
+]
+
+
+def _full(spec: Any, arch: Any) -> Any:
+    return time_op(spec, arch)[0]
+
+
+@pytest.mark.parametrize("point", POINTS, ids=lambda p: "-".join(map(str, p.values())))
+def test_sweep_point_equals_the_full_path(monkeypatch, point: dict[str, Any]) -> None:
+    target = evaluate.matmul_target()
+    evaluate._timed.cache_clear()
+    got = evaluate.evaluate_point(target, point)
+    monkeypatch.setattr(evaluate, "_timed", _full)
+    monkeypatch.setattr(tcore, "BUSY_NUMPY", -1)
+    monkeypatch.setattr(tcore, "_REGIONS", {})
+    want = evaluate.evaluate_point(target, point)
+    assert got == want
+
+
+def test_breakdown_floats_are_the_nearest_to_the_exact_fractions() -> None:
+    """``Report.breakdown`` divides integers (issue 20) where it converted Fractions: the
+    same floats, for real reports and for units up to 2**80."""
+    import dataclasses
+    import random
+
+    from systolic.api import make_spec
+    from systolic.arch import get_arch
+
+    arch = get_arch("trn2")
+    rng = random.Random(20)
+    for m, k, n, dt, mode in [(320, 192, 576, "bf16", "none"), (300, 500, 700, "fp32", "none"),
+                              (256, 512, 512, "fp8_e4m3", "double_row")]:
+        rep = time_op(make_spec(m, k, n, dt, arch, mode), arch)[0]
+        wild = dataclasses.replace(rep, units={c: rng.randrange(1 << rng.randrange(1, 80))
+                                               for c in rep.units})
+        for r in (rep, wild):
+            assert r.breakdown == {c: float(f) for c, f in r.exact_breakdown().items()}
