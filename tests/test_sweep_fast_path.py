@@ -63,3 +63,20 @@ def test_breakdown_floats_are_the_nearest_to_the_exact_fractions() -> None:
                                                for c in rep.units})
         for r in (rep, wild):
             assert r.breakdown == {c: float(f) for c, f in r.exact_breakdown().items()}
+
+
+@pytest.mark.parametrize("m,k,arch", [(384, 1024, "trn1"), (1920, 512, "trn2"),
+                                      (384, 512, "trn2"), (1536, 1408, "trn2")])
+def test_a_sweep_point_reports_the_one_product_commands_latency(
+        m: int, k: int, arch: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Bit for bit: ``systolic matmul M K 512 --json``'s latency_us and the sweep's, for
+    products where ``latency * 1e6 / tick_hz`` and the sweep's seconds * 1e6 differed in
+    the last bit (test_sweep_signals compared three arbitrary points and failed 2 runs in 7)."""
+    import json
+
+    from systolic.cli import main
+
+    got = evaluate.evaluate_point(evaluate.matmul_target(), {"m": m, "k": k, "n": 512,
+                                                             "arch": arch})
+    assert main(["matmul", str(m), str(k), "512", "--arch", arch, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["core"]["latency_us"] == got["latency_us"]
