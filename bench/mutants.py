@@ -283,17 +283,17 @@ CATALOGUE: tuple[Mutant, ...] = (
       "return full + (1 if rest % fold == 0 or rest < arch.rows - 1 else 2)",
       COMPILER, "matmul_count disagrees with tile() for an odd 127-row ragged K tile"),
     M("cache_hit_any_weights", "compiler/codegen.py",
-      "if (t.group == group and t.stationary == stationary and t.perf_mode is perf_mode\n",
-      "if (t.group == group and t.perf_mode is perf_mode\n",
+      "if (t.group == group and (t.stationary is stationary or t.stationary == stationary)\n"
+      "                    and t.perf_mode is perf_mode",
+      "if (t.group == group\n                    and t.perf_mode is perf_mode",
       COMPILER, "the weight-tile cache hits on the same group with other weights"),
     M("cache_hit_any_perf", "compiler/codegen.py",
-      "t.stationary == stationary and t.perf_mode is perf_mode\n"
-      "                    and t.rect == rect):",
-      "t.stationary == stationary\n                    and t.rect == rect):",
+      "and t.perf_mode is perf_mode and t.rect == rect):",
+      "and t.rect == rect):",
       COMPILER, "the weight-tile cache hits across perf modes"),
     M("cache_hit_any_rect", "compiler/codegen.py",
-      "t.perf_mode is perf_mode\n                    and t.rect == rect):",
-      "t.perf_mode is perf_mode):",
+      "and t.perf_mode is perf_mode and t.rect == rect):",
+      "and t.perf_mode is perf_mode):",
       COMPILER, "the weight-tile cache hits on the same weights latched on other PEs",
       equivalent="in a Program that verifies, the group and the SBUF pattern fix the PEs: the "
                  "row is the pattern's partition and a tile must start at a multiple of its "

@@ -51,8 +51,8 @@ MUTANTS: tuple[Mutant, ...] = (
       "    if lo < 0 or hi > size:",
       ERR, "an access pattern one element past its tensor accepted"),
     M("nki_memset_acc_old_wording", "nki/build.py",
-      '"model\'s PSUM cannot extend" if before[-1] is None else',
-      '"model\'s PSUM cannot extend" if before else',
+      '"this model\'s PSUM cannot extend" if last is None else',
+      '"this model\'s PSUM cannot extend" if last is not _NONE else',
       ERR, "after memset(1.0) then accumulate=True the error says the accumulation "
       "'already finished (it was read)' (defect 5)"),
     # -- issue 22 ------------------------------------------------------------------------
@@ -98,8 +98,8 @@ MUTANTS: tuple[Mutant, ...] = (
       '        pos = kw.pop("tile_position", ())',
       ERR, "tile_position=True: TypeError bool has no len()"),
     M("nki_slice_step_zero", "nki/tensor.py",
-      "                        k.step is not None and k.step < 1):",
-      "                        k.step is not None and k.step < 0):",
+      "                        or (kp is not None and kp < 1)):  # plain ints pass at once",
+      "                        or (kp is not None and kp < 0)):  # plain ints pass at once",
       ERR, "a[0:128:0]: ValueError slice step cannot be zero"),
     M("nki_mgrid_unchecked", "nki/index.py",
       "            if not isinstance(s, slice) or not whole(s.stop) or not all(",
@@ -111,8 +111,8 @@ MUTANTS: tuple[Mutant, ...] = (
       ERR, "nl.mgrid[0:128:0, ...]: ValueError range() arg 3 must not be zero (found by the "
       "fuzzer)"),
     M("nki_unwritten_read_unchecked", "nki/build.py",
-      "                if not any(_overlap(w, r) for w in written.get(t.id, ())):",
-      "                if False:",
+      "                else:\n                    made = \"an argument\" if t.is_input",
+      "                if False:\n                    made = \"an argument\" if t.is_input",
       ERR + FUZZ, "a store of a tile nothing wrote (an older-API result never assigned) "
       "exits 0 with NaN output (W2, found by the fuzzer)"),
     M("nki_execute_fill_ignored", "nki/run.py",

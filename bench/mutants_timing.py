@@ -34,9 +34,8 @@ MUTANTS: tuple[Mutant, ...] = (
       "sh, hbind = hbm.fit(max(0, t - self.fixed), hb) if hb else (t, -1)", T,
       "HBM bytes served during the DMA fixed latency"),
     M("core-region-memo-no-dtype", "timing/core.py",
-      "        key = ap  # every field: two dtypes of one offset and dims touch different bytes",
-      "        key = (ap.space, ap.partition, ap.partitions, ap.offset, ap.dims,\n"
-      "               ap.partition_step)",
+      "        key = (ap.space, ap.partition, ap.partitions, ap.offset, ap.dims, ap.dtype,\n",
+      "        key = (ap.space, ap.partition, ap.partitions, ap.offset, ap.dims,\n",
       ("tests/test_reference_scheduler.py::"
        "test_a_bf16_read_waits_for_the_fp32_dma_writing_those_bytes", *T),
       "the region memo keyed without the dtype: a bf16 read misses the fp32 write"),
