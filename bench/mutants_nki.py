@@ -14,6 +14,7 @@ from mutants import Mutant  # noqa: E402
 M = Mutant
 ERR = ("tests/test_nki_errors.py",)
 FUZZ = ("tests/test_nki_fuzz.py",)
+NKI = ("tests/test_nki.py",)
 MUTANTS: tuple[Mutant, ...] = (
     # -- issue 21 survivors --------------------------------------------------------------
     M("nki_sbuf_round_down", "nki/alloc.py",
@@ -120,4 +121,28 @@ MUTANTS: tuple[Mutant, ...] = (
       "        buf.fill(0xFF)  # 0xFF",
       FUZZ, "execute ignores fill: the fuzzer's two-fill oracle cannot see a read of "
       "unwritten memory"),
+    # -- issue 19, stop 32: the compiler's allocation ------------------------------------
+    M("nki_mod_alloc_no_modulo", "nki/compiler.py",
+      "            lin = lin * n + i % n",
+      "            lin = lin * n + i",
+      NKI, "mod_alloc's logical tiles each get their own place: blocks 0 and 2 of "
+      "num_free_tiles=(2,) no longer share a tile"),
+    M("nki_iadd_finished_refused", "nki/build.py",
+      "if not (op.args.iadd and (last is _NONE or last is None)):",
+      "if not (op.args.iadd and last is _NONE):",
+      NKI, "psum += nc_matmul onto a finished, read group refused (the allocated attention "
+      "kernels stop)"),
+    M("nki_iadd_onto_vector_writes", "nki/build.py",
+      "if not (op.args.iadd and (last is _NONE or last is None)):",
+      "if not op.args.iadd:",
+      NKI, "psum += nc_matmul onto values a memset wrote silently starts a new group"),
+    M("nki_psum_blocks_never_split", "nki/blocks.py",
+      "                and prod(t.shape[:t.pdim]) > 1 and not t.is_input):",
+      "                and prod(t.shape[:t.pdim]) > 1 << 30 and not t.is_input):",
+      NKI, "an automatic PSUM tensor of many one-bank blocks is placed whole: 'PSUM is full'"),
+    M("nki_direct_loop_new_tensor", "nki/direct.py",
+      "    if key is not None and key in rec.direct:",
+      "    if False:",
+      NKI, "a directly allocated declaration in a loop body is a new tensor (and a new "
+      "address) every iteration: the address counter runs past SBUF"),
 )

@@ -221,4 +221,10 @@ MUTANTS: tuple[Mutant, ...] = (
       "            if ps0 > t0:\n                t0 = ps0\n",
       "", (FAST,),
       "a weight load in the DMA-free what-if not waiting for the previous MatMul's start"),
+    M("latency-us-other-rounding", "timing/result.py",
+      "        return self.seconds * 1e6\n",
+      "        return self.latency * 1e6 / self.tick_hz\n",
+      ("tests/test_sweep_fast_path.py",),
+      "latency_us rounded otherwise than a sweep's total: the one-product command and the "
+      "sweep differ in the last bit"),
 )
