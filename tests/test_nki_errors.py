@@ -247,6 +247,14 @@ BAD_CALLS: dict[str, tuple[str, tuple[str, ...]]] = {
                            "axis='x')  # HERE\n", ("tensor_reduce", "axis='x'")),
     "ap_not_pairs": (_T + "    v = t.ap(5)  # HERE\n", ("ap(pattern=5",)),
     "ap_zero_count": (_T + "    v = t.ap([[128, 128], [1, 0]])  # HERE\n", ("count",)),
+    "mod_alloc_zero_tiles": ("    import nki.compiler as ncc\n    t = nl.ndarray((4, nl.par_dim("
+                             "128), 64), dtype=nl.float32, buffer=ncc.sbuf.mod_alloc(base_addr"
+                             "=0, num_free_tiles=0))  # HERE\n",
+                             ("num_free_tiles=0", "tile count")),
+    "alloc_func_raises": ("    import nki.compiler as ncc\n    t = nl.ndarray((2, nl.par_dim("
+                          "128), 64), dtype=nl.float32, buffer=ncc.sbuf.alloc(lambda idx, "
+                          "pdim_size, fdim_size: (0, 'x')))  # HERE\n",
+                          ("allocation of block (0,)", "whole numbers")),
 }
 
 

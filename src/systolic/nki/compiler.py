@@ -26,12 +26,14 @@ __all__ = ["enable_stack_allocator", "force_auto_alloc", "no_reorder", "psum", "
 
 
 def _whole(name: str, value: Any, what: str) -> None:
-    ok = (isinstance(value, int) and not isinstance(value, bool) and value >= 0) or (
+    least = 1 if name.startswith("num_") else 0  # a tile count: at least one tile
+    ok = (isinstance(value, int) and not isinstance(value, bool) and value >= least) or (
         isinstance(value, tuple | list) and all(isinstance(v, int) and not isinstance(
             v, bool) and v > 0 for v in value))
     if not ok:
-        raise fail(f"{what} {name}={value!r}: a non-negative whole number (or a tuple of "
-                   f"positive ones for a tile count)")
+        raise fail(f"{what} {name}={value!r}: " + (
+            "a tile count is a positive whole number or a tuple of them" if least else
+            "a non-negative whole number"))
 
 
 class _Space:
