@@ -17,7 +17,7 @@ from .lazy import LazyKind
 from .record import Where, fail
 from .tensor import Pending, Tensor, View, as_view
 
-__all__ = ["current_api", "emit", "need", "no_extra", "take"]
+__all__ = ["current_api", "emit", "named", "need", "no_extra", "take"]
 
 Recorder = Callable[[View, dict[str, Any], Where], None]
 
@@ -42,16 +42,24 @@ def need(vals: dict[str, Any], names: tuple[str, ...], what: str, where: Where) 
         raise fail(f"{what}: missing argument(s) {', '.join(missing)}", where)
 
 
+def named(args: tuple[Any, ...], kw: dict[str, Any], names: tuple[str, ...]
+          ) -> dict[str, Any]:
+    """The call's arguments in ``names``, by position in that order or by keyword (popped
+    from ``kw``); the caller reads its options from ``kw`` next, then :func:`no_extra`."""
+    vals = dict(zip(names, args, strict=False))
+    for k in names:
+        if k in kw:
+            vals[k] = kw.pop(k)
+    return vals
+
+
 def take(args: tuple[Any, ...], kw: dict[str, Any], names: tuple[str, ...], what: str,
          where: Where, required: int) -> dict[str, Any]:
     """The call's arguments by name (positional in ``names`` order, or keywords); the first
     ``required`` must be given and not None; anything else is one line naming it."""
     if len(args) > len(names):
         raise fail(f"{what} takes at most {len(names)} positional arguments", where)
-    vals = dict(zip(names, args, strict=False))
-    for k in names:
-        if k in kw:
-            vals[k] = kw.pop(k)
+    vals = named(args, kw, names)
     kw.pop("name", None)
     no_extra(kw, what, where)
     missing = [n for n in names[:required] if vals.get(n) is None]

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..dtypes import get_format
 from ..isa import AluOp, Engine
-from .calls import current_api, need, no_extra
+from .calls import current_api, named, need, no_extra
 from .index import check_mask, reduce_axis
 from .lazy import LazyKind
 from .mask import applying
@@ -135,8 +135,7 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
     m = check_mask(kw.pop("mask", None), "nc_matmul", where)
     if len(args) == 3 or "dst" in kw:
         names: tuple[str, ...] = ("dst", "stationary", "moving")
-        vals = dict(zip(names, args, strict=False))
-        vals.update({k: kw.pop(k) for k in names if k in kw})
+        vals = named(args, kw, names)
         need(vals, names, "nc_matmul", where)
         pos = _pair(kw.pop("tile_position", ()), "tile_position", where)
         size = _pair(kw.pop("tile_size", ()), "tile_size", where)
@@ -157,8 +156,7 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
                    as_view(vals["moving"]), acc, pos, size, perf, where)
         return None
     names = ("stationary", "moving")
-    vals = dict(zip(names, args, strict=False))
-    vals.update({k: kw.pop(k) for k in names if k in kw})
+    vals = named(args, kw, names)
     need(vals, names, "nc_matmul", where)
     pos = _pair(kw.pop("tile_position", ()), "tile_position", where)
     size = _pair(kw.pop("tile_size", ()), "tile_size", where)
@@ -214,8 +212,7 @@ def tensor_copy(*args: Any, **kw: Any) -> Pending | None:
     m = check_mask(kw.pop("mask", None), "tensor_copy", where)
     eng = kw.pop("engine", None)
     if len(args) == 2 or "dst" in kw:
-        vals = dict(zip(("dst", "src"), args, strict=False))
-        vals.update({k: kw.pop(k) for k in ("dst", "src") if k in kw})
+        vals = named(args, kw, ("dst", "src"))
         kw.pop("dtype", None)  # the current API casts to dst's dtype
         no_extra(kw, "tensor_copy", where)
         need(vals, ("dst", "src"), "tensor_copy", where)
@@ -237,8 +234,7 @@ def tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
     eng = kw.pop("engine", None)
     if len(args) == 4 or "dst" in kw:
         names: tuple[str, ...] = ("dst", "data1", "data2", "op")
-        vals = dict(zip(names, args, strict=False))
-        vals.update({k: kw.pop(k) for k in names if k in kw})
+        vals = named(args, kw, names)
         kw.pop("dtype", None)
         no_extra(kw, "tensor_tensor", where)
         need(vals, names, "tensor_tensor", where)
@@ -248,8 +244,7 @@ def tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
                                  as_view(vals["data2"]), vals["op"], eng, where)
         return None
     names = ("data1", "data2", "op")
-    vals = dict(zip(names, args, strict=False))
-    vals.update({k: kw.pop(k) for k in names if k in kw})
+    vals = named(args, kw, names)
     dtype = kw.pop("dtype", None)
     no_extra(kw, "tensor_tensor", where)
     need(vals, names, "tensor_tensor", where)
@@ -291,8 +286,7 @@ def memset(*args: Any, **kw: Any) -> Tensor | None:
     eng = kw.pop("engine", None)
     m = check_mask(kw.pop("mask", None), "memset", where)
     if (args and isinstance(args[0], tuple | list)) or "shape" in kw:
-        vals = dict(zip(("shape", "value", "dtype"), args, strict=False))
-        vals.update({k: kw.pop(k) for k in ("shape", "value", "dtype") if k in kw})
+        vals = named(args, kw, ("shape", "value", "dtype"))
         buf = kw.pop("buffer", BUFFERS["sbuf"])
         no_extra(kw, "memset", where)
         need(vals, ("shape", "value", "dtype"), "memset", where)
@@ -305,8 +299,7 @@ def memset(*args: Any, **kw: Any) -> Tensor | None:
         with applying(m, "memset", where):
             record_memset(t.full, value, eng, where)
         return t
-    vals = dict(zip(("dst", "value"), args, strict=False))
-    vals.update({k: kw.pop(k) for k in ("dst", "value") if k in kw})
+    vals = named(args, kw, ("dst", "value"))
     kw.pop("dtype", None)
     no_extra(kw, "memset", where)
     need(vals, ("dst", "value"), "memset", where)
@@ -366,8 +359,7 @@ def _activation(args: tuple[Any, ...], kw: dict[str, Any], reduce: bool) -> Pend
         raise fail("activation_reduce needs reduce_res (a [P, 1] tile)", where)
     if (args and isinstance(args[0], Tensor | View)) or "dst" in kw:
         names: tuple[str, ...] = ("dst", "op", "data")
-        vals = dict(zip(names, args, strict=False))
-        vals.update({k: kw.pop(k) for k in names if k in kw})
+        vals = named(args, kw, names)
         kw.pop("dtype", None)
         no_extra(kw, "activation", where)
         need(vals, names, "activation", where)
@@ -377,8 +369,7 @@ def _activation(args: tuple[Any, ...], kw: dict[str, Any], reduce: bool) -> Pend
                               extra["reduce_res"])
         return None
     names = ("op", "data")
-    vals = dict(zip(names, args, strict=False))
-    vals.update({k: kw.pop(k) for k in names if k in kw})
+    vals = named(args, kw, names)
     dtype = kw.pop("dtype", None)
     no_extra(kw, "activation", where)
     need(vals, names, "activation", where)
@@ -398,8 +389,7 @@ def tensor_scalar(*args: Any, **kw: Any) -> Pending | None:
     new_api = current_api(args, kw, 2, at=1)
     names: tuple[str, ...] = (("dst",) if new_api else ()) + (
         "data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1")
-    vals = dict(zip(names, args, strict=False))
-    vals.update({k: kw.pop(k) for k in names if k in kw})
+    vals = named(args, kw, names)
     dtype = kw.pop("dtype", None)
     no_extra(kw, "tensor_scalar", where)
     need(vals, names[:4] if new_api else names[:3], "tensor_scalar", where)
@@ -439,8 +429,7 @@ def tensor_scalar_reduce(*args: Any, **kw: Any) -> Pending | None:
     new_api = current_api(args, kw, 2)
     names: tuple[str, ...] = (("dst",) if new_api else ()) + (
         "data", "op0", "operand0", "reduce_op", "reduce_res", "reverse0")
-    vals = dict(zip(names, args, strict=False))
-    vals.update({k: kw.pop(k) for k in names if k in kw})
+    vals = named(args, kw, names)
     dtype = kw.pop("dtype", None)
     no_extra(kw, what, where)
     need(vals, names[:-1], what, where)
@@ -468,8 +457,7 @@ def tensor_reduce(*args: Any, **kw: Any) -> Pending | None:
     new_api = current_api(args, kw, 1)
     names: tuple[str, ...] = (("dst",) if new_api else ()) + ("op", "data", "axis",
                                                                    "negate", "keepdims")
-    vals = dict(zip(names, args, strict=False))
-    vals.update({k: kw.pop(k) for k in names if k in kw})
+    vals = named(args, kw, names)
     dtype = kw.pop("dtype", None)
     no_extra(kw, "tensor_reduce", where)
     need(vals, names[:3] if new_api else names[:2], "tensor_reduce", where)

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..dtypes import get_format
 from ..isa import ActivationFunc, AluOp, Engine
-from .calls import current_api, need, no_extra
+from .calls import current_api, named, need, no_extra
 from .index import check_mask
 from .lazy import LazyKind, NlOp
 from .mask import whole_only
@@ -295,8 +295,7 @@ def nc_transpose(*args: Any, **kw: Any) -> Pending | None:
                where)
     eng = kw.pop("engine", None)
     if current_api(args, kw, 2):
-        vals = dict(zip(("dst", "data"), args, strict=False))
-        vals.update({k: kw.pop(k) for k in ("dst", "data") if k in kw})
+        vals = named(args, kw, ("dst", "data"))
         no_extra(kw, "nc_transpose", where)
         need(vals, ("dst", "data"), "nc_transpose", where)
         record_transpose(as_view(vals["dst"]), as_view(vals["data"]), eng, where)
@@ -320,8 +319,7 @@ def dma_transpose(*args: Any, **kw: Any) -> Pending | None:
         if kw.pop(opt, None) is not None:
             raise fail(f"dma_transpose {opt}= is not modelled", where)
     if current_api(args, kw, 2):
-        vals = dict(zip(("dst", "src"), args, strict=False))
-        vals.update({k: kw.pop(k) for k in ("dst", "src") if k in kw})
+        vals = named(args, kw, ("dst", "src"))
         no_extra(kw, "dma_transpose", where)
         need(vals, ("dst", "src"), "dma_transpose", where)
         record_dma_transpose(as_view(vals["dst"]), as_view(vals["src"]), where)

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 from ..dtypes import FORMATS
 from ..isa import Engine
-from .calls import current_api, need, no_extra
+from .calls import current_api, named, need, no_extra
 from .index import Expr, MultiExpr, check_mask
 from .lazy import LazyKind, is_number
 from .mask import applying
@@ -31,7 +31,7 @@ from .opkind import (
     ScalarTensorTensorArgs,
     ScanArgs,
 )
-from .ops import _add, _alu, _gpsimd, _match, _vector
+from .ops import _add, _alu, _match, _vector
 from .record import fail, here
 from .tensor import Pending, Tensor, View, as_view
 from .types import BUFFERS, to_dtype
@@ -217,21 +217,27 @@ def record_scan(dst: View, data0: View, data1: View, initial: Any, op0: Any, op1
     """The scan of nki.isa.tensor_tensor_scan: per partition, dst[j] = (data0[j] op0
     dst[j-1]) op1 data1[j], dst[-1] = initial (a number, or a [P, 1] tile)."""
     what = "tensor_tensor_scan"
-    for v, role in ((data0, "data0"), (data1, "data1"), (dst, "dst")):
+    srcs, const = _two_tiles(dst, (data0, "data0"), (data1, "data1"), (initial, "initial"),
+                             what, where)
+    _add(ScanArgs(_alu(op0), _alu(op1), const, bool(reverse0), bool(reverse1)), dst, srcs,
+         where)
+
+
+def _two_tiles(dst: View, a: tuple[View, str], b: tuple[View, str], scalar: tuple[Any, str],
+               what: str, where: tuple[str, int]) -> tuple[tuple[View, ...], float | None]:
+    """The sources of a Vector op on two tiles and a scalar (tensor_tensor_scan,
+    scalar_tensor_tensor): every tile on chip, the two not both in PSUM (NKI docs), dst
+    shaped as each; the scalar a number (returned) or a [P, 1] tile (a third source)."""
+    (x, xn), (y, yn) = a, b
+    for v, role in ((x, xn), (y, yn), (dst, "dst")):
         _on_chip(v, role, what, where)
-    if data0.buffer.name == "psum" and data1.buffer.name == "psum":
-        raise fail(f"{what}: data0 and data1 cannot both be in PSUM (NKI docs)", where)
-    _match(dst, data0, what, where)
-    _match(dst, data1, what, where)
-    srcs = [data0, data1]
-    const: float | None = None
-    if is_number(initial):
-        const = float(initial)
-    else:
-        srcs.append(_vector(initial, data0, "initial", what, where))
-    _gpsimd(Engine.VECTOR, (dst, *srcs), what, where)
-    _add(ScanArgs(_alu(op0), _alu(op1), const, bool(reverse0), bool(reverse1)), dst,
-         tuple(srcs), where)
+    if x.buffer.name == "psum" and y.buffer.name == "psum":
+        raise fail(f"{what}: {xn} and {yn} cannot both be in PSUM (NKI docs)", where)
+    _match(dst, x, what, where)
+    _match(dst, y, what, where)
+    if is_number(scalar[0]):  # a Python or numpy number (np.float32(0.5))
+        return (x, y), float(scalar[0])
+    return (x, y, _vector(scalar[0], x, scalar[1], what, where)), None
 
 
 def write_scan(pend: Pending, dst: View, accumulate: bool | None) -> None:
@@ -261,21 +267,10 @@ def record_scalar_tensor_tensor(dst: View, data: View, op0: Any, operand0: Any, 
     if not isinstance(operand1, Tensor | View | Pending):
         raise fail(f"{what} operand1 must be a tile of data's shape, not "
                    f"{type(operand1).__name__}", where)
-    t = as_view(operand1)
-    for v, role in ((data, "data"), (t, "operand1"), (dst, "dst")):
-        _on_chip(v, role, what, where)
-    if data.buffer.name == "psum" and t.buffer.name == "psum":
-        raise fail(f"{what}: data and operand1 cannot both be in PSUM (NKI docs)", where)
-    _match(dst, data, what, where)
-    _match(dst, t, what, where)
-    srcs = [data, t]
-    const: float | None = None
-    if is_number(operand0):  # a Python or numpy number (np.float32(0.5))
-        const = float(operand0)
-    else:
-        srcs.append(_vector(operand0, data, "operand0", what, where))
+    srcs, const = _two_tiles(dst, (data, "data"), (as_view(operand1), "operand1"),
+                             (operand0, "operand0"), what, where)
     _add(ScalarTensorTensorArgs(_alu(op0), const, bool(reverse0), _alu(op1), bool(reverse1)),
-         dst, tuple(srcs), where)
+         dst, srcs, where)
 
 
 def write_scalar_tensor_tensor(pend: Pending, dst: View, accumulate: bool | None) -> None:
@@ -292,8 +287,7 @@ def _stats(kind: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Pending | No
     m = check_mask(kw.pop("mask", None), kind, where)
     eng = kw.pop("engine", None)
     if current_api(args, kw, 2):
-        vals = dict(zip(("dst", "data"), args, strict=False))
-        vals.update({k: kw.pop(k) for k in ("dst", "data") if k in kw})
+        vals = named(args, kw, ("dst", "data"))
         no_extra(kw, kind, where)
         need(vals, ("dst", "data"), kind, where)
         if eng not in (None, Engine.VECTOR):
@@ -332,15 +326,13 @@ def iota(*args: Any, **kw: Any) -> Pending | None:
     m = check_mask(kw.pop("mask", None), "iota", where)
     kw.pop("engine", None)
     if current_api(args, kw, 2):
-        vals = dict(zip(("dst", "expr"), args, strict=False))
-        vals.update({k: kw.pop(k) for k in ("dst", "expr") if k in kw})
+        vals = named(args, kw, ("dst", "expr"))
         no_extra(kw, "iota", where)
         need(vals, ("dst", "expr"), "iota", where)
         with applying(m, "iota", where):
             record_iota(as_view(vals["dst"]), vals["expr"], where)
         return None
-    vals = dict(zip(("expr", "dtype"), args, strict=False))
-    vals.update({k: kw.pop(k) for k in ("expr", "dtype") if k in kw})
+    vals = named(args, kw, ("expr", "dtype"))
     no_extra(kw, "iota", where)
     need(vals, ("expr", "dtype"), "iota", where)
     p = iota_pending(vals["expr"], vals["dtype"], where)
@@ -355,8 +347,7 @@ def reciprocal(*args: Any, **kw: Any) -> Pending | None:
     kw.pop("name", None)
     m = check_mask(kw.pop("mask", None), "reciprocal", where)
     if current_api(args, kw, 2):
-        vals = dict(zip(("dst", "data"), args, strict=False))
-        vals.update({k: kw.pop(k) for k in ("dst", "data") if k in kw})
+        vals = named(args, kw, ("dst", "data"))
         kw.pop("dtype", None)
         no_extra(kw, "reciprocal", where)
         need(vals, ("dst", "data"), "reciprocal", where)
@@ -383,8 +374,7 @@ def tensor_tensor_scan(*args: Any, **kw: Any) -> Pending | None:
     new_api = current_api(args, kw, 3, at=2)
     names: tuple[str, ...] = (("dst",) if new_api else ()) + (
         "data0", "data1", "initial", "op0", "op1", "reverse0", "reverse1")
-    vals = dict(zip(names, args, strict=False))
-    vals.update({k: kw.pop(k) for k in names if k in kw})
+    vals = named(args, kw, names)
     dtype = kw.pop("dtype", None)
     no_extra(kw, "tensor_tensor_scan", where)
     need(vals, names[:6] if new_api else names[:5], "tensor_tensor_scan", where)
@@ -420,8 +410,7 @@ def scalar_tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
     new_api = current_api(args, kw, 2)
     names: tuple[str, ...] = (("dst",) if new_api else ()) + (
         "data", "op0", "operand0", "op1", "operand1", "reverse0", "reverse1")
-    vals = dict(zip(names, args, strict=False))
-    vals.update({k: kw.pop(k) for k in names if k in kw})
+    vals = named(args, kw, names)
     dtype = kw.pop("dtype", None)
     no_extra(kw, what, where)
     need(vals, names[:-2], what, where)
