@@ -77,6 +77,24 @@ def test_cost_at_one_point() -> None:
     assert engine_cycles(big, get_arch("trn2")) == 1000
 
 
+def test_verify_refuses_a_window_past_either_end_of_its_region() -> None:
+    """The window at every offset lo..hi stays inside ``region`` (what the dependency
+    tracker sees): 4 fp32 elements stepping 4 bytes fit a 1000-element region up to offset
+    996. Before, only the low end was checked, so hi = 997 passed."""
+    from systolic.errors import VerifyError
+    from systolic.isa import Program
+    from systolic.verify import verify
+
+    def ap(n: int, off: int = 0) -> AccessPattern:
+        return AccessPattern(Space.SBUF, 0, 128, off, ((1, n),), "fp32")
+    offs = AccessPattern(Space.SBUF, 0, 1, 0, ((1, 1),), "int32")
+    verify(Program([TensorCopyDynamic(ap(4), offs, ap(1000), ap(4, 8000), 4, 0, 996)]), "trn2")
+    for lo, hi, src in ((0, 997, ap(4)), (-1, 0, ap(4)), (0, 0, ap(4, 3988))):
+        with pytest.raises(VerifyError, match="leaves its region"):
+            verify(Program([TensorCopyDynamic(src, offs, ap(1000), ap(4, 8000), 4, lo, hi)]),
+                   "trn2")
+
+
 def test_offset_tile_written_first_is_a_dependency() -> None:
     from systolic.isa import ACCESS
     assert ACCESS[TensorCopyDynamic] == (("region", "offset"), ("dst",))
@@ -159,3 +177,40 @@ def test_the_engine_asked_for_is_the_engine_used() -> None:
     with pytest.raises(KernelError, match="not the Tensor Engine") as exc:
         snki.record(_copy_on(nisa.engine.tensor), [src, offs])
     assert "\n" not in str(exc.value)
+
+
+def _copy_2d_positional_dtype(src, offsets):
+    out = nl.ndarray([128, offsets.shape[1]], dtype=nl.float32, buffer=nl.shared_hbm)
+    s = nl.load(src)
+    o = nl.load(offsets)
+    t = nl.ndarray([128, offsets.shape[1]], dtype=nl.float32, buffer=nl.sbuf)
+    ix, iy = nl.mgrid[0:128, 0:1]
+    for i in nl.affine_range(offsets.shape[1]):
+        t[ix, i] = nisa.tensor_copy_dynamic_src(s[ix, o[0, i] + iy], nl.float32)
+    nl.store(out, value=t)
+    return out
+
+
+def test_the_older_call_takes_its_dtype_by_position() -> None:
+    """``tensor_copy_dynamic_src(src, nl.float32)`` returns a tile (the older API); it was
+    read as the current ``(dst, src)`` because it has two arguments."""
+    src = np.arange(128 * 40, dtype=np.float32).reshape(128, 40)
+    offs = np.array([[3, 17, 39]], dtype=np.int32)
+    got = simulate_kernel(_copy_2d_positional_dtype, src, offs)
+    np.testing.assert_array_equal(got, src[:, [3, 17, 39]])
+
+
+def _gather_masked(data, indices):
+    out = nl.ndarray(indices.shape, dtype=data.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(32)[:, None]
+    r = nl.gather_flattened(data=nl.load(data), indices=nl.load(indices), mask=(i_p < 16))
+    nl.store(out, value=r)
+    return out
+
+
+def test_a_partial_mask_on_a_gather_is_refused_not_ignored() -> None:
+    """Before, the mask was checked and dropped: every partition was gathered."""
+    data = np.zeros((32, 64), np.float32)
+    idx = np.zeros((32, 10), np.uint32)
+    with pytest.raises(SystolicError, match="mask= that leaves out elements"):
+        simulate_kernel(_gather_masked, data, idx)

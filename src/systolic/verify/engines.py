@@ -172,8 +172,6 @@ def _sources(ins: Instruction) -> tuple[AccessPattern, ...] | None:
     return None
 
 
-
-
 def check_indirect(c: Checker, i: int, ins: DmaIndirect) -> None:
     """An indirect DMA (isa DmaIndirect): the table in device memory, the rows and the
     indices in SBUF, one int32/uint32 index per row's partition, a row of the table as many

@@ -260,8 +260,6 @@ def _dropout(c: Checker, i: int, ins: ins_.Dropout) -> None:
     _same(c, i, ins.src, ins.dst, "Dropout")
 
 
-
-
 def _tensor_copy_dynamic(c: Checker, i: int, ins: ins_.TensorCopyDynamic) -> None:
     """nki.isa.tensor_copy_dynamic_src: src and dst on chip with the same partitions and
     elements per partition; the offset one int32/uint32 element in SBUF; the window at
@@ -280,8 +278,10 @@ def _tensor_copy_dynamic(c: Checker, i: int, ins: ins_.TensorCopyDynamic) -> Non
         c._fail(i, f"TensorCopyDynamic src and dst have the same partitions and elements per "
                    f"partition: [{ins.src.partitions}, {ins.src.free_elems}] vs "
                    f"[{ins.dst.partitions}, {ins.dst.free_elems}]")
-    if ins.lo > ins.hi or ins.src.offset + ins.lo * ins.step < ins.region.offset or (
-            ins.src.partition != ins.region.partition):
+    (s0, s1), (r0, r1) = ins.src.free_bytes_span, ins.region.free_bytes_span
+    if ins.lo > ins.hi or s0 + ins.lo * ins.step < r0 or s1 + ins.hi * ins.step > r1 or (
+            ins.src.partition != ins.region.partition
+            or ins.src.partitions > ins.region.partitions):
         c._fail(i, f"TensorCopyDynamic window at offsets {ins.lo}..{ins.hi} leaves its region")
 
 
