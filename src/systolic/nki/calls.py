@@ -19,7 +19,7 @@ from .tensor import Pending, Tensor, View, as_view
 
 __all__ = ["current_api", "emit", "named", "need", "no_extra", "take"]
 
-Recorder = Callable[[View, dict[str, Any], Where], None]
+RecordFn = Callable[[View, dict[str, Any], Where], None]
 
 
 def current_api(args: tuple[Any, ...], kw: dict[str, Any], n: int, at: int = 0) -> bool:
@@ -69,7 +69,7 @@ def take(args: tuple[Any, ...], kw: dict[str, Any], names: tuple[str, ...], what
 
 
 def emit(kind: LazyKind, dst: Any, args: dict[str, Any], where: Where,
-         record: Recorder) -> Pending | None:
+         record: RecordFn) -> Pending | None:
     """Record into ``dst`` now with ``record`` (the current API), or return the lazy result
     (the older API's: written where it is assigned, else into a fresh tile; the kind's rule
     in nki/results.py)."""

@@ -18,7 +18,7 @@ from math import prod
 from typing import Any
 
 from ..isa import AluOp, Engine
-from .calls import Recorder, emit, take
+from .calls import RecordFn, current_api, emit, take
 from .index import check_mask, whole
 from .lazy import LazyKind, Pending
 from .opkind import (
@@ -215,10 +215,10 @@ def tensor_copy_dynamic_src(*args: Any, **kw: Any) -> Pending | None:
     nki.isa.tensor_copy_dynamic_src)."""
     where = here()
     what = "tensor_copy_dynamic_src"
-    check_mask(kw.pop("mask", None), what, where)
+    _no_partial_mask(kw, what, where)
     kw.pop("name", None)
     eng = kw.pop("engine", None)
-    if len(args) == 2 or "dst" in kw:
+    if current_api(args, kw, 2, at=1):  # (dst, src); the older (src, dtype) returns a tile
         a = take(args, kw, ("dst", "src"), what, where, 2)
     else:
         a = take(args, kw, ("src", "dtype"), what, where, 1)
@@ -258,7 +258,7 @@ def gather_flattened(*args: Any, **kw: Any) -> Pending | None:
     nki.language.gather_flattened)."""
     where = here()
     what = "gather_flattened"
-    check_mask(kw.pop("mask", None), what, where)
+    _no_partial_mask(kw, what, where)
     a = take(args, kw, ("data", "indices", "axis", "dtype"), what, where, 2)
     data, idx = as_view(a["data"]), as_view(a["indices"])
     if a.get("axis") not in (None, 0, -1):
@@ -273,6 +273,14 @@ def gather_flattened(*args: Any, **kw: Any) -> Pending | None:
     return emit(LazyKind.GATHER_FLATTENED, None, args_, where, _record_gather_flattened)
 
 
+def _no_partial_mask(kw: dict[str, Any], what: str, where: Where) -> None:
+    """A ``mask=`` that leaves elements out is refused (not ignored): these copies are not
+    cut by mask (nki/mask.py)."""
+    if check_mask(kw.pop("mask", None), what, where) is not None:
+        raise fail(f"{what}: a mask= that leaves out elements is not modelled; index the "
+                   f"tiles to the part to copy", where)
+
+
 def _flattened_tile(a: dict[str, Any], where: Where) -> Tensor:
     return Tensor(as_view(a["indices"]).shape, as_view(a["data"]).dtype, BUFFERS["sbuf"],
                   where)
@@ -280,20 +288,20 @@ def _flattened_tile(a: dict[str, Any], where: Where) -> Tensor:
 
 def _record_gather_flattened(dst: View, a: dict[str, Any], where: Where) -> None:
     data, idx = as_view(a["data"]), as_view(a["indices"])
+    if dst.partitions != idx.partitions or dst.size != idx.size:
+        raise fail(f"gather_flattened writes the indices' shape {list(idx.shape)}, not "
+                   f"{list(dst.shape)}", where)
     out = dst
     if dst.dtype != data.dtype or dst.buffer.name != "sbuf":  # GpSimd writes SBUF, no cast
         out = Tensor(idx.shape, data.dtype, BUFFERS["sbuf"], where, "gather_stage").full
         current().add_tensor(out.tensor)
-    if out.partitions != idx.partitions or out.size != idx.size:
-        raise fail(f"gather_flattened writes the indices' shape {list(idx.shape)}, not "
-                   f"{list(dst.shape)}", where)
     data, idx = stage_sbuf(data, where), stage_sbuf(idx, where)
     _add(GatherFlattenedArgs(), out, (data, idx), where)
     if out is not dst:
         record_copy(dst, out, None, where)
 
 
-RULES: dict[LazyKind, tuple[Shaper, Recorder]] = {
+RULES: dict[LazyKind, tuple[Shaper, RecordFn]] = {
     LazyKind.TENSOR_COPY_DYNAMIC: (_dynamic_tile, _record_dynamic),
     LazyKind.GATHER_FLATTENED: (_flattened_tile, _record_gather_flattened),
     LazyKind.LOCAL_GATHER: (_gather_tile, _record_local_gather),

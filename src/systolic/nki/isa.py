@@ -11,7 +11,6 @@ at the kernel's line; nothing is computed here.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -142,18 +141,14 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
         perf = _perf_mode(kw.pop("perf_mode", None), where)
         acc = kw.pop("accumulate", None)
         no_extra(kw, "nc_matmul", where)
-        record: Callable[..., None] = record_matmul
-        if transpose:
-            from .transpose import record_transpose_mode
-
-            record = record_transpose_mode
+        # is_transpose: the PE transpose, the same matmul in transpose mode (nki/lower.py)
         if m is None and current().mask is None:  # nearly every call: no mask to apply
-            record(as_view(vals["dst"]), as_view(vals["stationary"]),
-                   as_view(vals["moving"]), acc, pos, size, perf, where)
+            record_matmul(as_view(vals["dst"]), as_view(vals["stationary"]),
+                          as_view(vals["moving"]), acc, pos, size, perf, where, transpose)
             return None
         with applying(m, "nc_matmul", where):
-            record(as_view(vals["dst"]), as_view(vals["stationary"]),
-                   as_view(vals["moving"]), acc, pos, size, perf, where)
+            record_matmul(as_view(vals["dst"]), as_view(vals["stationary"]),
+                          as_view(vals["moving"]), acc, pos, size, perf, where, transpose)
         return None
     names = ("stationary", "moving")
     vals = named(args, kw, names)

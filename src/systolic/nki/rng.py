@@ -19,8 +19,7 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from .calls import Recorder as RecordFn
-from .calls import emit, take
+from .calls import RecordFn, emit, take
 from .index import check_mask
 from .lazy import LazyKind, Pending, is_number
 from .opkind import DropoutArgs, RandArgs

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..isa import AluOp, Engine
 from ..isa.fields import ReduceCmd
-from .calls import Recorder, emit, take
+from .calls import RecordFn, emit, take
 from .index import Mask, check_mask, whole
 from .lazy import LazyKind, NlOp, Pending, binary, is_number
 from .opkind import (
@@ -33,9 +33,9 @@ from .record import current, fail, here
 from .tensor import Tensor, View, as_view
 from .types import BUFFERS, DType, to_dtype
 
-__all__ = ["RULES", "affine_select", "as_lazy", "emit", "equal", "greater", "greater_equal",
-           "less", "less_equal", "mod", "not_equal", "range_select", "select_reduce",
-           "stage_sbuf", "take", "tensor_copy_predicated", "where"]
+__all__ = ["RULES", "affine_select", "as_lazy", "equal", "greater", "greater_equal", "less",
+           "less_equal", "mod", "not_equal", "range_select", "select_reduce", "stage_sbuf",
+           "tensor_copy_predicated", "where"]
 
 Where = tuple[str, int]
 Shaper = Callable[[dict[str, Any], Where], Tensor]
@@ -378,14 +378,14 @@ mod = _Op("mod", AluOp.MOD, None)
 
 
 # per lazy kind: the fresh tile a used result lands in, and how it is recorded into a view
-RULES: dict[LazyKind, tuple[Shaper, Recorder]] = {
+RULES: dict[LazyKind, tuple[Shaper, RecordFn]] = {
     LazyKind.AFFINE_SELECT: (_affine_tile, _record_affine_select),
     LazyKind.RANGE_SELECT: (_affine_tile, _record_range_select),
     LazyKind.WHERE: (_where_tile, _record_where),
 }
 
 
-def as_lazy(shape: Shaper, rec: Recorder) -> tuple[Callable[[Pending], Tensor],
+def as_lazy(shape: Shaper, rec: RecordFn) -> tuple[Callable[[Pending], Tensor],
                                                     Callable[[Pending, View, bool | None], None]]:
     """A family rule as nki/results.py's ``LazyRule`` takes it: (result, write)."""
     return (lambda p: shape(p.args, p.where),

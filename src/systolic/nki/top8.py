@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .calls import Recorder, emit, take
+from .calls import RecordFn, emit, take
 from .index import check_mask
 from .lazy import LazyKind, Pending
 from .opkind import FindIndex8Args, MatchReplace8Args, Max8Args
@@ -141,7 +141,7 @@ def _replaced_tile(a: dict[str, Any], where: Where) -> Tensor:
     return Tensor(tuple(data.shape), result_dtype(a, data), BUFFERS["sbuf"], where)
 
 
-RULES: dict[LazyKind, tuple[Shaper, Recorder]] = {
+RULES: dict[LazyKind, tuple[Shaper, RecordFn]] = {
     LazyKind.MAX8: (_tile8(None), _record_max8),
     LazyKind.FIND_INDEX8: (_tile8("uint32"), _record_find_index8),
     LazyKind.MATCH_REPLACE8: (_replaced_tile, _record_match_replace8),

@@ -199,15 +199,6 @@ def _pe_transpose(out: View, src: View, p: int, f: int, where: tuple[str, int]) 
         record_copy(out, target, None, where)
 
 
-def record_transpose_mode(dst: View, stat: View, mov: View, accumulate: bool | None,
-                          pos: Any, size: Any, perf: Any, where: tuple[str, int]) -> None:
-    """``nc_matmul(dst, stationary, moving, is_transpose=True)``: the PE transpose, the
-    matmul stationary.T @ moving (the kernel's moving is the identity), in transpose mode
-    (nki/lower.py). dst is fp32, or from NeuronCore-v3 the data's own 16-bit float, written
-    by the matmul itself (nki/ops.py _psum_output)."""
-    record_matmul(dst, stat, mov, accumulate, pos, size, perf, where, transpose=True)
-
-
 # -- lazy results: nisa.nc_transpose(data) of the older API, nl.transpose(x) ----------------
 def transpose_pending(data: Any, eng: object, dtype: Any, buffer: str | None,
                       where: tuple[str, int]) -> Pending:
