@@ -280,8 +280,8 @@ class DenseState:
            ) -> AccessPattern:
         """``AccessPattern(space, 0, partitions, offset, dims, dtype, partition_step)``, the
         same object for equal arguments within one emit call."""
-        # the space by its value: an Enum member hashes in Python, its str value in C
-        key = (space._value_, partitions, offset, dims, dtype, partition_step)
+        # Space hashes by identity, in C (isa/fields.py)
+        key = (space, partitions, offset, dims, dtype, partition_step)
         got = self.patterns.get(key)
         if got is None:
             got = self.patterns[key] = AccessPattern(space, 0, partitions, offset, dims, dtype,

@@ -61,7 +61,6 @@ class _FirstFit:
         self.size = size
         self.free: list[tuple[int, int]] = [(0, size)]
         self.used: dict[int, tuple[int, int]] = {}
-        self.pinned: set[int] = set()
 
     def take(self, key: int, n: int) -> int | None:
         for i, (lo, hi) in enumerate(self.free):
@@ -83,20 +82,10 @@ class _FirstFit:
                 merged.append((a, b))
         self.free = merged
 
-    def pin(self, key: int, lo: int, hi: int) -> int | None:
-        """Hold [lo, hi) for a tile the kernel placed (nki/direct.py); pinned tiles may
-        overlap each other. Returns the key of a placed (not pinned) tile in the way."""
-        for k, (a, b) in self.used.items():
-            if k not in self.pinned and a < hi and lo < b:
-                return k
-        self.pinned.add(key)
+    def pin(self, key: int, lo: int, hi: int) -> None:
+        """Hold [lo, hi) for the whole kernel: a tile the kernel placed itself
+        (nki/direct.py); such tiles may overlap each other, and nothing else is placed there."""
         self.used[key] = (lo, hi)
-        self._refree()
-        return None
-
-    def unpin(self, key: int) -> None:
-        self.pinned.discard(key)
-        self.used.pop(key, None)
         self._refree()
 
     def _refree(self) -> None:
@@ -184,8 +173,8 @@ class OnChip:
         return True
 
     def place(self, t: Tensor) -> int:
-        if t.pin is not None:
-            return self._pin(t, t.pin)
+        if t.pin is not None:  # held since build.place reserved it (reserve)
+            return t.pin
         while True:
             got = self._try_place(t)
             if got is not None or not self._give_up_oldest(t):
@@ -206,25 +195,13 @@ class OnChip:
         return int(got)
 
     def reserve(self, t: Tensor) -> None:
-        """Keep a directly allocated tile's place from the model's own tiles (temporaries
-        the model makes, a cast's staging tile, say) for the whole kernel."""
-        self._pin(t, t.pin or 0, key=-t.id)
-
-    def _pin(self, t: Tensor, at: int, key: int | None = None) -> int:
-        """A tile the kernel placed (nki/direct.py): held where it asks, in its bank(s) or
-        granules; a tile the model placed there first is an error (NKI does not mix
-        automatic and direct allocation in one kernel: nki.compiler.psum.alloc docs)."""
+        """Hold a directly allocated tile's place for the whole kernel, before anything is
+        placed, so the model's own tiles (a casting DMA's staging tile) go around it; NKI
+        does not mix automatic and direct allocation in one kernel (nki.compiler docs)."""
+        assert t.pin is not None
         unit = self.arch.psum_bank_bytes if t.buffer.name == "psum" else SBUF_ALIGN
-        end = at + t.free_elems * t.dtype.itemsize
-        k = self._space(t).pin(t.id if key is None else key, at // unit, -(-end // unit))
-        if k is not None:
-            path, line = t.where
-            raise KernelError(path, line, (
-                f"this directly allocated tile ({t.buffer.name} bytes {at}..{end} per "
-                f"partition) overlaps a tile the model's allocator placed there; NKI does "
-                f"not mix automatic and direct allocation in one kernel (nki.compiler docs): "
-                f"allocate every on-chip tile of the kernel directly"))
-        return at
+        end = t.pin + t.free_elems * t.dtype.itemsize
+        self._space(t).pin(t.id, t.pin // unit, -(-end // unit))
 
     def _try_place(self, t: Tensor) -> int | None:
         nbytes = t.free_elems * t.dtype.itemsize
@@ -254,8 +231,7 @@ class OnChip:
     def release(self, t: Tensor) -> None:
         """``t`` is dead: free its space, or hold it among the last ``(buffers - 1) x
         peak`` dead tiles of its declaration (rotation, module docstring)."""
-        if t.id in self._space(t).pinned:
-            self._space(t).unpin(t.id)
+        if t.pin is not None:  # held for the whole kernel (reserve)
             return
         key = _site(t)
         if key is not None and key in self.live:

@@ -41,7 +41,7 @@ def _candidates(tensors: list[Tensor]) -> dict[int, int]:
     out: dict[int, int] = {}
     for t in tensors:
         if (t.buffer.name == "psum" and t.buffer.locate is None and t.pdim
-                and prod(t.shape[:t.pdim]) > 1 and not t.is_input):
+                and prod(t.shape[:t.pdim]) > 1):
             out[t.id] = t.free_elems // prod(t.shape[:t.pdim])
     return out
 

@@ -397,13 +397,11 @@ def _make_ap(v: View, base: int, where: tuple[str, int], reorder: bool,
 
 @dataclass(frozen=True)
 class Lifetimes:
-    """Pass 3's result: per on-chip tensor id the index of its first and last operation
-    (dead operations left out), the device-memory tensors in order of first use, and per
-    operation index the tensors whose last use it is (``ends``) and the on-chip tensors
-    whose first use it is (``begins``, in the order the operation names them)."""
+    """Pass 3's result (dead operations left out): the device-memory tensors in order of
+    first use, and per operation index the tensors whose last use it is (``ends``) and the
+    on-chip tensors whose first use it is (``begins``, in the order the operation names
+    them)."""
 
-    first: dict[int, int]
-    last: dict[int, int]
     hbm: list[Tensor]
     ends: dict[int, list[Tensor]]
     begins: dict[int, list[Tensor]] = field(default_factory=dict)
@@ -441,7 +439,7 @@ def lifetimes(rec: Recorder, outputs: list[Tensor], dead: set[int]) -> Lifetimes
     for t in rec.tensors:
         if t.id in last:
             ends.setdefault(last[t.id], []).append(t)
-    return Lifetimes(first, last, hbm, ends, begins)
+    return Lifetimes(hbm, ends, begins)
 
 
 @dataclass(frozen=True)

@@ -47,8 +47,7 @@ def pin(t: Tensor, rec: Recorder) -> Tensor:
     if key is not None and key in rec.direct:
         return rec.direct[key]  # type: ignore[no-any-return]
     rec.add_tensor(t)
-    if t.pdim is not None:
-        _apply(t, *_locate(t, rec.arch))
+    _apply(t, *_locate(t, rec.arch))  # a locate buffer is SBUF or PSUM: pdim is set
     if key is not None:
         rec.direct[key] = t
     return t
@@ -118,7 +117,6 @@ def _apply(t: Tensor, p0: int, low: int, blocks: Any) -> None:
     t.pin = low
     if not blocks.ndim:
         return
-    t.inner = t.full_axes[blocks.ndim:]
     t.blocks = blocks
     t.free_elems = int(blocks.max()) + t.free_elems // blocks.size
     try:  # the whole tensor as one view where its blocks are evenly spaced from 0

@@ -27,11 +27,6 @@ def reduce_axis(axis: object, what: str, where: tuple[str, int] | None = None) -
                f"free axis of a [P, F] tile)", where)
 
 
-def _either(a: tuple[int, ...] | None, b: tuple[int, ...] | None) -> tuple[int, ...] | None:
-    """The dense grid of a sum: an open ``nl.arange`` axis (None) takes the other's."""
-    return b if a is None else a
-
-
 class Expr:
     """An affine index ``const + coef * i`` over one iteration axis of an ``nl.mgrid`` /
     ``nl.arange``; ``pos`` is the axis's place in the result (0 = partition, 1 = free).
@@ -141,7 +136,9 @@ class MultiExpr:
                            f"({old.size} and {t.size}) cannot be added")
             by[t.pos] = Expr(t.pos, t.size, 0, t.coef + (old.coef if old else 0))
         return MultiExpr(tuple(by[p] for p in sorted(by)),
-                         self.const + other.const, _either(self.grid, other.grid))
+                         self.const + other.const,
+                         # an open nl.arange axis (None) takes the other's dense grid
+                         self.grid if self.grid is not None else other.grid)
 
     __radd__ = __add__
 

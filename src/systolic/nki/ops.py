@@ -149,10 +149,8 @@ def _casting_dma(dst: View, src: View, where: tuple[str, int], skip_oob: bool = 
     will happen if the src and dst have different dtype"). The model's DmaCopy moves bytes,
     so the cast is a Vector-engine copy through an SBUF staging tile on the SBUF side."""
     if src.buffer.on_chip:
-        tmp = Tensor(src.shape, dst.dtype, BUFFERS["sbuf"], where, "dma_cast")
-        current().add_tensor(tmp)
-        record_copy(tmp.full, src, None, where)
-        record_dma(dst, tmp.full, where, skip_oob=skip_oob, accumulate=accumulate)
+        record_dma(dst, staged_in_sbuf(src, where, "dma_cast", dtype=dst.dtype), where,
+                   skip_oob=skip_oob, accumulate=accumulate)
     elif dst.buffer.on_chip:
         tmp = Tensor(dst.shape, src.dtype, BUFFERS["sbuf"], where, "dma_cast")
         current().add_tensor(tmp)

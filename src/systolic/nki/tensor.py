@@ -96,7 +96,6 @@ class Tensor(Arithmetic):
         # start of SBUF/PSUM, and each block's element offset (an array over the block dims)
         self.pin: int | None = None
         self.blocks: Any = None
-        self.inner: tuple[Axis, ...] = ()  # the axes of one block (partition and free)
 
     @property
     def full(self) -> View:
@@ -163,8 +162,10 @@ class Tensor(Arithmetic):
         if not np.array_equal(table, np.broadcast_to(even, table.shape)):
             raise fail("these blocks of a directly allocated tensor are not evenly spaced "
                        "in memory; index one block at a time")
-        inner = self.inner
-        v = View(self, base, self.full.p0, tuple(
+        pd = self.pdim or 0  # one block's axes: the partition and free dims, as laid out
+        inner = tuple(Axis(1 if i == pd else self.strides[i], self.shape[i], i == pd)
+                      for i in range(pd, self.ndim))
+        v = View(self, base, self.p_base, tuple(
             Axis(st, n) for n, st in zip(table.shape, steps, strict=True)) + inner)
         rest = keys[nb:]
         return v[(slice(None),) * table.ndim + rest] if rest else v

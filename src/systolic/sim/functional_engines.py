@@ -154,7 +154,8 @@ def dma_indirect(mem: Memory, ins: DmaIndirect) -> None:
     fmt = ins.table.dtype
     order = np.argsort(at, kind="stable")
     ranks = np.empty(len(at), dtype=np.int64)
-    first = np.r_[True, at[order][1:] != at[order][:-1]]
+    sorted_at = at[order]
+    first = np.r_[True, sorted_at[1:] != sorted_at[:-1]]
     starts = np.maximum.accumulate(np.where(first, np.arange(len(at)), 0))
     ranks[order] = np.arange(len(at)) - starts  # how many earlier partitions name the row
     for r in range(int(ranks.max()) + 1 if len(at) else 0):
