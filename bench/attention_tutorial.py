@@ -8,12 +8,13 @@ pytest fixtures, so pytest gives it no result (bench/public_kernels.py counts th
 giving none); the tutorial calls it by hand. This script does what the tutorial does, from
 a scratch checkout (the tutorial's code stays out of this repository): after
 ``systolic.nki.install()`` it imports the tutorial's test module and calls its function for
-every version in its two modes that need no device profile: ``accuracy`` (fp32 q, k, v at
-the tutorial's sizes, the kernel's values against its own numpy reference at its own
-``atol=1e-2``) and ``benchmark`` (bf16, recorded and timed on the modelled NeuronCore; the
-modelled latency is printed). ``profile`` writes a device profile (NTFF), which the model
-does not make (docs/nki.md). Each call is counted as **pass**, **refused** (the model's
-one-line error), **xfail** (the tutorial's own ``pytest.xfail``) or **crash**.
+every version in its three modes: ``accuracy`` (fp32 q, k, v at the tutorial's sizes, the
+kernel's values against its own numpy reference at its own ``atol=1e-2``), ``benchmark``
+(bf16, recorded and timed on the modelled NeuronCore; the modelled latency is printed) and
+``profile`` (``nki.profile``: the model's profile files, src/systolic/nki/profile_files.py,
+in a fresh temporary directory standing for the tutorial's ``/home/ubuntu/attention/``).
+Each call is counted as **pass**, **refused** (the model's one-line error), **xfail** (the
+tutorial's own ``pytest.xfail``) or **crash**.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import io
 import sys
+import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -29,7 +31,7 @@ _SRC = str(Path(__file__).resolve().parent.parent / "src")
 if _SRC not in sys.path:
     sys.path.insert(0, _SRC)
 
-MODES = ("accuracy", "benchmark")
+MODES = ("accuracy", "benchmark", "profile")
 
 
 def main(folder: str) -> int:
@@ -43,6 +45,8 @@ def main(folder: str) -> int:
     with contextlib.redirect_stdout(io.StringIO()):  # its import runs v1 once, printing
         import test_attention  # type: ignore[import-not-found]
     test_attention.pytest = pytest  # the file calls pytest.xfail without importing pytest
+    # the tutorial's profiles go to its author's home directory; here a fresh one
+    test_attention.WORKING_DIRECTORY = tempfile.mkdtemp(prefix="attention-profiles-")
     versions = sorted((getattr(test_attention, n) for n in dir(test_attention)
                        if n.startswith("attn_fwd_v")),
                       key=lambda k: (len(k.__name__), k.__name__))

@@ -28,7 +28,7 @@ from pathlib import Path
 
 _SRC = str(Path(__file__).resolve().parent.parent / "src")
 _LINE = re.compile(r"^(PASSED|FAILED|ERROR) (\S+)(?: - (.*))?$")
-_REFUSED = ("KernelError", "SystolicError", "NotModelled")
+_REFUSED = ("KernelError", "SystolicError", "NotModelled", "ArtifactError")
 
 
 def run(paths: list[str]) -> dict[str, list[str]]:

@@ -205,22 +205,80 @@ def k(a):
     assert not hasattr(nl, "frobnicate")  # still an AttributeError for hasattr
 
 
-def test_baremetal_runs_the_kernel_and_profile_is_refused(tmp_path) -> None:
+def test_baremetal_runs_the_kernel(tmp_path) -> None:
     import nki
 
-    body = '''
+    kern = snki.load_kernel(str(write_kernel(tmp_path, _DOUBLE)), "k")
+    a = np.random.default_rng(0).normal(0, 1, (128, 32)).astype(np.float32)
+    assert np.array_equal(nki.baremetal(kern)(a), a * 2)  # x2 is exact
+    assert "TensorTensorScan" not in opcodes(snki.record(kern, [a]))
+
+
+_DOUBLE = '''
 @nki.jit
 def k(a):
     out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
     nl.store(out, nl.load(a) * 2.0)
     return out
 '''
-    kern = snki.load_kernel(str(write_kernel(tmp_path, body)), "k")
-    a = np.random.default_rng(0).normal(0, 1, (128, 32)).astype(np.float32)
-    assert np.array_equal(nki.baremetal(kern)(a), a * 2)  # x2 is exact
-    with pytest.raises(KernelError, match=r"nki\.profile writes a Neuron device profile"):
-        nki.profile(kern)
-    assert "TensorTensorScan" not in opcodes(snki.record(kern, [a]))
+
+
+def test_profile_writes_each_profiled_executions_files(tmp_path) -> None:
+    """nki.profile (nki-samples' test_neuron_profile: 20 runs, every 10th profiled): the
+    Program's text at save_neff_name, a trace for executions 10 and 20, a JSON summary of
+    each in json_reports/; returns None. Without overwrite=True a second profile into the
+    same directory is refused in one line and changes nothing; with it, it writes again."""
+    import json
+
+    import nki
+
+    from systolic.artifacts import ArtifactError
+
+    kern = snki.load_kernel(str(write_kernel(tmp_path, _DOUBLE)), "k")
+    a = np.ones((128, 32), np.float32)
+    wd = tmp_path / "profiles"
+    prof = nki.profile(working_directory=str(wd), save_neff_name="cus.neff",
+                       save_trace_name="profile-custom.ntff", num_execs=20,
+                       profile_nth=10)(kern)
+    assert prof(a) is None
+    traces = ["profile-custom_exec_10.ntff", "profile-custom_exec_20.ntff"]
+    assert sorted(p.name for p in wd.iterdir()) == sorted(["cus.neff", "json_reports",
+                                                           *traces])
+    reports = sorted((wd / "json_reports").iterdir())
+    assert [r.name for r in reports] == [t.replace(".ntff", ".json") for t in traces]
+    latency = json.loads(reports[0].read_text())["latency_us"]
+    assert latency == snki.time_recorded(snki.record(kern, [a])).latency_us > 0
+    assert json.loads((wd / traces[1]).read_text())["otherData"]["latency_us"] == latency
+    before = {p: p.stat().st_mtime_ns for p in wd.rglob("*")}
+    with pytest.raises(ArtifactError, match=r"already there.*overwrite=True") as e:
+        prof(a)
+    assert "\n" not in str(e.value)
+    assert {p: p.stat().st_mtime_ns for p in wd.rglob("*")} == before
+    nki.profile(working_directory=str(wd), save_neff_name="cus.neff",
+                save_trace_name="profile-custom.ntff", num_execs=20, profile_nth=10,
+                overwrite=True)(kern)(a)
+    # the first execution's trace keeps the plain name (profile_nth=1, the default)
+    nki.profile(working_directory=str(tmp_path / "one"))(kern)(a)
+    assert (tmp_path / "one" / "profile.ntff").is_file()
+
+
+@pytest.mark.parametrize("options, match", [
+    ({}, r"working_directory=, an absolute path"),
+    ({"working_directory": "rel/dir"}, r"working_directory=, an absolute path"),
+    ({"working_directory": "/tmp", "profile_nth": 0}, r"profile_nth= is a whole number"),
+    ({"working_directory": "/tmp", "save_trace_name": "a/b.ntff"},
+     r"save_trace_name= is a file name"),
+    ({"working_directory": "/tmp", "overwrite": "yes"}, r"overwrite= is True or False"),
+    ({"working_directory": "/tmp", "frobnicate": 1}, r"no option 'frobnicate'"),
+])
+def test_profile_options_are_checked_when_the_decorator_is_made(options, match) -> None:
+    import nki
+
+    from systolic.errors import SystolicError
+
+    with pytest.raises(SystolicError, match=match) as e:
+        nki.profile(**options)
+    assert "\n" not in str(e.value)
 
 
 def test_lazy_results_read_what_is_being_written_after_it(tmp_path) -> None:

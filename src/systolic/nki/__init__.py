@@ -14,6 +14,7 @@ As imported by a kernel (``import nki``), this module is NKI's top level: ``jit`
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +30,7 @@ from .run import (
     parse_arg,
     record,
     record_kernel,
-    time_recorded,
+    time_recorded,  # nki.time_recorded: a recorded kernel's whole-core timing
     values,
 )
 from .spmd import jit  # NKI's jit: a Kernel launchable on a grid, kernel[4, 2](...)
@@ -58,6 +59,7 @@ __all__ = [
     "record_kernel",
     "simulate",
     "simulate_kernel",
+    "time_recorded",
     "trace",
     "typing",
     "uninstall",
@@ -109,13 +111,38 @@ def baremetal(kernel: Any = None, **options: Any) -> Any:
 
 
 def profile(kernel: Any = None, **options: Any) -> Any:
-    """``nki.profile`` writes a device profile (NEFF / NTFF files), which the model cannot:
-    one line, at the kernel's line, pointing to what the model has instead."""
-    from .record import fail
+    """``nki.profile(working_directory=ABS, ...)(kernel)(*arrays)``: records and times the
+    kernel and writes, in ``working_directory``, the model's analogues of a device profile
+    (:mod:`systolic.nki.profile_files`: its Program as text at ``save_neff_name``, its Perfetto
+    trace at each profiled execution's ``.ntff`` name, ``json_reports/``); returns None,
+    as on hardware. The options are checked when the decorator is made."""
+    from .profile_files import profile_options
 
-    raise fail("nki.profile writes a Neuron device profile (NEFF/NTFF), which the model does "
-               "not; time the kernel with nki.benchmark, or `systolic kernel --trace F.json` "
-               "for a Perfetto trace of every engine")
+    opts = profile_options(options)
+    if kernel is None:
+        return lambda k: _Profiled(k, opts)
+    return _Profiled(kernel, opts)
+
+
+class _Profiled:
+    def __init__(self, kernel: Any, opts: Any) -> None:
+        self.kernel, self.opts = kernel, opts
+        for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
+            if hasattr(kernel, attr):
+                setattr(self, attr, getattr(kernel, attr))
+
+    def __getitem__(self, grid: Any) -> _Profiled:
+        return _Profiled(self.kernel[grid], self.opts)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        from .profile_files import write_profile
+
+        rec = record(self.kernel, args, kwargs)
+        write_profile(rec, self.opts, _kernel_name(self.kernel))
+
+
+def _kernel_name(kernel: Any) -> str:
+    return str(getattr(kernel, "__name__", None) or getattr(kernel, "name", None) or kernel)
 
 
 class LatencyResult:
@@ -150,26 +177,25 @@ class BenchmarkResult:
 
 class _Benchmarked:
     def __init__(self, kernel: Any, warmup: int, iters: int, arch: Any,
-                 trace: str | None = None) -> None:
+                 trace: str | None = None, neff: str | None = None) -> None:
         self.kernel, self.warmup, self.iters, self.arch = kernel, warmup, iters, arch
-        self.trace = trace
+        self.trace, self.neff = trace, neff
         self.benchmark_result: BenchmarkResult | None = None
 
     def __getitem__(self, grid: Any) -> _Benchmarked:
         """``benchmark(...)(kernel)[grid](...)``: the SPMD launch, benchmarked."""
         return _Benchmarked(self.kernel[grid], self.warmup, self.iters, self.arch,
-                            self.trace)
+                            self.trace, self.neff)
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        if self.trace is not None:  # refused when run, so the rest of its file still loads
-            raise SystolicError(
-                f"nki.benchmark(save_trace_name={self.trace!r}) writes a Neuron device "
-                f"profile (NTFF), which the model does not; leave it out, or use "
-                f"`systolic kernel --trace F.json` for a Perfetto trace of every engine")
+        from .profile_files import timed_core, write_benchmark_files
+
         rec = record(self.kernel, args, kwargs, arch=self.arch)
         # a launch on several NeuronCores takes its longest core's time (nki/cores.py)
-        self.benchmark_result = BenchmarkResult(rec, time_recorded(rec), self.warmup,
-                                                self.iters)
+        core, program = timed_core(rec)
+        write_benchmark_files(rec, core, program, self.neff, self.trace,
+                              _kernel_name(self.kernel))
+        self.benchmark_result = BenchmarkResult(rec, core, self.warmup, self.iters)
 
 
 def benchmark(kernel: Any = None, *, warmup: int = 5, iters: int = 10,
@@ -179,13 +205,16 @@ def benchmark(kernel: Any = None, *, warmup: int = 5, iters: int = 10,
     the whole NeuronCore (:func:`systolic.timing.core.time_program`). Then
     ``.benchmark_result.nc_latency.get_latency_percentile(p)`` is the modelled latency in
     microseconds for every ``p``; ``.benchmark_result.timing`` the CoreTiming. ``arch=``
-    overrides the kernel's ``platform_target`` and the installed default."""
+    overrides the kernel's ``platform_target`` and the installed default.
+    ``save_neff_name=`` / ``save_trace_name=`` write, at those paths, the kernel's Program
+    as text and its Perfetto trace (:mod:`systolic.nki.profile_files`: the model's analogues of
+    a NEFF and an NTFF, whose formats are the Neuron tools' own)."""
     if warmup < 0 or iters < 1:
         raise SystolicError(f"nki.benchmark needs warmup >= 0 and iters >= 1, got "
                             f"warmup={warmup}, iters={iters}")
     arch = options.get("arch")
-    trace = options.get("save_trace_name")
-    trace = None if trace is None else str(trace)
+    trace, neff = (None if options.get(o) is None else os.fspath(options[o])
+                   for o in ("save_trace_name", "save_neff_name"))
     if kernel is None:
-        return lambda k: _Benchmarked(k, warmup, iters, arch, trace)
-    return _Benchmarked(kernel, warmup, iters, arch, trace)
+        return lambda k: _Benchmarked(k, warmup, iters, arch, trace, neff)
+    return _Benchmarked(kernel, warmup, iters, arch, trace, neff)
