@@ -13,9 +13,10 @@ or **crash** (any other failure: a wrong value, or a Python error).
 ``--examples``: every ``.py`` file with a ``__main__`` block runs as a script after
 ``systolic.nki.install()`` (its own inputs, its own comparison with its own reference),
 counted as **match** (exit 0 and no line saying the results differ), **wrong** (its
-comparison failed), **refused**, **crash**, or **not run** (it imports torch or jax, which
-this machine lacks; those files wrap the same kernels as the numpy ones). A folder named
-``src`` above a file goes on ``PYTHONPATH`` (nki-samples' package layout).
+comparison failed), **refused**, **crash**, or **not run** (it imports torch or jax and
+this Python lacks it: ``pip install '.[frameworks]'``; the model takes their tensors,
+docs/nki.md "PyTorch and JAX"). A folder named ``src`` above a file goes on
+``PYTHONPATH`` (nki-samples' package layout).
 """
 
 from __future__ import annotations

@@ -20,7 +20,9 @@ import types
 import warnings
 from collections.abc import Sequence
 
-__all__ = ["ALIASES", "NkiFinder", "install", "uninstall"]
+from ..errors import SystolicError
+
+__all__ = ["ALIASES", "FRAMEWORK_ALIASES", "NkiFinder", "install", "uninstall"]
 
 ALIASES: dict[str, str] = {
     "nki": "systolic.nki",
@@ -36,6 +38,16 @@ ALIASES: dict[str, str] = {
     "neuronxcc.nki.compiler": "systolic.nki.compiler",
 }
 
+
+# PyTorch's Neuron packages, for NKI's PyTorch scripts: stood in for only where they are
+# not installed (install() decides; nki/xla_device.py)
+FRAMEWORK_ALIASES: dict[str, str] = {
+    "torch_xla": "systolic.nki.xla_device",
+    "torch_xla.core": "systolic.nki.xla_device",
+    "torch_xla.core.xla_model": "systolic.nki.xla_device",
+    "torch_neuronx": "systolic.nki.xla_device",
+}
+_SHIMS: dict[str, str] = {}
 
 # the names kernels import these modules as, for messages
 _SHORT = {f"{top}{sub}": short for top in ("nki", "neuronxcc.nki") for sub, short in (
@@ -68,14 +80,26 @@ class NkiFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
                   target: types.ModuleType | None = None
                   ) -> importlib.machinery.ModuleSpec | None:
-        tgt = ALIASES.get(fullname)
+        tgt = ALIASES.get(fullname) or _SHIMS.get(fullname)
         if tgt is None:
+            if fullname.startswith(_BUNDLED):
+                raise _bundled(fullname)
             return None
-        is_pkg = any(name.startswith(fullname + ".") for name in ALIASES)
+        is_pkg = any(name.startswith(fullname + ".") for name in (*ALIASES, *_SHIMS))
         return importlib.util.spec_from_loader(fullname, _Loader(tgt), is_package=is_pkg)
 
 
 _FINDER = NkiFinder()
+
+# neuronxcc ships copies of NKI's example kernels as a package (aws-neuron-sdk's layernorm
+# PyTorch script imports its kernel from there)
+_BUNDLED = "neuronxcc.nki.docs"
+
+
+def _bundled(name: str) -> SystolicError:
+    return SystolicError(f"{name}: neuronxcc's bundled copies of NKI's example kernels are "
+                         f"not part of systolic's NKI front end; import the kernel file "
+                         f"from its own folder")
 
 
 def _real_package(name: str) -> bool:
@@ -106,6 +130,9 @@ def install(arch: str = "trn2") -> None:
         mod = sys.modules.get(name)
         if mod is not None and not hasattr(mod, "__systolic_target__"):
             del sys.modules[name]
+    _SHIMS.clear()
+    _SHIMS.update({n: t for n, t in FRAMEWORK_ALIASES.items()
+                   if not _real_package(n.split(".")[0])})
     sys.meta_path.insert(0, _FINDER)
 
 
@@ -113,7 +140,8 @@ def uninstall() -> None:
     """Remove the hook and the aliased modules (tests use this to start clean)."""
     if _FINDER in sys.meta_path:
         sys.meta_path.remove(_FINDER)
-    for name in ALIASES:
+    for name in (*ALIASES, *_SHIMS):
         mod = sys.modules.get(name)
         if mod is not None and hasattr(mod, "__systolic_target__"):
             del sys.modules[name]
+    _SHIMS.clear()

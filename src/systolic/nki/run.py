@@ -231,13 +231,19 @@ def _run_kernel(rec: Recorder, func: Any, targs: list[Any], tkw: dict[str, Any],
 
 def values(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = None, *,
            arch: str | Arch | None = None, order: str = "fast") -> Any:
-    """Run ``kernel`` on numpy arrays; returns its output array(s) as NKI would."""
+    """Run ``kernel`` on numpy arrays; returns its output array(s) as NKI would. Called
+    with torch tensors or JAX arrays, it returns that framework's arrays
+    (nki/frameworks.py)."""
+    from .frameworks import unwrap
+
+    args, kwargs, back = unwrap(args, kwargs or {})
     rec = record(kernel, args, kwargs, arch=arch)
-    arrays = [a for a in (*args, *(kwargs or {}).values()) if isinstance(a, np.ndarray)]
+    arrays = [a for a in (*args, *kwargs.values()) if isinstance(a, np.ndarray)]
     try:
-        return execute(rec, arrays, order=order)
+        out = execute(rec, arrays, order=order)
     except IndirectIndexError as exc:  # a kernel called as NKI calls it: NKI's error
         raise _index_error(rec, exc) from exc
+    return out if back is None else back(out)
 
 
 def execute(rec: Recorded, arrays: Sequence[np.ndarray], *, order: str = "fast",
