@@ -461,3 +461,27 @@ def test_mgrid_names_four_dimensions() -> None:
     assert [a.size for a in (g.p, g.x, g.y, g.z)] == [128, 3, 5, 7]
     with pytest.raises(KernelError, match=r"2 dimension\(s\) has no \.y"):
         _ = nl.mgrid[0:128, 0:4].y
+
+
+def test_numpy_scalars_are_numbers_everywhere(tmp_path) -> None:
+    """np.float32 operands (kernels compute them with numpy: ``np.float32(1 / d)``) are
+    numbers as Python floats are: a tensor_scalar operand, an activation scale, a memset
+    by assignment, affine_select's fill. Every value here is exact in fp32."""
+    body = '''
+@nki.jit
+def k(a):
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    x = nl.load(a)
+    y = nisa.tensor_scalar(x, np.multiply, np.float32(3.0))
+    z = nisa.activation(op=nl.copy, data=y, scale=np.float32(0.5))
+    t = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.sbuf)
+    t[...] = np.float32(2.0)
+    i_p, i_f = nl.mgrid[0:128, 0:8]
+    s = nisa.affine_select(i_p >= i_f, nl.add(z, t), np.float32(-1.0))
+    nl.store(out, s)
+    return out
+'''
+    a = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
+    got = _run(tmp_path, "import numpy as np\n" + body, a)
+    i_p, i_f = np.mgrid[0:128, 0:8]
+    assert np.array_equal(got, np.where(i_p >= i_f, a * 1.5 + 2, -1.0))

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..dtypes import get_format
 from ..isa import ActivationFunc, AluOp, Engine, PerfMode
+from .lazy import is_number
 from .opkind import (
     ActivationArgs,
     CopyArgs,
@@ -275,7 +276,7 @@ def record_activation(dst: View, src: View, op: object, scale: Any,
     _match(dst, src, "activation", where)
     srcs: list[View] = [src]
     const, scales = 1.0, False
-    if isinstance(scale, int | float) and not isinstance(scale, bool):
+    if is_number(scale):  # np.float32(0.5) too
         const = float(scale)
     else:
         srcs.append(_vector(scale, src, "scale", "activation", where))
@@ -313,7 +314,7 @@ def record_tensor_scalar(dst: View, src: View, op0: object, operand0: Any, rever
             continue
         if k == 1:
             alu1 = _alu(op1)
-        if isinstance(operand, int | float) and not isinstance(operand, bool):
+        if is_number(operand):
             consts[k] = float(operand)
         else:
             srcs.append(_vector(operand, src, f"operand{k}", what, where))

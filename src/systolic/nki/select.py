@@ -153,7 +153,7 @@ def affine_select(*args: Any, **kw: Any) -> Pending | None:
     dst, dtype = kw.pop("dst", None), kw.pop("dtype", None)
     a = take(args, kw, ("pred", "on_true_tile", "on_false_value"), "affine_select", where, 3)
     fill = a["on_false_value"]
-    if not isinstance(fill, int | float) or isinstance(fill, bool):
+    if not is_number(fill):
         raise fail(f"affine_select on_false_value is a number (fp32), not "
                    f"{type(fill).__name__}", where)
     src = as_view(a["on_true_tile"])
@@ -287,7 +287,7 @@ def where(condition: Any, x: Any, y: Any, dtype: Any = None, mask: Any = None,
     kw.pop("name", None)
     if kw:
         raise fail(f"nl.where: argument(s) {', '.join(sorted(kw))} not modelled", at)
-    if isinstance(x, int | float):
+    if is_number(x):
         raise fail("nl.where x is a tile (y may be a number)", at)
     return Pending(LazyKind.WHERE, at, cond=condition, x=x, y=y, dtype=dtype)
 
@@ -363,7 +363,7 @@ class _Op(NlOp):
         if kw:
             raise fail(f"nl.{self.name}: argument(s) {', '.join(sorted(kw))} not modelled",
                        at)
-        if isinstance(x, int | float) and isinstance(y, int | float):
+        if is_number(x) and is_number(y):
             raise fail(f"nl.{self.name} of two numbers: give a tile", at)
         return binary(self, x, y, at, dtype if dtype is not None else self.default)
 

@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import SystolicError
 from ..isa.fields import INDEX_FORMATS
 from .index import Expr, Grid, MultiExpr, whole
-from .lazy import Arithmetic, LazyKind, NlOp, Pending, as_view, binary
+from .lazy import Arithmetic, LazyKind, NlOp, Pending, as_view, binary, is_number
 from .record import Loop, current, fail, here
 from .types import BUFFERS, Buffer, DType, ParDim, fill_value
 
@@ -683,7 +683,7 @@ def assign(target: View, value: object) -> None:
     if isinstance(value, Pending) and value.result is None:
         value.write_into(target, accumulate=False)
         return
-    if isinstance(value, int | float):
+    if is_number(value) or isinstance(value, bool):  # bool: a memset of 1 / 0
         where = here()
         try:
             v = fill_value(value, target.dtype)
