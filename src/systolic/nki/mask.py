@@ -19,6 +19,9 @@ i_p + i_f < n``) is not one rectangle: it is cut into the fewest rectangles that
 row split gives (one instruction each; unsure: how the compiler lowers such a mask is not
 published, and a triangle of 128 rows costs up to 128 instructions here).
 
+The top-8 instructions (max8, nc_find_index8, nc_match_replace8) take a mask on data,
+one rectangle; their [P, 8] values and indices keep their free axis.
+
 Refused in one line: a mask that is not one rectangle on a reduction along the free axis
 (its parts would overwrite each other's results), a mask on a free axis of tensor_reduce
 (its source is read in another axis order), a partial mask on a matmul, a transpose or an
@@ -48,13 +51,13 @@ Box = tuple[tuple[int, int] | None, ...]  # per mask position: [lo, hi), None = 
 # kinds that combine elements along the free axis: one rectangle only
 _ALONG = frozenset({OpKind.TENSOR_REDUCE, OpKind.BN_STATS, OpKind.BN_AGGR,
                     OpKind.TENSOR_TENSOR_SCAN})
-# kinds cut element for element (their views line up position by position)
 # the top-8 family (nki/top8.py): "a mask is applied to the data tensor" (nki.isa
 # nc_match_replace8); their [P, 8] views (the values, the indices) keep their free axis,
 # so the mask is one rectangle. Per kind: whether the dst, then each src, is such a view.
 _EIGHT: dict[OpKind, tuple[bool, ...]] = {OpKind.MAX8: (True, False),
                                           OpKind.FIND_INDEX8: (True, False, True),
                                           OpKind.MATCH_REPLACE8: (False, False, True)}
+# kinds cut element for element (their views line up position by position)
 _CUT = frozenset({OpKind.DMA, OpKind.COPY, OpKind.TENSOR_TENSOR, OpKind.TENSOR_SCALAR,
                   OpKind.ACTIVATION, OpKind.MEMSET, OpKind.IOTA, OpKind.RECIPROCAL,
                   OpKind.SCALAR_TENSOR_TENSOR})
