@@ -13,14 +13,16 @@ kernel's values against its own numpy reference at its own ``atol=1e-2``), ``ben
 (bf16, recorded and timed on the modelled NeuronCore; the modelled latency is printed) and
 ``profile`` (``nki.profile``: the model's profile files, src/systolic/nki/profile_files.py,
 in a fresh temporary directory standing for the tutorial's ``/home/ubuntu/attention/``).
-Each call is counted as **pass**, **refused** (the model's one-line error), **xfail** (the
-tutorial's own ``pytest.xfail``) or **crash**.
+Each call runs in its own process, as the tutorial runs one version per run of its test
+file (``main``). Each call is counted as **pass**, **refused** (the model's one-line
+error), **xfail** (the tutorial's own ``pytest.xfail``) or **crash**.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import subprocess
 import sys
 import tempfile
 import time
@@ -34,11 +36,10 @@ if _SRC not in sys.path:
 MODES = ("accuracy", "benchmark", "profile")
 
 
-def main(folder: str) -> int:
+def _import(folder: str) -> object:
     import pytest
 
     import systolic.nki as snki
-    from systolic.errors import SystolicError
 
     snki.install("trn2")
     sys.path.insert(0, folder)
@@ -47,26 +48,52 @@ def main(folder: str) -> int:
     test_attention.pytest = pytest  # the file calls pytest.xfail without importing pytest
     # the tutorial's profiles go to its author's home directory; here a fresh one
     test_attention.WORKING_DIRECTORY = tempfile.mkdtemp(prefix="attention-profiles-")
-    versions = sorted((getattr(test_attention, n) for n in dir(test_attention)
-                       if n.startswith("attn_fwd_v")),
-                      key=lambda k: (len(k.__name__), k.__name__))
+    return test_attention
+
+
+def one(folder: str, name: str, mode: str) -> tuple[str, str]:
+    """One call of the tutorial's test function, in this (fresh) process: its kind and
+    why (the latency when it passes)."""
+    import pytest
+
+    from systolic.errors import SystolicError
+
+    test_attention = _import(folder)
+    version = getattr(test_attention, name)
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            test_attention.test_attn_tutorial(mode, version)
+        return "pass", out.getvalue().strip().replace(f"{name} : ", "latency ")
+    except pytest.xfail.Exception as exc:
+        return "xfail", str(exc)
+    except SystolicError as exc:
+        return "refused", str(exc).splitlines()[0]
+    except Exception as exc:  # any other: a crash, named in its row
+        return "crash", "".join(traceback.format_exception_only(type(exc), exc)).strip()
+
+
+def main(folder: str) -> int:
+    """Every call in its own process, as the tutorial runs it (test_attention.py calls one
+    version at its end): the v9 / v10 kernels take their SBUF addresses from the module's
+    ``SBufAllocator``, which counts on across calls in one process, and a direct
+    allocation past the end of SBUF is a compile error in NKI too (nki_direct_allocation_
+    guide: ``byte_addr`` below 192 KiB - 16 KiB on NeuronCore-v2), so calls sharing a
+    process would refuse a kernel the tutorial runs."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        test_attention = _import(folder)
+    names = sorted((n for n in dir(test_attention) if n.startswith("attn_fwd_v")),
+                   key=lambda n: (len(n), n))
     counts: dict[str, int] = {}
-    for version in versions:
+    for name in names:
         for mode in MODES:
-            name = getattr(version, "__name__", str(version))
             t0 = time.perf_counter()
-            out = io.StringIO()
-            try:
-                with contextlib.redirect_stdout(out):
-                    test_attention.test_attn_tutorial(mode, version)
-                kind, why = "pass", out.getvalue().strip().replace(f"{name} : ", "latency ")
-            except pytest.xfail.Exception as exc:
-                kind, why = "xfail", str(exc)
-            except SystolicError as exc:
-                kind, why = "refused", str(exc).splitlines()[0]
-            except Exception as exc:  # any other: a crash, named in its row
-                kind = "crash"
-                why = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            res = subprocess.run([sys.executable, __file__, folder, name, mode],
+                                 capture_output=True, text=True)
+            line = res.stdout.strip().splitlines()[-1:] or [""]
+            kind, _, why = line[0].partition("\t")
+            if res.returncode or kind not in ("pass", "xfail", "refused", "crash"):
+                kind, why = "crash", (res.stderr.strip().splitlines() or ["no result"])[-1]
             counts[kind] = counts.get(kind, 0) + 1
             print(f"{kind:8} {name:13} {mode:9} {time.perf_counter() - t0:6.1f} s  {why[:160]}",
                   flush=True)
@@ -77,6 +104,10 @@ def main(folder: str) -> int:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 4:  # one call, in this process
+        kind, why = one(*sys.argv[1:])
+        print(f"{kind}\t{why}")
+        raise SystemExit(0)
     if len(sys.argv) != 2:
         raise SystemExit(__doc__.split("\n\n")[1])
     raise SystemExit(main(sys.argv[1]))

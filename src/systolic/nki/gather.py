@@ -21,6 +21,7 @@ from ..isa import AluOp, Engine
 from .calls import RecordFn, current_api, emit, take
 from .index import check_mask, whole
 from .lazy import LazyKind, Pending
+from .mask import applying
 from .opkind import (
     DynamicCopyArgs,
     GatherFlattenedArgs,
@@ -50,7 +51,12 @@ def nc_stream_shuffle(*args: Any, **kw: Any) -> None:
     (Vector engine); src and dst may be the same tile."""
     where = here()
     what = "nc_stream_shuffle"
-    check_mask(kw.pop("mask", None), what, where)
+    with applying(check_mask(kw.pop("mask", None), what, where), what, where):
+        _stream_shuffle(args, kw, what, where)
+
+
+def _stream_shuffle(args: tuple[Any, ...], kw: dict[str, Any], what: str, where: Where
+                    ) -> None:
     kw.pop("dtype", None)  # dst "must have same data type as src"
     a = take(args, kw, ("src", "dst", "shuffle_mask"), what, where, 3)
     src, dst = as_view(a["src"]), as_view(a["dst"])
@@ -81,7 +87,9 @@ def local_gather(*args: Any, **kw: Any) -> Pending | None:
     (GpSimd)."""
     where = here()
     what = "local_gather"
-    check_mask(kw.pop("mask", None), what, where)
+    if check_mask(kw.pop("mask", None), what, where) is not None:
+        raise fail(f"{what}: mask= is not modelled (its index tile is refused anyway)",
+                   where)
     a = take(args, kw, ("src_buffer", "index", "num_elem_per_idx", "num_valid_indices",
                         "dst"), what, where, 2)
     src, idx = as_view(a["src_buffer"]), as_view(a["index"])
@@ -141,7 +149,7 @@ def tensor_partition_reduce(*args: Any, **kw: Any) -> Pending | None:
     data (add or max; GpSimd)."""
     where = here()
     what = "tensor_partition_reduce"
-    check_mask(kw.pop("mask", None), what, where)
+    m = check_mask(kw.pop("mask", None), what, where)
     a = take(args, kw, ("op", "data", "dtype", "dst"), what, where, 2)
     op = a["op"]
     alu = _alu_of(op)  # nl.add / np.add / np.sum, nl.maximum / np.maximum / np.max ...
@@ -149,9 +157,10 @@ def tensor_partition_reduce(*args: Any, **kw: Any) -> Pending | None:
         name = getattr(op, "__name__", repr(op))
         raise fail(f"{what} op {name} is not modelled: add and max are (the docs' "
                    f"bitwise_or / bitwise_and need integer formats the model lacks)", where)
-    return emit(LazyKind.PARTITION_REDUCE, a.get("dst"),
-                {"src": a["data"], "op": alu, "dtype": a.get("dtype")}, where,
-                _record_partition_reduce)
+    with applying(m, what, where):  # a lazy result keeps it as its mask
+        return emit(LazyKind.PARTITION_REDUCE, a.get("dst"),
+                    {"src": a["data"], "op": alu, "dtype": a.get("dtype"), "mask": m},
+                    where, _record_partition_reduce)
 
 
 def _record_partition_reduce(dst: View, a: dict[str, Any], where: Where) -> None:

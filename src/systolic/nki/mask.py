@@ -19,6 +19,9 @@ i_p + i_f < n``) is not one rectangle: it is cut into the fewest rectangles that
 row split gives (one instruction each; unsure: how the compiler lowers such a mask is not
 published, and a triangle of 128 rows costs up to 128 instructions here).
 
+The top-8 instructions (max8, nc_find_index8, nc_match_replace8) take a mask on data,
+one rectangle; their [P, 8] values and indices keep their free axis.
+
 Refused in one line: a mask that is not one rectangle on a reduction along the free axis
 (its parts would overwrite each other's results), a mask on a free axis of tensor_reduce
 (its source is read in another axis order), a partial mask on a matmul, a transpose or an
@@ -48,6 +51,12 @@ Box = tuple[tuple[int, int] | None, ...]  # per mask position: [lo, hi), None = 
 # kinds that combine elements along the free axis: one rectangle only
 _ALONG = frozenset({OpKind.TENSOR_REDUCE, OpKind.BN_STATS, OpKind.BN_AGGR,
                     OpKind.TENSOR_TENSOR_SCAN})
+# the top-8 family (nki/top8.py): "a mask is applied to the data tensor" (nki.isa
+# nc_match_replace8); their [P, 8] views (the values, the indices) keep their free axis,
+# so the mask is one rectangle. Per kind: whether the dst, then each src, is such a view.
+_EIGHT: dict[OpKind, tuple[bool, ...]] = {OpKind.MAX8: (True, False),
+                                          OpKind.FIND_INDEX8: (True, False, True),
+                                          OpKind.MATCH_REPLACE8: (False, False, True)}
 # kinds cut element for element (their views line up position by position)
 _CUT = frozenset({OpKind.DMA, OpKind.COPY, OpKind.TENSOR_TENSOR, OpKind.TENSOR_SCALAR,
                   OpKind.ACTIVATION, OpKind.MEMSET, OpKind.IOTA, OpKind.RECIPROCAL,
@@ -134,11 +143,11 @@ def split(op: Op, mask: Mask | bool, what: str, where: Where,
         return [_indirect_cut(op, {p: iv for p, iv in zip(pos, r, strict=True)
                                    if iv != (0, sizes[p])}, sizes, what, where)
                 for r in rects]
-    if kind not in _CUT and kind not in _ALONG:
+    if kind not in _CUT and kind not in _ALONG and kind not in _EIGHT:
         raise fail(f"{what}: a mask that leaves out part of the tile is not modelled on "
                    f"{kind.value} (its axes do not line up with its result's); use a tile "
                    f"of the part it should compute", where)
-    if (kind in _ALONG or op.outs) and len(rects) > 1:
+    if (kind in _ALONG or kind in _EIGHT or op.outs) and len(rects) > 1:
         raise fail(f"{what}: this mask is not one rectangle of the tile, and {kind.value} "
                    f"reduces along the free axis; split the call so each mask is one "
                    f"rectangle", where)
@@ -147,13 +156,15 @@ def split(op: Op, mask: Mask | bool, what: str, where: Where,
         raise fail(f"{what}: a mask on a free axis of tensor_reduce is not modelled; mask "
                    f"the partitions (i_p < n), or reduce a tile of the part to keep", where)
     reduced = kind in _ALONG or bool(op.outs)
+    eight = _EIGHT.get(kind, ())
     out: list[Op] = []
     for r in rects:
         box: dict[int, tuple[int, int]] = {p: iv for p, iv in zip(pos, r, strict=True)
                                            if iv != (0, sizes[p])}
-        cut = [_cut(v, box, sizes, what, where, whole_ok=reduced and i > 0)
-               for i, v in enumerate((op.dst, *op.outs))]
-        srcs = tuple(_cut(v, box, sizes, what, where, whole_ok=False) for v in op.srcs)
+        cut = [_cut(v, box, sizes, what, where, whole_ok=(reduced and i > 0) or (
+                    i == 0 and eight[:1] == (True,))) for i, v in enumerate((op.dst, *op.outs))]
+        srcs = tuple(_cut(v, box, sizes, what, where, whole_ok=eight[i + 1:i + 2] == (True,))
+                     for i, v in enumerate(op.srcs))
         args = _iota_moved(op, box, sizes, what, where) if kind is OpKind.IOTA else op.args
         out.append(Op(args, cut[0], srcs, op.where, tuple(cut[1:])))
     return out

@@ -22,6 +22,7 @@ from typing import Any
 from .calls import RecordFn, emit, take
 from .index import check_mask
 from .lazy import LazyKind, Pending, is_number
+from .mask import applying
 from .opkind import DropoutArgs, RandArgs
 from .ops import _add, _match, _on_chip, _vector
 from .record import Recorder, current, fail, here
@@ -87,25 +88,27 @@ def _rand_tile(a: dict[str, Any], where: Where) -> Tensor:
 def dropout(*args: Any, **kw: Any) -> Pending | None:
     """``nisa.dropout(data, prob, dtype=)``: zero the elements whose draw falls below prob."""
     where = here()
-    check_mask(kw.pop("mask", None), "dropout", where)
+    m = check_mask(kw.pop("mask", None), "dropout", where)
     a = take(args, kw, ("data", "prob", "dtype", "dst"), "dropout", where, 2)
-    return _dropout(a["data"], a["prob"], a.get("dtype"), a.get("dst"), "dropout", where)
+    return _dropout(a["data"], a["prob"], a.get("dtype"), a.get("dst"), "dropout", where, m)
 
 
 def nl_dropout(*args: Any, **kw: Any) -> Pending | None:
     """``nl.dropout(x, rate, dtype=)``: nisa.dropout."""
     where = here()
-    check_mask(kw.pop("mask", None), "nl.dropout", where)
+    m = check_mask(kw.pop("mask", None), "nl.dropout", where)
     a = take(args, kw, ("x", "rate", "dtype"), "nl.dropout", where, 2)
-    return _dropout(a["x"], a["rate"], a.get("dtype"), None, "nl.dropout", where)
+    return _dropout(a["x"], a["rate"], a.get("dtype"), None, "nl.dropout", where, m)
 
 
-def _dropout(data: Any, prob: Any, dtype: Any, dst: Any, what: str, where: Where
-             ) -> Pending | None:
+def _dropout(data: Any, prob: Any, dtype: Any, dst: Any, what: str, where: Where,
+             mask: Any) -> Pending | None:
     if is_number(prob) and not 0 <= prob <= 1:
         raise fail(f"{what} probability {prob} is outside 0..1", where)
-    return emit(LazyKind.DROPOUT, dst, {"src": data, "prob": prob, "dtype": dtype,
-                                        "what": what}, where, _record_dropout)
+    with applying(mask, what, where):  # a lazy result keeps it as its mask
+        return emit(LazyKind.DROPOUT, dst, {"src": data, "prob": prob, "dtype": dtype,
+                                            "what": what, "mask": mask}, where,
+                    _record_dropout)
 
 
 def _record_dropout(dst: View, a: dict[str, Any], where: Where) -> None:

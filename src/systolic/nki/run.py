@@ -35,6 +35,7 @@ from ..schema import bound_kind as schema_bound_kind
 from ..timing.core import CoreTiming, time_program
 from . import record as _record
 from .alloc import DEFAULT_BUFFERS
+from .boolops import with_masks
 from .build import Recorded, build
 from .cores import core_programs
 from .record import (
@@ -60,7 +61,7 @@ class Kernel:
     """``@nki.jit``: the kernel function plus its options; calling it runs it for values."""
 
     def __init__(self, func: Callable[..., Any], **options: Any) -> None:
-        self.func = func
+        self.func = with_masks(func)  # `and` joining masks, as NKI reads it (nki/boolops.py)
         self.options = options
         self.__name__ = getattr(func, "__name__", "kernel")
         self.__doc__ = func.__doc__
@@ -88,7 +89,7 @@ def _unwrap(kernel: Any) -> tuple[Callable[..., Any], str | None]:
     inner = getattr(kernel, "kernel", None)
     if isinstance(inner, Kernel):
         return inner.func, inner.arch
-    return kernel, None
+    return with_masks(kernel), None
 
 
 def _arch(kernel_arch: str | None, arch: str | Arch | None) -> Arch:

@@ -22,6 +22,7 @@ from ..isa.fields import ReduceCmd
 from .calls import RecordFn, emit, take
 from .index import Mask, check_mask, whole
 from .lazy import LazyKind, NlOp, Pending, binary, is_number
+from .mask import applying
 from .opkind import (
     AffineSelectArgs,
     CopyPredicatedArgs,
@@ -149,7 +150,7 @@ def affine_select(*args: Any, **kw: Any) -> Pending | None:
     """``affine_select(pred, on_true_tile, on_false_value, dtype=)``: on_true where the
     affine predicate holds, else on_false_value (GpSimd); ``dst=`` writes it."""
     where = here()
-    check_mask(kw.pop("mask", None), "affine_select", where)
+    m = check_mask(kw.pop("mask", None), "affine_select", where)
     dst, dtype = kw.pop("dst", None), kw.pop("dtype", None)
     a = take(args, kw, ("pred", "on_true_tile", "on_false_value"), "affine_select", where, 3)
     fill = a["on_false_value"]
@@ -158,9 +159,10 @@ def affine_select(*args: Any, **kw: Any) -> Pending | None:
                    f"{type(fill).__name__}", where)
     src = as_view(a["on_true_tile"])
     _pattern(a["pred"], tuple(src.shape), where)  # refuse a bad predicate at this line
-    return emit(LazyKind.AFFINE_SELECT, dst, {"pred": a["pred"], "src": a["on_true_tile"],
-                                              "fill": float(fill), "dtype": dtype}, where,
-                _record_affine_select)
+    with applying(m, "affine_select", where):  # a lazy result keeps it as its mask
+        return emit(LazyKind.AFFINE_SELECT, dst,
+                    {"pred": a["pred"], "src": a["on_true_tile"], "fill": float(fill),
+                     "dtype": dtype, "mask": m}, where, _record_affine_select)
 
 
 def _record_affine_select(dst: View, a: dict[str, Any], where: Where) -> None:
@@ -185,7 +187,7 @@ def range_select(*args: Any, **kw: Any) -> Pending | None:
     reduce_res=, reduce_op=np.max, range_start=0, on_false_value=nl.fp32.min, dtype=)``
     (Vector, NeuronCore-v3 on)."""
     where = here()
-    check_mask(kw.pop("mask", None), "range_select", where)
+    m = check_mask(kw.pop("mask", None), "range_select", where)
     dst, dtype = kw.pop("dst", None), kw.pop("dtype", None)
     a = take(args, kw, ("on_true_tile", "comp_op0", "comp_op1", "bound0", "bound1",
                         "reduce_cmd", "reduce_res", "reduce_op", "range_start",
@@ -209,8 +211,9 @@ def range_select(*args: Any, **kw: Any) -> Pending | None:
              "start": int(start),
              "cmd": reduce_command(a.get("reduce_cmd") or ReduceCmd.IDLE, "range_select",
                                    where),
-             "reduce_res": a.get("reduce_res"), "dtype": dtype}
-    return emit(LazyKind.RANGE_SELECT, dst, args_, where, _record_range_select)
+             "reduce_res": a.get("reduce_res"), "dtype": dtype, "mask": m}
+    with applying(m, "range_select", where):
+        return emit(LazyKind.RANGE_SELECT, dst, args_, where, _record_range_select)
 
 
 def _record_range_select(dst: View, a: dict[str, Any], where: Where) -> None:
@@ -236,7 +239,7 @@ def select_reduce(*args: Any, **kw: Any) -> None:
     """``select_reduce(dst=, predicate=, on_true=, on_false=, reduce_res=, reduce_cmd=,
     reduce_op=np.max, reverse_pred=False)`` (Vector)."""
     where = here()
-    check_mask(kw.pop("mask", None), "select_reduce", where)
+    m = check_mask(kw.pop("mask", None), "select_reduce", where)
     kw.pop("dtype", None)  # the result is cast to dst's dtype
     a = take(args, kw, ("dst", "predicate", "on_true", "on_false", "reduce_res",
                         "reduce_cmd", "reduce_op", "reverse_pred"), "select_reduce", where, 4)
@@ -246,9 +249,10 @@ def select_reduce(*args: Any, **kw: Any) -> None:
         raise fail(f"select_reduce predicate is an integer tile (uint8, int8, int16, uint16), "
                    f"not {pred.dtype}", where)
     cmd = reduce_command(a.get("reduce_cmd") or ReduceCmd.IDLE, "select_reduce", where)
-    _record_select(as_view(a["dst"]), pred, as_view(a["on_true"]), a["on_false"],
-                   bool(a.get("reverse_pred")), cmd, a.get("reduce_res"), "select_reduce",
-                   where)
+    with applying(m, "select_reduce", where):
+        _record_select(as_view(a["dst"]), pred, as_view(a["on_true"]), a["on_false"],
+                       bool(a.get("reverse_pred")), cmd, a.get("reduce_res"),
+                       "select_reduce", where)
 
 
 def _record_select(dst: View, pred: View, on_true: View, on_false: Any, reverse: bool,
@@ -283,13 +287,13 @@ def where(condition: Any, x: Any, y: Any, dtype: Any = None, mask: Any = None,
     shape, a [P, 1] column, or a number); a Vector select (the instruction select_reduce
     uses, with no reduction)."""
     at = here()
-    check_mask(mask, "nl.where", at)
+    m = check_mask(mask, "nl.where", at)
     kw.pop("name", None)
     if kw:
         raise fail(f"nl.where: argument(s) {', '.join(sorted(kw))} not modelled", at)
     if is_number(x):
         raise fail("nl.where x is a tile (y may be a number)", at)
-    return Pending(LazyKind.WHERE, at, cond=condition, x=x, y=y, dtype=dtype)
+    return Pending(LazyKind.WHERE, at, cond=condition, x=x, y=y, dtype=dtype, mask=m)
 
 
 def _record_where(dst: View, a: dict[str, Any], at: Where) -> None:
@@ -308,9 +312,14 @@ def tensor_copy_predicated(*args: Any, **kw: Any) -> None:
     where predicate is nonzero; elsewhere dst keeps its values (Vector)."""
     where_ = here()
     what = "tensor_copy_predicated"
-    check_mask(kw.pop("mask", None), what, where_)
+    m = check_mask(kw.pop("mask", None), what, where_)
     kw.pop("dtype", None)
     a = take(args, kw, ("src", "dst", "predicate", "reverse_pred"), what, where_, 3)
+    with applying(m, what, where_):
+        _copy_predicated(a, what, where_)
+
+
+def _copy_predicated(a: dict[str, Any], what: str, where_: Where) -> None:
     dst, pred = as_view(a["dst"]), as_view(a["predicate"])
     for v, role in ((dst, "dst"), (pred, "predicate")):
         _on_chip(v, role, what, where_)
@@ -358,14 +367,16 @@ class _Op(NlOp):
     def __call__(self, x: Any, y: Any, dtype: Any = None, mask: Any = None,
                  **kw: Any) -> Pending:
         at = here()
-        check_mask(mask, f"nl.{self.name}", at)
+        m = check_mask(mask, f"nl.{self.name}", at)
         kw.pop("name", None)
         if kw:
             raise fail(f"nl.{self.name}: argument(s) {', '.join(sorted(kw))} not modelled",
                        at)
         if is_number(x) and is_number(y):
             raise fail(f"nl.{self.name} of two numbers: give a tile", at)
-        return binary(self, x, y, at, dtype if dtype is not None else self.default)
+        p = binary(self, x, y, at, dtype if dtype is not None else self.default)
+        p.args["mask"] = m
+        return p
 
 
 equal = _Op("equal", AluOp.EQUAL, "uint8")

@@ -17,6 +17,7 @@ from typing import Any
 from .calls import RecordFn, emit, take
 from .index import check_mask
 from .lazy import LazyKind, Pending
+from .mask import applying
 from .opkind import FindIndex8Args, MatchReplace8Args, Max8Args
 from .ops import _add, _on_chip
 from .record import fail, here
@@ -62,10 +63,12 @@ def _tile8(dtype: Any) -> Shaper:
 def max8(*args: Any, **kw: Any) -> Pending | None:
     """``max8(src=, dtype=)``: the 8 largest values per partition, descending."""
     where = here()
-    check_mask(kw.pop("mask", None), "max8", where)
+    m = check_mask(kw.pop("mask", None), "max8", where)
     a = take(args, kw, ("src", "dtype", "dst"), "max8", where, 1)
-    return emit(LazyKind.MAX8, a.get("dst"), {"src": a["src"], "dtype": a.get("dtype")},
-                where, _record_max8)
+    with applying(m, "max8", where):  # the lazy result keeps it as its mask
+        return emit(LazyKind.MAX8, a.get("dst"),
+                    {"src": a["src"], "dtype": a.get("dtype"), "mask": m}, where,
+                    _record_max8)
 
 
 def _record_max8(dst: View, a: dict[str, Any], where: Where) -> None:
@@ -80,15 +83,16 @@ def nc_find_index8(*args: Any, **kw: Any) -> Pending | None:
     """``nc_find_index8(data=, vals=, dtype=nl.uint32)``: per partition, the index of the
     first occurrence of each of the 8 values."""
     where = here()
-    check_mask(kw.pop("mask", None), "nc_find_index8", where)
+    m = check_mask(kw.pop("mask", None), "nc_find_index8", where)
     a = take(args, kw, ("data", "vals", "dtype", "dst"), "nc_find_index8", where, 2)
     dtype = a.get("dtype")
     if dtype is not None and to_dtype(dtype).nki not in ("uint16", "uint32"):
         raise fail(f"nc_find_index8 dtype is nl.uint16 or nl.uint32 (NKI docs), not "
                    f"{to_dtype(dtype)}", where)
-    return emit(LazyKind.FIND_INDEX8, a.get("dst"),
-                {"data": a["data"], "vals": a["vals"], "dtype": dtype}, where,
-                _record_find_index8)
+    with applying(m, "nc_find_index8", where):
+        return emit(LazyKind.FIND_INDEX8, a.get("dst"),
+                    {"data": a["data"], "vals": a["vals"], "dtype": dtype, "mask": m}, where,
+                    _record_find_index8)
 
 
 def _record_find_index8(dst: View, a: dict[str, Any], where: Where) -> None:
@@ -104,7 +108,7 @@ def nc_match_replace8(*args: Any, **kw: Any) -> Pending | None:
     """``nc_match_replace8(data=, vals=, imm=, dst_idx=None, dtype=)``: data with the first
     occurrence of each of the 8 values replaced by ``imm`` (their indices into dst_idx)."""
     where = here()
-    check_mask(kw.pop("mask", None), "nc_match_replace8", where)
+    m = check_mask(kw.pop("mask", None), "nc_match_replace8", where)
     a = take(args, kw, ("data", "vals", "imm", "dst_idx", "dtype", "dst"),
              "nc_match_replace8", where, 3)
     imm = a["imm"]
@@ -113,10 +117,11 @@ def nc_match_replace8(*args: Any, **kw: Any) -> Pending | None:
     except (TypeError, ValueError):
         raise fail(f"nc_match_replace8 imm is a float32 constant, not "
                    f"{type(imm).__name__}", where) from None
-    return emit(LazyKind.MATCH_REPLACE8, a.get("dst"),
-                {"data": a["data"], "vals": a["vals"], "imm": imm,
-                 "dst_idx": a.get("dst_idx"), "dtype": a.get("dtype")}, where,
-                _record_match_replace8)
+    with applying(m, "nc_match_replace8", where):
+        return emit(LazyKind.MATCH_REPLACE8, a.get("dst"),
+                    {"data": a["data"], "vals": a["vals"], "imm": imm,
+                     "dst_idx": a.get("dst_idx"), "dtype": a.get("dtype"), "mask": m}, where,
+                    _record_match_replace8)
 
 
 def _record_match_replace8(dst: View, a: dict[str, Any], where: Where) -> None:
