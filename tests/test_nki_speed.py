@@ -141,3 +141,62 @@ def test_kernel_command_turns_the_collector_off_and_back() -> None:
         cmd._run = real  # type: ignore[assignment]
         gc.enable()
     assert states == [False, False]
+
+
+def _placeless(v: View) -> tuple[Any, ...]:
+    """A view's fields, its tensor by what the kernel made (two recordings make two)."""
+    t = v.tensor
+    return (t.shape, t.dtype, t.buffer, t.where[1], *_fields(v)[2:])
+
+
+MATMULS = '''
+@nki.jit
+def k(lhsT, rhs):
+    out = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.shared_hbm)
+    acc = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+    for i in nl.affine_range(2):
+        a = nl.ndarray((128, 128), dtype=lhsT.dtype, buffer=nl.sbuf)
+        b = nl.ndarray((128, 512), dtype=rhs.dtype, buffer=nl.sbuf)
+        nisa.dma_copy(dst=a, src=lhsT[i * 128:(i + 1) * 128, 0:128])
+        nisa.dma_copy(dst=b, src=rhs[i * 128:(i + 1) * 128, 0:512])
+        nisa.nc_matmul(dst=acc, stationary=a, moving=b{extra})
+    res = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+    nisa.tensor_copy(dst=res, src=acc)
+    nisa.dma_copy(dst=out, src=res)
+    return out
+'''
+
+
+@pytest.mark.parametrize("arch", ["trn1", "trn2", "trn3"])
+def test_nc_matmul_by_name_records_as_the_general_path(tmp_path: Any, arch: str,
+                                                      monkeypatch: Any) -> None:
+    """nc_matmul(dst=, stationary=, moving=) (the short path) makes the same record_matmul
+    call as the same call with its options spelled out at their defaults (the general
+    path), and so the same Program, bit for bit."""
+    from helpers import record_source
+
+    import systolic.nki as snki
+    from systolic.nki import isa
+
+    calls: list[list[Any]] = [[], []]
+    real = isa.record_matmul
+
+    def spy(*a: Any) -> None:
+        calls[which].append(tuple(_placeless(x) if isinstance(x, View) else x for x in a))
+        real(*a)
+
+    monkeypatch.setattr(isa, "record_matmul", spy)
+    snki.install(arch)
+    recs = []
+    for which, extra in enumerate(["", ", tile_position=(), tile_size=(), perf_mode=None, "
+                                       "accumulate=None, is_transpose=False, mask=None"]):
+        d = tmp_path / str(which)
+        d.mkdir()
+        recs.append(record_source(d, MATMULS.format(extra=extra),
+                                  ["bf16[256,128]", "bf16[256,512]"], arch=arch))
+    short, plain = recs
+    assert len(calls[0]) == 2
+    # the same call but for the kernel file's path (each in its own folder)
+    assert [c[:7] + c[8:] for c in calls[0]] == [c[:7] + c[8:] for c in calls[1]]
+    assert [c[7][1] for c in calls[0]] == [c[7][1] for c in calls[1]]
+    assert list(short.program) == list(plain.program)
