@@ -4,6 +4,7 @@ NeuronCore, show its Program, its values."""
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import re
@@ -246,6 +247,24 @@ def pe_alone(rec: Any) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The command, with the garbage collector off throughout. Each stage (recording,
+    timing, what-ifs) turns it off for itself, but between them it came back on, and its
+    first collection then traversed every object the stage had made (a generation-0
+    collection of ~1 M objects after the recording: 0.10 s; 0.16 s CPU of collections in
+    all for the full-size tiled kernel, freeing nothing: the recording holds no reference
+    cycle, nki/tensor.py Tensor.full). Peak memory is the same either way (docs/
+    PERFORMANCE.md, issue 20's NKI row); restored after, for a caller running commands in
+    process (the tests)."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _run(args)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _run(args: argparse.Namespace) -> int:
     from ..arch import get_arch
     from ..nki.run import (
         execute,

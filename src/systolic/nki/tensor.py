@@ -24,7 +24,8 @@ import numpy as np
 from ..errors import SystolicError
 from ..isa.fields import INDEX_FORMATS
 from .index import Expr, Grid, MultiExpr, whole
-from .lazy import Arithmetic, LazyKind, NlOp, Pending, as_view, binary, is_number
+from .lazy import Arithmetic, LazyKind, NlOp, Pending, binary, is_number
+from .lazy import as_view as _any_view
 from .record import Loop, current, fail, here
 from .types import BUFFERS, Buffer, DType, ParDim, fill_value
 
@@ -46,6 +47,31 @@ class Axis(NamedTuple):
 
 
 _ALL = slice(None)
+
+
+_LAYOUTS: dict[tuple[tuple[int, ...], int | None],
+               tuple[tuple[int, ...], int, tuple[Axis, ...]]] = {}
+
+
+def _layout(dims: tuple[int, ...], pdim: int | None
+            ) -> tuple[tuple[int, ...], int, tuple[Axis, ...]]:
+    """A tensor's row-major strides (the partition dimension, on chip, has none), its
+    elements per partition, and its whole view's axes: immutable, so memoised."""
+    key = (dims, pdim)
+    got = _LAYOUTS.get(key)
+    if got is None:
+        strides, acc = [0] * len(dims), 1
+        for i in range(len(dims) - 1, -1, -1):
+            if i == pdim:
+                continue
+            strides[i] = acc
+            acc *= dims[i]
+        axes = tuple([Axis(1 if i == pdim else strides[i], d, i == pdim)
+                      for i, d in enumerate(dims)])
+        if len(_LAYOUTS) > 1 << 12:  # a kernel of many shapes: bounded
+            _LAYOUTS.clear()
+        got = _LAYOUTS[key] = (tuple(strides), acc, axes)
+    return got
 
 
 class Tensor(Arithmetic):
@@ -78,20 +104,13 @@ class Tensor(Arithmetic):
         # written it since (nki/ops.py record_dma; broadcast_to reads it again)
         self.loaded_from: View | None = None
         self.pdim: int | None = pdim if buffer.on_chip else None
-        strides, acc = [0] * len(dims), 1
-        for i in range(len(dims) - 1, -1, -1):
-            if i == self.pdim:
-                continue
-            strides[i] = acc
-            acc *= dims[i]
-        self.strides = tuple(strides)
-        self.free_elems = acc  # elements per partition on chip; all elements in HBM
+        # strides, elements per partition (on chip; all elements in HBM) and the whole
+        # view's axes, shared by every tensor of this shape and layout (a loop body makes
+        # the same tiles each iteration: 67,000 of them in the full-size tiled kernel)
+        self.strides, self.free_elems, self.full_axes = _layout(self.shape, self.pdim)
         # the first partition on chip: 0, or where the older API's tile_position puts a
         # matmul operand or result (:meth:`at_partition`)
         self.p_base = 0
-        pd = self.pdim
-        self.full_axes = tuple([Axis(1 if i == pd else strides[i], d, i == pd)
-                            for i, d in enumerate(dims)])
         # a tile the kernel places itself (nki/direct.py): its bytes per partition from the
         # start of SBUF/PSUM, and each block's element offset (an array over the block dims)
         self.pin: int | None = None
@@ -280,6 +299,18 @@ def _reshape(v: View, shape: tuple[int, ...]) -> View:
     return View(v.tensor, v.offset, v.p0, (*part, *new), v.dt)
 
 
+def as_view(x: object) -> View:
+    """A View of a tensor, a view, or a lazy result (lazy.as_view), the two common cases
+    first: every NKI call asks it of each operand (233,000 times in the full-size tiled
+    kernel). A plain ``View`` is itself and a ``Tensor`` its whole view, as their
+    ``view()`` gives them (tests/test_nki_speed.py holds the two to it)."""
+    if type(x) is View:  # (exact types: IndirectView and DynamicView go the long way)
+        return x
+    if type(x) is Tensor:
+        return View(x, 0, x.p_base, x.full_axes)  # Tensor.full
+    return _any_view(x)
+
+
 class Outside(NamedTuple):
     """Where a view reaches past its tensor: per view axis the positions inside,
     ``[lo, hi)`` (None: all), and the one-line error if an operation uses it unmasked."""
@@ -345,6 +376,60 @@ class View(Arithmetic):
                                                              strict=True))), self.dt)
 
     def __getitem__(self, key: object) -> View:
+        if self.outside is None:
+            got = self._plain(key)
+            if got is not None:
+                return got
+        return self._index(key)
+
+    def _plain(self, key: object) -> View | None:
+        """The common key first: ints and step-1 slices of ints, every one inside its
+        dimension (the tiled kernels' ``x[k * 128:(k + 1) * 128, m * 512:(m + 1) * 512]``,
+        66,000 of them at full size). Exactly :meth:`_index`'s view; None for any other key,
+        and for any it would refuse or mark as reaching outside, which :meth:`_index` then
+        reads (tests/test_nki_speed.py holds the two to the same views and errors)."""
+        keys = key if type(key) is tuple else (key,)
+        axes = self.axes
+        if len(keys) > len(axes):
+            return None
+        offset, p0 = self.offset, self.p0
+        out: list[Axis] = []
+        for d, (stride, count, part) in enumerate(axes):
+            if d >= len(keys):
+                out.append(Axis(1, count, True) if part else Axis(stride, count))
+                continue
+            k = keys[d]
+            tk = type(k)
+            if tk is slice:
+                ks, ke = k.start, k.stop  # type: ignore[attr-defined]
+                if (k.step is not None  # type: ignore[attr-defined]
+                        or (ks is not None and type(ks) is not int)
+                        or (ke is not None and (type(ke) is not int or ke > count))):
+                    return None
+                start, stop, _ = k.indices(count)  # type: ignore[attr-defined]
+                if stop <= start:  # empty: _index's error
+                    return None
+                if part:
+                    p0 += start
+                    out.append(Axis(1, stop - start, True))
+                else:
+                    offset += start * stride
+                    out.append(Axis(stride, stop - start))
+            elif tk is int:
+                if k < 0:  # type: ignore[operator]
+                    k += count  # type: ignore[operator]
+                if not 0 <= k < count:  # type: ignore[operator]
+                    return None
+                if part:
+                    p0 += k  # type: ignore[operator]
+                else:
+                    offset += k * stride  # type: ignore[operator]
+            else:
+                return None
+        return View(self.tensor, offset, p0, tuple(out), self.dt)
+
+    def _index(self, key: object) -> View:
+        """``view[key]``, any key: ints, slices, index expressions, tiles of indices."""
         axes = self.axes
         if self.outside is not None:
             self.outside.check()
