@@ -482,3 +482,37 @@ def test_transpose():
                          capture_output=True, text=True, cwd=tmp_path, timeout=300,
                          env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})
     assert "1 passed" in res.stdout, res.stdout + res.stderr
+
+
+def test_pytest_plugin_lets_the_test_judge_a_partly_written_store(tmp_path) -> None:
+    """Under the plugin a kernel storing a partly written tile runs, as on hardware (the
+    rest is garbage there, NaN here) with a warning naming its line; the test checks the
+    written part and passes (aws-neuron-sdk's masked nc_match_replace8 test does this)."""
+    (tmp_path / "test_half.py").write_text('''
+import numpy as np
+import neuronxcc.nki as nki
+import neuronxcc.nki.language as nl
+
+
+@nki.jit(mode="simulation")
+def k(a):
+    out = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.shared_hbm)
+    t = nl.ndarray((128, 64), dtype=a.dtype, buffer=nl.sbuf)
+    ip, jf = nl.mgrid[0:128, 0:64]
+    t[ip, jf] = nl.load(a[ip, jf], mask=(ip < 64))
+    nl.store(out, t)
+    return out
+
+
+def test_half():
+    a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    b = k(a)
+    assert np.array_equal(b[:64], a[:64]) and np.isnan(b[64:]).all()
+''')
+    src = str(Path(snki.__file__).resolve().parent.parent.parent)
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-p", "systolic.nki.pytest_plugin", str(tmp_path / "test_half.py")],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                         env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})
+    assert "1 passed" in res.stdout, res.stdout + res.stderr
+    assert "UnwrittenWarning" in res.stdout and "test_half.py:13" in res.stdout

@@ -119,3 +119,18 @@ def test_device_memory_written_in_parts_then_read_back(tmp_path: Path) -> None:
     assert np.array_equal(got, x)
     with pytest.raises(KernelError, match="nothing wrote"):
         _values(tmp_path, SCRATCH.replace("HALF", "64:127"), x)
+
+
+def test_the_warn_policy_stores_the_fill_and_names_the_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under ``POLICY = "warn"`` (the pytest plugin's) the store runs: the rows written
+    hold their values, the row nothing wrote the model's fill (NaN for fp32, hardware's
+    "garbage data"), and one UnwrittenWarning names the store's FILE:LINE."""
+    from systolic.nki import valid
+
+    monkeypatch.setattr(valid, "POLICY", "warn")
+    x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    with pytest.warns(valid.UnwrittenWarning, match="garbage on hardware") as rec:
+        got = np.asarray(_values(tmp_path, SCRATCH.replace("HALF", "64:127"), x))
+    assert [(Path(w.filename).name, w.lineno) for w in rec] == [("k.py", 16)]
+    assert np.array_equal(got[:127], x[:127]) and np.isnan(got[127]).all()

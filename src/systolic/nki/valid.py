@@ -49,7 +49,7 @@ from .opkind import IndirectDmaArgs, OpKind
 from .record import Op, Where
 from .tensor import Tensor, View
 
-__all__ = ["RULES", "check_values"]
+__all__ = ["POLICY", "RULES", "UnwrittenWarning", "check_values"]
 
 Cells = np.ndarray | None  # a bool array of a view's shape; None: every element valid
 
@@ -358,6 +358,21 @@ def _scatter(tr: _Tracker, op: Op) -> None:
             _refuse(op, tr.origin(v, op.where))
 
 
+class UnwrittenWarning(UserWarning):
+    """Values computed from memory nothing wrote were stored to device memory (the
+    ``"warn"`` policy of :data:`POLICY`); the message names the kernel's FILE:LINE."""
+
+
+POLICY = "error"
+"""What a store of values computed from memory nothing wrote does: ``"error"`` (the
+default: a :class:`~systolic.errors.KernelError` before anything runs) or ``"warn"`` (an
+:class:`UnwrittenWarning`, and the values are whatever the memory held: the model's fill
+pattern, NaN for float formats, as hardware's "garbage data", nki_known_issues.rst). The
+pytest plugin sets ``"warn"``: there a kernel's own test is the judge of its values, as on
+hardware (aws-neuron-sdk's masked nc_match_replace8 test stores a partly written tile and
+checks only the written part)."""
+
+
 def _refuse(op: Op, origin: tuple[Tensor, Where] | None) -> None:
     what = "memory nothing wrote"
     if origin is not None:
@@ -365,6 +380,15 @@ def _refuse(op: Op, origin: tuple[Tensor, Where] | None) -> None:
         made = ("an argument" if t.is_input else
                 f"{t.name or 'the tile'} made at line {t.where[1]}")
         what = f"part of {made} that nothing wrote, read at line {line}"
+    if POLICY == "warn":
+        import warnings
+
+        file, line = op.where
+        warnings.warn_explicit(
+            f"{op.kind.value} writes device memory with values computed from {what}: "
+            f"they are whatever that memory held (NaN here, garbage on hardware)",
+            UnwrittenWarning, file, line)
+        return
     raise KernelError(*op.where, (
         f"{op.kind.value} writes device memory with values computed from {what}: they "
         f"would be whatever that memory held; write the whole tile first, or mask the "
