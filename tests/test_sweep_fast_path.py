@@ -1,7 +1,9 @@
 """A sweep's matmul point (issue 20's fast path: the whole core timed without what-if plans,
-busy times in plain Python, access-pattern regions kept across programs) reports every
-figure the full path does: ``time_op``'s Report with its whole core timed on first use
-(what-ifs on), busy times by numpy, no region kept from an earlier program."""
+busy times and the Tensor Engine's breakdown in plain Python, access patterns shared by the
+compiler across products and their regions, rectangles and DMA plans kept across programs)
+reports every figure the full path does: ``time_op``'s Report with its whole core timed on
+first use (what-ifs on), busy times and breakdown by numpy, no pattern, region, rectangle,
+DMA plan, tile plan or cost kept from an earlier program (memos by Arch object included)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,11 @@ from typing import Any
 
 import pytest
 
+from systolic.compiler import codegen, tiling
 from systolic.sweep import evaluate
 from systolic.timing import core as tcore
+from systolic.timing import costs, tensor_engine
+from systolic.views import report as vreport
 from systolic.workload import time_op
 
 POINTS: list[dict[str, Any]] = [
@@ -33,16 +38,71 @@ def _full(spec: Any, arch: Any) -> Any:
     return time_op(spec, arch)[0]
 
 
+def _plain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The full path: no shortcut of the sweep's, nothing kept from an earlier program."""
+    monkeypatch.setattr(evaluate, "_timed", _full)
+    monkeypatch.setattr(tcore, "BUSY_NUMPY", -1)
+    monkeypatch.setattr(vreport, "BREAKDOWN_NUMPY", -1)
+    for mod, name in [(tcore, "_REGIONS"), (tcore, "_REGION_OF"), (tcore, "_DMA_OF"),
+                      (tcore, "_DMA_COSTS"), (tcore, "_TABLES_OF"), (codegen, "_PATTERNS"),
+                      (codegen, "_RECTS"), (tensor_engine, "_RECTS"), (costs, "_BY_ARCH"),
+                      (tiling, "_TILES")]:
+        monkeypatch.setattr(mod, name, {})
+
+
 @pytest.mark.parametrize("point", POINTS, ids=lambda p: "-".join(map(str, p.values())))
 def test_sweep_point_equals_the_full_path(monkeypatch, point: dict[str, Any]) -> None:
     target = evaluate.matmul_target()
     evaluate._timed.cache_clear()
     got = evaluate.evaluate_point(target, point)
-    monkeypatch.setattr(evaluate, "_timed", _full)
-    monkeypatch.setattr(tcore, "BUSY_NUMPY", -1)
-    monkeypatch.setattr(tcore, "_REGIONS", {})
+    _plain(monkeypatch)
     want = evaluate.evaluate_point(target, point)
     assert got == want
+
+
+def test_a_run_of_points_sharing_patterns_equals_each_point_alone(monkeypatch) -> None:
+    """Points one after another, as a sweep runs them (the compiler's patterns, their
+    regions, rectangles and DMA plans found by earlier products), report what each reports
+    on the full path with every memo empty; products of one tile plan and of neighbouring
+    ones share most of their patterns."""
+    target = evaluate.matmul_target()
+    points = [{"arch": "trn2", "m": m, "k": k, "n": n}
+              for m, k, n in [(320, 320, 320), (320, 320, 384), (320, 384, 320), (384, 320, 320),
+                              (64, 640, 640), (640, 64, 64), (320, 320, 320), (128, 128, 128),
+                              (130, 200, 700), (320, 320, 320)]]
+    points += [{**p, "dtype": "fp32"} for p in points[:3]]
+    points += [{"arch": "trn2", "m": 320, "k": 512, "n": 320, "dtype": "fp8_e4m3",
+                "perf_mode": "double_row"}, {"arch": "trn2", "m": 320, "k": 320, "n": 320,
+                                             "dma_engines": 5}]
+    evaluate._timed.cache_clear()
+    got = [evaluate.evaluate_point(target, p) for p in points]
+    for p, g in zip(points, got, strict=True):
+        with monkeypatch.context() as mp:
+            _plain(mp)
+            assert evaluate.evaluate_point(target, p) == g, p
+
+
+@pytest.mark.parametrize("m,k,n,dtype,mode,arch", [
+    (320, 192, 576, "bf16", "none", "trn2"), (300, 500, 700, "fp32", "none", "trn2"),
+    (256, 512, 512, "fp8_e4m3", "double_row", "trn2"), (200, 300, 100, "int8", "none", "trn2"),
+    (256, 256, 512, "mxfp8_e4m3", "none", "trn3"), (1, 1, 1, "bf16", "none", "trn1"),
+    (1000, 1000, 1000, "bf16", "none", "trn1")])
+def test_breakdown_in_python_equals_numpy(monkeypatch, m: int, k: int, n: int, dtype: str,
+                                          mode: str, arch: str) -> None:
+    """``_breakdown_small`` (up to BREAKDOWN_NUMPY MatMuls) and the numpy sums give the same
+    integers, on products of every kind of MatMul (fp32 halves, DoubleRow, MX, ragged)."""
+    from systolic.api import make_spec
+    from systolic.arch import get_arch
+    from systolic.compiler import lower
+    from systolic.timing.tensor_engine import schedule
+
+    a = get_arch(arch)
+    sch = schedule(lower(make_spec(m, k, n, dtype, a, mode), a).program, a)
+    for pack in (1, 2, 4):
+        small = vreport._breakdown_units(sch, pack)
+        monkeypatch.setattr(vreport, "BREAKDOWN_NUMPY", -1)
+        assert vreport._breakdown_units(sch, pack) == small
+        monkeypatch.setattr(vreport, "BREAKDOWN_NUMPY", 256)
 
 
 def test_breakdown_floats_are_the_nearest_to_the_exact_fractions() -> None:

@@ -2,7 +2,9 @@
 
 Codegen is a function of its inputs: :func:`emit` walks the ordered steps with a
 :class:`DenseState` made for that one call (SBUF slots, the weight-tile cache), so two calls
-on the same inputs give the same Program and share nothing.
+on the same inputs give the same Program. They share only equal access patterns (frozen
+objects, ``_PATTERNS``: one object per distinct pattern, for the memos by object
+downstream), never state.
 
 One MatMul is :func:`emit_nc_matmul`, a pure step on an explicit :class:`WeightTileState`;
 the dense codegen calls it for every step and the NKI front end for every ``nc_matmul``, so
@@ -137,9 +139,16 @@ class WeightTileState:
         """After a LoadStationary on the PEs ``rect``: every tile there (and the entry of
         ``tile``'s group: the cache is keyed on the group) is replaced, and ``tile`` (None
         for a load that is never cached, the fp32 halves) is latched."""
-        kept = tuple(t for t in self.tiles if not t.rect.overlaps(rect)
-                     and (tile is None or t.group != tile.group))
-        return WeightTileState(kept if tile is None else (*kept, tile))
+        r0, r1, c0, c1 = rect.row, rect.row + rect.rows, rect.col, rect.col + rect.cols
+        group = None if tile is None else tile.group
+        # Rect.overlaps written out, a list first (as in written): one per weight load
+        kept = [t for t in self.tiles
+                if not (t.rect.row < r1 and r0 < t.rect.row + t.rect.rows
+                        and t.rect.col < c1 and c0 < t.rect.col + t.rect.cols)
+                and (group is None or t.group != group)]
+        if tile is not None:
+            kept.append(tile)
+        return WeightTileState(tuple(kept))
 
     def written(self, region: AccessPattern) -> WeightTileState:
         """After a write into SBUF ``region``: a cached tile read from there is stale."""
@@ -154,10 +163,23 @@ class WeightTileState:
         return self if len(kept) == len(self.tiles) else WeightTileState(kept)
 
 
-@lru_cache(maxsize=4096)
 def _region(ap: AccessPattern) -> Rect:
-    """``ap.rect``, kept: a kernel writes the same few SBUF slots over and over."""
-    return ap.rect
+    """``ap.rect``, kept: a kernel writes the same few SBUF slots over and over. Kept by
+    pattern object (by id, the pattern kept in the entry so that its id stays its own): an
+    lru_cache hashed the pattern's seven fields in Python at every call, and the compiler
+    shares its patterns across products (_PATTERNS). Cleared when full."""
+    got = _RECTS.get(id(ap))
+    if got is not None and got[0] is ap:
+        return got[1]
+    if len(_RECTS) >= _RECTS_MAX:
+        _RECTS.clear()
+    rect = ap.rect
+    _RECTS[id(ap)] = (ap, rect)
+    return rect
+
+
+_RECTS: dict[int, tuple[AccessPattern, Rect]] = {}
+_RECTS_MAX = 1 << 14
 
 
 @lru_cache(maxsize=256)
@@ -255,7 +277,7 @@ def emit_nc_matmul(state: WeightTileState, arch: Arch, *, stationary: AccessPatt
                 perf_mode=perf_mode, zp_moving=zp_moving, zp_stationary=zp_stationary)
     if state.is_latched((rg, cg), stationary, perf_mode, rect):
         return [mm], state  # WeightTileState hit: the weights are warm, the MatMul alone
-    tile = CachedTile((rg, cg), stationary, perf_mode, rect, stationary.rect)
+    tile = CachedTile((rg, cg), stationary, perf_mode, rect, _region(stationary))
     return [LoadStationary(stationary, col, rg, cg, perf_mode), mm], state.loaded(rect, tile)
 
 
@@ -270,23 +292,21 @@ class DenseState:
     stat: SlotCache
     mov: SlotCache
     weights: WeightTileState = field(default_factory=WeightTileState)
-    # equal patterns built once per emit call and shared: a product names the same few SBUF
-    # slots, PSUM banks and (for a reloaded operand) DRAM tiles thousands of times, and
-    # shared objects make every later dict lookup on them (verify, the simulator) cheaper
+    # equal patterns built once and shared: a product names the same few SBUF slots, PSUM
+    # banks and (for a reloaded operand) DRAM tiles thousands of times, and shared objects
+    # make every later dict lookup on them (verify, the simulator, the timing's memos by
+    # object) cheaper. ``for_plan`` hands every emit call the one module-wide dict
+    # (_PATTERNS): the products of a sweep name mostly the same patterns (issue 20), and a
+    # frozen pattern is safe to share between Programs as it is within one
     patterns: dict[tuple[object, ...], AccessPattern] = field(default_factory=dict)
 
     def ap(self, space: Space, partitions: int, offset: int,
            dims: tuple[tuple[int, int], ...], dtype: str, partition_step: int = 0
            ) -> AccessPattern:
         """``AccessPattern(space, 0, partitions, offset, dims, dtype, partition_step)``, the
-        same object for equal arguments within one emit call."""
-        # Space hashes by identity, in C (isa/fields.py)
-        key = (space, partitions, offset, dims, dtype, partition_step)
-        got = self.patterns.get(key)
-        if got is None:
-            got = self.patterns[key] = AccessPattern(space, 0, partitions, offset, dims, dtype,
-                                                     partition_step)
-        return got
+        same object for equal arguments (within one emit call, and across calls while
+        ``_PATTERNS`` keeps it)."""
+        return _shared(self.patterns, space, partitions, offset, dims, dtype, partition_step)
 
     @classmethod
     def for_plan(cls, arch: Arch, plan: TilePlan) -> DenseState:
@@ -297,17 +317,42 @@ class DenseState:
         stat_window = arch.sbuf_bytes // 4
         return cls(SlotCache(0, stat_slot, max(2, stat_window // stat_slot)),
                    SlotCache(stat_window, mov_slot,
-                             max(2, (arch.sbuf_bytes - stat_window) // mov_slot)))
+                             max(2, (arch.sbuf_bytes - stat_window) // mov_slot)),
+                   patterns=_PATTERNS)
+
+
+# DenseState.ap's patterns, kept across emit calls (see DenseState.patterns), and
+# read_out's; cleared when full (_shared), so a long run of distinct products holds a
+# bounded number
+_PATTERNS: dict[tuple[object, ...], AccessPattern] = {}
+_PATTERNS_MAX = 1 << 16
+
+
+def _shared(patterns: dict[tuple[object, ...], AccessPattern], space: Space, partitions: int,
+            offset: int, dims: tuple[tuple[int, int], ...], dtype: str,
+            partition_step: int = 0) -> AccessPattern:
+    """``AccessPattern(space, 0, partitions, offset, dims, dtype, partition_step)``, the
+    one kept in ``patterns`` for equal arguments."""
+    # Space hashes by identity, in C (isa/fields.py)
+    key = (space, partitions, offset, dims, dtype, partition_step)
+    got = patterns.get(key)
+    if got is None:
+        if len(patterns) >= _PATTERNS_MAX:  # only sharing is lost: equal patterns are equal
+            patterns.clear()
+        got = patterns[key] = AccessPattern(space, 0, partitions, offset, dims, dtype,
+                                            partition_step)
+    return got
 
 
 def read_out(arch: Arch, plan: TilePlan, out_offset: int, r: ReadStep) -> ReadOut:
     """ReadOut of the finished output tile (m, n) from its bank to the result in DRAM."""
     s, isz, acc = plan.spec, plan.acc_itemsize, plan.acc_dtype
-    src = AccessPattern(Space.PSUM, 0, r.m.size, r.bank * arch.psum_bank_bytes,
-                        ((1, r.n.size),), acc)
-    dst = AccessPattern(Space.DRAM, 0, r.m.size,
-                        out_offset + (r.m.start * s.n + r.n.start) * isz,
-                        ((1, r.n.size),), acc, partition_step=s.n * isz)
+    # the patterns shared as DenseState.ap's are (_PATTERNS)
+    src = _shared(_PATTERNS, Space.PSUM, r.m.size, r.bank * arch.psum_bank_bytes,
+                  ((1, r.n.size),), acc)
+    dst = _shared(_PATTERNS, Space.DRAM, r.m.size,
+                  out_offset + (r.m.start * s.n + r.n.start) * isz, ((1, r.n.size),), acc,
+                  s.n * isz)
     return ReadOut(src, dst)
 
 

@@ -65,7 +65,8 @@ def mark_group_ends(steps: list[Step | ReadStep], plan: TilePlan) -> list[Step |
     out: list[Step | ReadStep] = []
     for s in steps:
         if isinstance(s, Step):
-            s = Step(s.k, s.m, s.n, s.bank, first=s.k.index == first_k,
-                     last=s.k.index == last_k)
+            first, last = s.k.index == first_k, s.k.index == last_k
+            if first is not s.first or last is not s.last:  # else the same Step, kept
+                s = Step(s.k, s.m, s.n, s.bank, first=first, last=last)
         out.append(s)
     return out

@@ -24,6 +24,7 @@ import contextlib
 import contextvars
 import ctypes
 import hashlib
+import importlib
 import os
 import signal
 import sys
@@ -367,6 +368,13 @@ def _on_alarm(signum: int, frame: Any) -> None:
     raise PointTimeout
 
 
+# The C function ``signal.signal`` wraps: the wrapper converts the handler to an int and the
+# old one to a Handlers enum, and for a Python function such as _on_alarm both conversions
+# fail and are caught (an exception each: ~15 us a call, two calls a point, issue 20). The
+# same handlers in and out, without them.
+_set_handler = importlib.import_module("_signal").signal
+
+
 class _Watchdog:
     """One thread per process that stops points running in other threads (a Dask worker's)
     past their deadline, by raising PointTimeout in them (``PyThreadState_SetAsyncExc``:
@@ -420,13 +428,13 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         yield
         return
     if threading.current_thread() is threading.main_thread():
-        old = signal.signal(signal.SIGALRM, _on_alarm)
+        old = _set_handler(signal.SIGALRM, _on_alarm)
         signal.setitimer(signal.ITIMER_REAL, seconds)
         try:
             yield
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, old)
+            _set_handler(signal.SIGALRM, old)
         return
     tid = threading.get_ident()
     _WATCHDOG.arm(tid, seconds)

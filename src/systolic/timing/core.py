@@ -95,6 +95,9 @@ _ENGINE_CAUSE = {Engine.VECTOR: Cause.VECTOR, Engine.SCALAR: Cause.SCALAR,
 _DQ = len(QUEUE_NAMES)  # the first DMA engine's queue id
 _COMPUTE = (MatMul, MatmultMx)
 _LOADS = (LoadStationary, LdWeightMx)
+# a transfer as the scheduler places it: its DMA engines, the first and (consecutive engines)
+# one past the last or 0, ticks on each engine, ticks of HBM, bytes moved, bytes of HBM
+_DmaPlan = tuple[tuple[int, ...], int, int, int, int, int, int]
 # DMA costs by Arch and transfer shape (its offsets left out: a cost does not depend on
 # them, timing/dma.py), kept across programs: a sweep times thousands of small programs
 # made of the same few transfer shapes. Cleared when full.
@@ -103,6 +106,12 @@ _DMA_COSTS_MAX = 1 << 16
 # The region of an access pattern, by value, kept across programs as _DMA_COSTS (a sweep's
 # products share most of their SBUF slots and PSUM banks). Cleared when full.
 _REGIONS: dict[tuple[object, ...], Region] = {}
+# The same two memos by pattern object (by id, the objects kept in the entry so that the ids
+# stay theirs), across programs: the compiler shares its patterns between products
+# (compiler/codegen.py's _PATTERNS), so a sweep's next product finds most of its patterns
+# here without building and hashing their seven fields (issue 20). Cleared when full.
+_REGION_OF: dict[int, tuple[AccessPattern, Region]] = {}
+_DMA_OF: dict[tuple[int, int], tuple[AccessPattern, AccessPattern, Arch, _DmaPlan]] = {}
 # Up to this many ops the queues' busy times are found in plain Python (_busy_small), past it
 # with numpy (_busy): the same integers either way (tests/test_timing_fast_paths.py)
 BUSY_NUMPY = 512
@@ -162,9 +171,6 @@ _PE, _LOAD, _ENGINE, _DMA = PLAN_KINDS
 _C_PE, _C_WL, _C_DMA, _C_LAT = int(Cause.PE), int(Cause.WEIGHT_LOAD), int(Cause.DMA), \
     int(Cause.DMA_LATENCY)
 _C_SYNC, _C_IDLE = int(Cause.SYNC), int(Cause.IDLE)
-# a transfer as the scheduler places it: its DMA engines, the first and (consecutive engines)
-# one past the last or 0, ticks on each engine, ticks of HBM, bytes moved, bytes of HBM
-_DmaPlan = tuple[tuple[int, ...], int, int, int, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +220,24 @@ def _arch_tables(arch: Arch) -> _ArchTables:
     return base
 
 
+# _arch_tables by Arch object (by id, the Arch kept in the entry so that the id stays its
+# own): an Arch's generated hash runs in Python over its 46 fields (~5 us, issue 20), and a
+# sweep times every point on the same preset object. Another object (an Arch with
+# overrides) goes to the lru_cache by value. Cleared when full.
+_TABLES_OF: dict[int, tuple[Arch, _ArchTables]] = {}
+
+
+def _tables_of(arch: Arch) -> _ArchTables:
+    got = _TABLES_OF.get(id(arch))
+    if got is not None and got[0] is arch:
+        return got[1]
+    t = _arch_tables(arch)
+    if len(_TABLES_OF) >= 64:
+        _TABLES_OF.clear()
+    _TABLES_OF[id(arch)] = (arch, t)
+    return t
+
+
 class _Scheduler:
     """One pass over a Program (module docstring). Per op it keeps ints in flat lists, no
     object (133,120 instructions make 133,120 ops, and objects that outlive the pass are
@@ -227,7 +251,7 @@ class _Scheduler:
         self.mode = mode
         self.what_if = what_if
         self.fill = mode == "list"
-        t = _arch_tables(arch)
+        t = _tables_of(arch)
         self.tick, self.r_pe, self.sync, self.fixed = t.tick, t.r_pe, t.sync, t.fixed
         self.hbm_rate, self.per, self.access = t.hbm_rate, t.per, t.access
         self.dep_overhead, self.lat_raw, self.lat_order = t.dep_overhead, t.lat_raw, t.lat_order
@@ -263,7 +287,7 @@ class _Scheduler:
         self.pending = -1  # the load op since the previous MatMul
         # memos, on frozen patterns and instructions
         self.region_ids: dict[int, tuple[AccessPattern, int]] = {}
-        self.region_vals: dict[tuple[object, ...], int] = {}
+        self.region_vals: dict[int, tuple[Region, int]] = {}
         self.dma_ids: dict[tuple[int, int], tuple[AccessPattern, AccessPattern,
                                                   _DmaPlan]] = {}
         self.pe_costs: dict[object, tuple[int, int, int]] = {}
@@ -284,18 +308,31 @@ class _Scheduler:
         got = self.region_ids.get(id(ap))
         if got is not None and got[0] is ap:
             return got[1]
-        # every field: two dtypes of one offset and dims touch different bytes (a tuple: the
-        # pattern's own hash and equality are Python functions; a tuple's are not)
-        key = (ap.space, ap.partition, ap.partitions, ap.offset, ap.dims, ap.dtype,
-               ap.partition_step)
-        rid = self.region_vals.get(key)
-        if rid is None:
-            reg = _REGIONS.get(key)
-            if reg is None:
+        known = _REGION_OF.get(id(ap))
+        if known is not None and known[0] is ap:
+            reg = known[1]
+        else:
+            # every field: two dtypes of one offset and dims touch different bytes (a tuple:
+            # the pattern's own hash and equality are Python functions; a tuple's are not)
+            key = (ap.space, ap.partition, ap.partitions, ap.offset, ap.dims, ap.dtype,
+                   ap.partition_step)
+            found = _REGIONS.get(key)
+            if found is None:
                 if len(_REGIONS) >= _DMA_COSTS_MAX:
                     _REGIONS.clear()
-                reg = _REGIONS[key] = region(ap)
-            rid = self.region_vals[key] = self.tracker.intern(reg)
+                found = _REGIONS[key] = region(ap)
+            reg = found
+            if len(_REGION_OF) >= _DMA_COSTS_MAX:
+                _REGION_OF.clear()
+            _REGION_OF[id(ap)] = (ap, reg)
+        # the tracker's id by region object (kept in the entry: its id stays its own); an
+        # equal region met as another object is found equal by intern
+        hit = self.region_vals.get(id(reg))
+        if hit is not None and hit[0] is reg:
+            rid = hit[1]
+        else:
+            rid = self.tracker.intern(reg)
+            self.region_vals[id(reg)] = (reg, rid)
         self.region_ids[id(ap)] = (ap, rid)
         return rid
 
@@ -426,9 +463,15 @@ class _Scheduler:
     def _dma_cost(self, src: AccessPattern, dst: AccessPattern) -> _DmaPlan:
         """What placing a transfer needs (:data:`_DmaPlan`), memoised on the two pattern
         objects (by id, as :meth:`_reg`) and its cost, across programs, on its shape."""
-        got = self.dma_ids.get((id(src), id(dst)))
+        ids = (id(src), id(dst))
+        got = self.dma_ids.get(ids)
         if got is not None and got[0] is src and got[1] is dst:
             return got[2]
+        known = _DMA_OF.get(ids)  # across programs (see _REGION_OF)
+        if known is not None and known[0] is src and known[1] is dst and \
+                known[2] is self.arch:
+            self.dma_ids[ids] = (src, dst, known[3])
+            return known[3]
         # a transfer's cost does not depend on its offsets (timing/dma.py), so the memo key
         # leaves them out: one entry per transfer shape, not per address
         key = (id(self.arch), src.space, src.partition, src.partitions, src.dims, src.dtype,
@@ -448,7 +491,10 @@ class _Scheduler:
             hit = _DMA_COSTS[key] = (self.arch, (engines, e0, e1, occ, hb, c.bytes,
                                                  c.hbm_bytes))
         plan = hit[1]
-        self.dma_ids[(id(src), id(dst))] = (src, dst, plan)
+        self.dma_ids[ids] = (src, dst, plan)
+        if len(_DMA_OF) >= _DMA_COSTS_MAX:
+            _DMA_OF.clear()
+        _DMA_OF[ids] = (src, dst, self.arch, plan)
         return plan
 
     def _book_dma(self, engines: tuple[int, ...], t: int, end: int, op: int) -> None:
@@ -752,24 +798,34 @@ class _Scheduler:
                 groups[key] = [(s, e)]
             else:
                 got.append((s, e))
-        held: list[list[list[tuple[int, int]]]] = [[] for _ in range(nq)]
+        held: list[list[int]] = [[] for _ in range(nq)]  # the groups holding each queue
+        unions: list[list[tuple[int, int]]] = []  # each group's merged intervals
         busy, counts = [0] * nq, [0] * nq
         for (q0, n), pairs in groups.items():
             merged = union_pairs(pairs)
+            g = len(unions)
+            unions.append(merged)
             size = 0
             for s, e in merged:
                 size += e - s
             qids = ([_DQ + (q0 - _DQ + j) % n_dma for j in range(n)] if q0 >= _DQ
                     else [q0])
             for qid in qids:
-                held[qid].append(merged)
+                held[qid].append(g)
                 busy[qid] = size  # the union of this group alone
                 counts[qid] += len(pairs)
-        for qid, parts in enumerate(held):
-            if len(parts) > 1:  # several groups hold the queue: the union of them all
-                size = 0
-                for s, e in union_pairs([x for part in parts for x in part]):
-                    size += e - s
+        # queues held by the same groups have the same union, found once: the 16 DMA queues
+        # of transfers over every engine were 16 unions of the same intervals (issue 20)
+        done: dict[tuple[int, ...], int] = {}
+        for qid, gs in enumerate(held):
+            if len(gs) > 1:  # several groups hold the queue: the union of them all
+                held_by = tuple(gs)
+                size = done.get(held_by, -1)
+                if size < 0:
+                    size = 0
+                    for s, e in union_pairs([x for g in gs for x in unions[g]]):
+                        size += e - s
+                    done[held_by] = size
                 busy[qid] = size
         return busy, counts
 

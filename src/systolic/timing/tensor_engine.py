@@ -158,6 +158,11 @@ def _compute_entry(ins: MatMul | MatmultMx, arch: Arch) -> tuple[int, ...]:
             useful_macs(ins))
 
 
+# schedule()'s rectangles of patterns, by id (the pattern kept in the entry so that the id
+# stays its own); cleared when full, between programs
+_RECTS: dict[int, tuple[object, Rect]] = {}
+
+
 def schedule(program: Program, arch: Arch | str, *, check: bool = False) -> Schedule:
     """Schedule ``program`` on ``arch`` by the rules of :mod:`systolic.timing.pe`.
 
@@ -183,8 +188,11 @@ def schedule(program: Program, arch: Arch | str, *, check: bool = False) -> Sche
     ro_memo: dict[object, int] = {}
     why_cause = _WHY_CAUSE
     # PSUM patterns' rectangles by pattern object (the compiler shares equal patterns: a
-    # bank's is asked for by each MatMul of its group and by its ReadOut)
-    rects: dict[int, tuple[object, Rect]] = {}
+    # bank's is asked for by each MatMul of its group and by its ReadOut), kept across
+    # programs (_RECTS: the compiler shares them across products too, issue 20)
+    rects = _RECTS
+    if len(rects) >= 1 << 14:
+        rects.clear()
 
     pe = PE_IDLE  # the issue rules' state (timing/pe.py)
     ro_free = 0  # the read-out engine is free from here

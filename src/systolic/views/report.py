@@ -73,6 +73,13 @@ _GAP_CAUSE = {int(Cause.NONE): "idle", int(Cause.INTERVAL): "idle",
               int(Cause.WEIGHT_LOAD): "weight_load", int(Cause.READOUT): "readout"}
 
 
+# Up to this many compute instructions the breakdown is summed in plain Python
+# (_breakdown_small), past it with numpy: the same integers either way
+# (tests/test_sweep_fast_path.py); a sweep point's dozen MatMuls cost less in Python than
+# numpy's fixed cost per call (~20 calls, issue 20)
+BREAKDOWN_NUMPY = 256
+
+
 def _breakdown_units(sch: Schedule, pack: int) -> dict[str, int]:
     """Each cause in units of 1/(2*R*C*P) cycle (exact integers); see the module docstring."""
     arch, cc = sch.arch, sch.compute
@@ -81,6 +88,8 @@ def _breakdown_units(sch: Schedule, pack: int) -> dict[str, int]:
     out = dict.fromkeys(CAUSES, 0)
     if len(cc.index) == 0:
         return out
+    if len(cc.index) <= BREAKDOWN_NUMPY:
+        return _breakdown_small(sch, pack, out)
     s = sch.starts[cc.index]
     stream = cc.period * cc.n
     stream[-1] = min(int(stream[-1]), int(cc.duration[-1]))
@@ -98,6 +107,52 @@ def _breakdown_units(sch: Schedule, pack: int) -> dict[str, int]:
     causes = sch.cause[cc.index]
     for c, key in _GAP_CAUSE.items():
         out[key] += int(gaps[causes == c].sum()) * unit
+    return out
+
+
+def _breakdown_small(sch: Schedule, pack: int, out: dict[str, int]) -> dict[str, int]:
+    """:func:`_breakdown_units`' sums over Python ints, term for term (``out``: every cause
+    at 0). Each product and sum is an integer, so the order of the additions cannot change
+    it; numpy's int64 cannot overflow at this size either."""
+    arch, cc = sch.arch, sch.compute
+    rows, cols = arch.rows, arch.cols
+    unit = 2 * rows * cols * pack
+    index = cc.index.tolist()
+    starts, all_causes = sch.starts.tolist(), sch.cause.tolist()
+    s = [starts[i] for i in index]
+    causes = [all_causes[i] for i in index]
+    period, n, duration = cc.period.tolist(), cc.n.tolist(), cc.duration.tolist()
+    passes, ccols, crows = cc.passes.tolist(), cc.cols.tolist(), cc.rows.tolist()
+    fold, interval = cc.fold.tolist(), cc.interval.tolist()
+    last = len(index) - 1
+    lane = rows * pack
+    useful = cols_idle = rows_idle = fp32 = short = 0
+    gap_sum = dict.fromkeys(_GAP_CAUSE, 0)
+    prev_s = prev_iv = 0
+    for j in range(last + 1):
+        stream = period[j] * n[j]
+        if j == last:
+            stream = min(stream, duration[j])
+        else:
+            short += interval[j] - stream
+        ideal2 = 2 * n[j] // passes[j]
+        useful += ideal2 * ccols[j] * crows[j] * fold[j]
+        cols_idle += ideal2 * (cols - ccols[j])
+        rows_idle += ideal2 * ccols[j] * (lane - crows[j] * fold[j])
+        fp32 += 2 * stream - ideal2
+        gap = s[j] if j == 0 else s[j] - prev_s - prev_iv
+        c = causes[j]
+        if c in gap_sum:
+            gap_sum[c] += gap
+        prev_s, prev_iv = s[j], interval[j]
+    out["useful"] = useful
+    out["cols_idle"] = cols_idle * lane
+    out["rows_idle"] = rows_idle
+    out["fp32_passes"] = fp32 * rows * cols * pack
+    out["short_moving"] = short * unit
+    out["fill_drain"] = (sch.cycles - s[last] - stream) * unit
+    for c, key in _GAP_CAUSE.items():
+        out[key] += gap_sum[c] * unit
     return out
 
 
