@@ -27,6 +27,10 @@ check it bit for bit) and is faster in three ways:
   same bytes reuses the decoded, transposed tile (at 4096^3 on trn2, 1,024 of the 2,048
   LoadStationary instructions: ~0.3 s of decoding and transposing on the calling thread).
 * **Views are kept** (:meth:`MachineState.view`), so no per-instruction bounds check.
+* **The PSUM add is fused** into an accumulating MatMul's own sgemm (beta = 1,
+  :mod:`systolic.sim.blas`) where that gives the two calls' bits: a layout its probes
+  proved, and a product that is surely finite (the largest magnitudes of the decoded
+  moving tile and of the latched weight tile, kept with them, bound it).
 """
 
 from __future__ import annotations
