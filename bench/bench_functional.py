@@ -10,6 +10,9 @@ their loads) timed four ways against numpy's float32 ``a @ b`` of the same shape
   numpy work with these roundings); on one thread, and on two Python threads
   each owning half of the N tiles (disjoint PSUM regions, identical bits). The floor of what
   the simulator can reach on this machine.
+* ``floor 2T fused``: the same on two threads with each accumulating product added by its
+  own sgemm (beta = 1, :func:`systolic.sim.blas.accumulate`: the same bits where it is
+  taken, one memory pass fewer); the floor of the simulator since issue 20's fused add.
 * ``sim.run``: the FunctionalSimulator running the lowered Program (operands in DRAM).
 * ``systolic.matmul``: the whole user call (encoding, the run, the read-back; the product
   was lowered by an earlier call, :func:`systolic.api.lowered_product` keeps it);
@@ -43,10 +46,17 @@ import systolic.api as api
 from systolic import FunctionalSimulator, get_arch, round_to
 from systolic.compiler import MatmulSpec, lower
 
+try:
+    from systolic.sim import blas
+except ImportError:  # a tree before issue 20's fused add (bench/ runs against old trees)
+    blas = None
 
-def floor_loop(a: np.ndarray, b: np.ndarray, workers: int) -> np.ndarray:
+
+def floor_loop(a: np.ndarray, b: np.ndarray, workers: int, fused: bool = False
+               ) -> np.ndarray:
     """One GEMM per 128x128x512 instruction, fp32 PSUM adds in program order (K inner to
-    each output block), N tiles split between ``workers`` Python threads."""
+    each output block), N tiles split between ``workers`` Python threads; ``fused``: each
+    add by the product's own sgemm where :func:`systolic.sim.blas.accumulate` takes it."""
     s = a.shape[0]
     wts = {(mi, ki): np.ascontiguousarray(a[mi:mi + 128, ki:ki + 128])
            for mi in range(0, s, 128) for ki in range(0, s, 128)}
@@ -62,7 +72,9 @@ def floor_loop(a: np.ndarray, b: np.ndarray, workers: int) -> np.ndarray:
                 for ki in range(0, s, 128):
                     if ki == 0:  # START: the product is the block (one BLAS call)
                         np.matmul(wts[mi, ki], xs[ki, ni], out=acc)
-                    else:  # the product, then one fp32 rounding per add
+                    elif not (fused and blas is not None
+                              and blas.accumulate(acc, wts[mi, ki], xs[ki, ni])):
+                        # the product, then one fp32 rounding per add
                         np.matmul(wts[mi, ki], xs[ki, ni], out=buf)
                         np.add(acc, buf, out=acc)
 
@@ -117,14 +129,18 @@ def bench(n: int, repeat: int, numpy_threads: int, arch_name: str) -> None:
         return systolic.matmul(a, b, dtype="bf16", arch=arch)
 
     fns = [numpy_ab, lambda: floor_loop(ar, br, 1), lambda: floor_loop(ar, br, 2),
+           lambda: floor_loop(ar, br, 2, fused=True),
            lambda: sim.run(lowered.program, check=False),
            lambda: systolic.matmul(a, b, dtype="bf16", arch=arch), first_call]
     names = ["numpy float32 a @ b", "floor 1T (GEMM/instr)", "floor 2T (GEMM/instr)",
-             "sim.run (fast order)", "systolic.matmul", "matmul, 1st of a shape"]
+             "floor 2T fused (beta=1)", "sim.run (fast order)", "systolic.matmul",
+             "matmul, 1st of a shape"]
     times = best_wall_and_cpu(fns, repeat)
 
     got = systolic.matmul(a, b, dtype="bf16", arch=arch).out
-    same_floor = np.array_equal(got, floor_loop(ar, br, 2))
+    floor = floor_loop(ar, br, 2)
+    same_floor = np.array_equal(got, floor)
+    same_fused = np.array_equal(floor, floor_loop(ar, br, 2, fused=True))
     for kept in (getattr(api, "_sims", None), getattr(api, "_lowered", None)):
         if kept is not None:
             kept.clear()  # the peak of a first call: fresh machine memory, lowered afresh
@@ -144,7 +160,8 @@ def bench(n: int, repeat: int, numpy_threads: int, arch_name: str) -> None:
               f"{c / times[0][1]:5.2f}x")
     print(f"  systolic.matmul peak     {peak / 2**20:9.1f} MiB = {peak / io_bytes:4.2f}x the "
           f"{io_bytes / 2**20:.0f} MiB of bf16 inputs + fp32 output")
-    print(f"  bits equal to floor 2T   {same_floor}; max rel error vs float64 {err:.2e}")
+    print(f"  bits equal to floor 2T   {same_floor} (floor 2T fused: {same_fused}); max rel "
+          f"error vs float64 {err:.2e}")
 
 
 def main() -> None:

@@ -46,11 +46,14 @@ class Latched:
     """One weight tile latched in the array: ``values`` decoded [K, M] (float32, int64 for
     integers); ``wt`` the same transposed and C-contiguous [M, K] (one BLAS call without a
     strided operand, ~10x faster here); ``mx`` the MX decomposition when an LdWeightMx
-    latched it (:class:`systolic.sim.functional_mx.MxOperand`), else None."""
+    latched it (:class:`systolic.sim.functional_mx.MxOperand`), else None; ``bound`` the
+    largest magnitude in ``wt`` once the threaded runner has needed it (None before: it
+    decides whether a product is surely finite, :mod:`systolic.sim.blas`)."""
 
     values: np.ndarray
     wt: np.ndarray
     mx: object | None = None
+    bound: float | None = None
 
 
 class MachineState:
