@@ -380,3 +380,45 @@ def test_psum_destination_on_the_vector_engine() -> None:
     want = np.zeros((128, 8), np.float32)
     want[:, 7] = src[:, 0]
     np.testing.assert_array_equal(got, want)
+
+
+def _copy_then_read_far(base, src, offsets):
+    """The dynamic copy's window at offset 0 is column 0; then column 7 is copied into
+    column 6 of the same tile on another engine (no fresh tile: nothing but the copy's
+    region orders the two)."""
+    out = nl.ndarray(base.shape, dtype=base.dtype, buffer=nl.shared_hbm)
+    t = nl.load(base)
+    s = nl.load(src)
+    o = nl.load(offsets)
+    ix, iy = nl.mgrid[0:128, 0:1]
+    nisa.tensor_copy_dynamic_dst(t[ix, o[0, 0] + iy], s[ix, iy], engine=nisa.engine.gpsimd)
+    t[ix, 6 + iy] = nisa.tensor_copy(t[ix, 7 + iy], engine=nisa.engine.scalar)
+    nl.store(out, value=t)
+    return out
+
+
+def test_a_read_away_from_the_window_at_offset_0_still_waits() -> None:
+    """The copy may write any column of its region (offset 7 here): a read of column 7 on
+    another engine starts after it ends, and sees its value. (With the write taken as the
+    window at offset 0 alone, the read started first: checked by hand.)"""
+    import systolic.nki as snki
+    from systolic.isa import TensorCopy
+    from systolic.nki.run import time_recorded
+
+    base = np.zeros((128, 8), np.float32)
+    src = np.full((128, 1), 5.0, np.float32)
+    offs = np.array([[7]], np.int32)
+    want = base.copy()
+    want[:, 6:8] = 5.0
+    np.testing.assert_array_equal(simulate_kernel(_copy_then_read_far, base, src, offs), want)
+    snki.install("trn2")
+    rec = snki.record(_copy_then_read_far, [base, src, offs])
+    prog = list(rec.program)
+    timing = time_recorded(rec)
+    first: dict[int, int] = {}
+    for j, i in enumerate(timing.op_instr.tolist()):
+        first.setdefault(i, j)
+    (c,) = [i for i, ins in enumerate(prog) if isinstance(ins, TensorCopyDynamicDst)]
+    (r,) = [i for i, ins in enumerate(prog) if isinstance(ins, TensorCopy)]
+    assert prog[c].dst.offset != prog[r].src.offset  # the read is away from offset 0
+    assert int(timing.starts[first[r]]) >= int(timing.ends[first[c]])
