@@ -75,12 +75,12 @@ def test_tile_position_must_be_a_multiple_of_its_group(pos: int, size: int, ok: 
 
 def test_opcodes_are_the_instruction_union() -> None:
     assert typing.get_args(Instruction) == OPCODES
-    assert len(set(OPCODES)) == len(OPCODES) == 37  # + Transpose, BnStats, BnAggr, Iota,
+    assert len(set(OPCODES)) == len(OPCODES) == 38  # + Transpose, BnStats, BnAggr, Iota,
     # Reciprocal, TensorTensorScan (issue 19); + AffineSelect, RangeSelect, Select,
     # CopyPredicated, PartitionReduce, Max8, FindIndex8, MatchReplace8, StreamShuffle,
     # LocalGather, SequenceBounds, Rand, Dropout (issue 19, second part); + DmaIndirect;
     # + ScalarTensorTensor (issue 19, flash attention backward); + TensorCopyDynamic,
-    # GatherFlattened (issue 19i)
+    # GatherFlattened (issue 19i); + TensorCopyDynamicDst
 
 
 def test_flag_and_perf_values_are_the_seeds() -> None:

@@ -67,6 +67,7 @@ __all__ = [
     "StreamShuffle",
     "TensorCopy",
     "TensorCopyDynamic",
+    "TensorCopyDynamicDst",
     "TensorReduce",
     "TensorScalar",
     "TensorTensor",
@@ -664,6 +665,32 @@ class TensorCopyDynamic:
 
 
 @dataclass(frozen=True, slots=True)
+class TensorCopyDynamicDst:
+    """``nisa.tensor_copy_dynamic_dst``: the ``dst`` window moved along one free axis by an
+    offset read from SBUF when the instruction executes = ``src`` (NKI docs,
+    nki.isa.tensor_copy_dynamic_dst: "with dst located at a dynamic offset within each
+    partition"; "The dynamic offset must be a scalar value resided in SBUF"); the mirror of
+    :class:`TensorCopyDynamic`, with the same fields.
+
+    ``dst`` is the window at offset 0; ``offset`` the [1, 1] int32/uint32 SBUF element
+    holding the offset; at offset ``o`` the window starts ``o * step`` bytes further, and
+    ``lo`` <= o <= ``hi`` keeps it inside its tile (else a one-line error when executed,
+    nothing written). ``region`` is every element the window may write (the tile along that
+    axis): the write the dependencies see, conservatively, as _src's read of its region
+    (unsure how the engine orders it); any byte of it may or may not be written. Cast as
+    ``TensorCopy`` (through fp32)."""
+
+    src: AccessPattern
+    offset: AccessPattern
+    region: AccessPattern
+    dst: AccessPattern
+    step: int
+    lo: int
+    hi: int
+    engine: Engine = Engine.VECTOR
+
+
+@dataclass(frozen=True, slots=True)
 class GatherFlattened:
     """``nl.gather_flattened(data, indices)``: within each partition p, with every free
     dimension flattened, dst[p, j] = data[p, indices[p, j]] (NKI docs,
@@ -729,7 +756,7 @@ Instruction = (LoadStationary | MatMul | LdWeightMx | MatmultMx | DmaLoad | Read
                | TensorTensorScan | ScalarTensorTensor | AffineSelect | RangeSelect | Select
                | CopyPredicated | PartitionReduce | Max8 | FindIndex8 | MatchReplace8
                | StreamShuffle | LocalGather | SequenceBounds | Rand | Dropout | DmaIndirect
-               | TensorCopyDynamic | GatherFlattened)
+               | TensorCopyDynamic | TensorCopyDynamicDst | GatherFlattened)
 # Every instruction class, in the union's order (opcode order of counts() and the text form).
 OPCODES: tuple[type, ...] = typing.get_args(Instruction)
 
@@ -752,7 +779,8 @@ class Group:
                                      RangeSelect, Select, CopyPredicated, PartitionReduce,
                                      Max8, FindIndex8, MatchReplace8, StreamShuffle,
                                      LocalGather, SequenceBounds, Rand, Dropout,
-                                     TensorCopyDynamic, GatherFlattened)
+                                     TensorCopyDynamic, TensorCopyDynamicDst,
+                                     GatherFlattened)
     READOUT: tuple[type, ...] = (ReadOut,)
 
 
@@ -800,6 +828,9 @@ ACCESS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # the offset / indices and every element they may name (their values are unknown
     # until it executes): a conservative region, as DmaIndirect's table
     TensorCopyDynamic: (("region", "offset"), ("dst",)),
+    # the window's dst at offset 0 lies inside ``region``: the whole region is the write
+    # (a may-write: which bytes, only the offset's value says)
+    TensorCopyDynamicDst: (("src", "offset"), ("region",)),
     GatherFlattened: (("data", "indices"), ("dst",)),
     SequenceBounds: (("src",), ("dst",)),
     Rand: ((), ("dst",)),

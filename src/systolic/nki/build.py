@@ -275,7 +275,11 @@ _PLAIN = frozenset({OpKind.DMA, OpKind.INDIRECT_DMA, OpKind.COPY, OpKind.TENSOR_
                     OpKind.COPY_PREDICATED, OpKind.PARTITION_REDUCE, OpKind.MAX8,
                     OpKind.FIND_INDEX8, OpKind.MATCH_REPLACE8, OpKind.STREAM_SHUFFLE,
                     OpKind.LOCAL_GATHER, OpKind.SEQUENCE_BOUNDS, OpKind.RAND,
-                    OpKind.DROPOUT, OpKind.TENSOR_COPY_DYNAMIC, OpKind.GATHER_FLATTENED})
+                    OpKind.DROPOUT, OpKind.TENSOR_COPY_DYNAMIC, OpKind.GATHER_FLATTENED,
+                    # its dst is the region the window may write: counted here as written,
+                    # so a later read of it passes (this rule refuses only reads of memory
+                    # nothing at all wrote; nki/valid.py does not count it written)
+                    OpKind.TENSOR_COPY_DYNAMIC_DST})
 
 Rect = tuple[int, int, int, int]
 

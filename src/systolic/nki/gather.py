@@ -24,6 +24,7 @@ from .lazy import LazyKind, Pending
 from .mask import applying
 from .opkind import (
     DynamicCopyArgs,
+    DynamicCopyDstArgs,
     GatherFlattenedArgs,
     LocalGatherArgs,
     PartitionReduceArgs,
@@ -37,7 +38,7 @@ from .tensor import DynamicView, Tensor, View, as_view
 from .types import BUFFERS
 
 __all__ = ["RULES", "gather_flattened", "local_gather", "nc_stream_shuffle", "sequence_bounds",
-           "tensor_copy_dynamic_src", "tensor_partition_reduce"]
+           "tensor_copy_dynamic_dst", "tensor_copy_dynamic_src", "tensor_partition_reduce"]
 
 Where = tuple[str, int]
 _QUADRANT = 32
@@ -215,7 +216,7 @@ def _bounds_tile(a: dict[str, Any], where: Where) -> Tensor:
     return Tensor((1, 2, prod(src.shape[1:])), result_dtype(a, src), BUFFERS["sbuf"], where)
 
 
-# -- tensor_copy_dynamic_src, gather_flattened (offsets / indices read when it runs) -------
+# -- tensor_copy_dynamic_src / _dst, gather_flattened (offsets / indices read when it runs) -
 
 
 def tensor_copy_dynamic_src(*args: Any, **kw: Any) -> Pending | None:
@@ -259,6 +260,41 @@ def _record_dynamic(dst: View, a: dict[str, Any], where: Where) -> None:
     _gpsimd(a["engine"], (dst, w), "tensor_copy_dynamic_src", where)
     _add(DynamicCopyArgs(a["engine"], src.step, src.lo, src.hi), dst,
          (w, src.offset_tile, src.region), where)
+
+
+def tensor_copy_dynamic_dst(*args: Any, **kw: Any) -> None:
+    """``tensor_copy_dynamic_dst(dst, src, engine=, name=)`` or the older ``(*, dst=, src=,
+    mask=, dtype=, engine=)``: dst is ``t[i_p, offsets[0, i] + i_f]``, the mirror of
+    tensor_copy_dynamic_src's src (NKI docs, nki.isa.tensor_copy_dynamic_dst: "the
+    destination of copy, must be a tile in SBUF of PSUM that is dynamically indexed"). The
+    older ``dtype=`` is not used: the copy is cast to dst's dtype, as tensor_copy_predicated
+    (unsure what the compiler does with a dtype unlike dst's)."""
+    where = here()
+    what = "tensor_copy_dynamic_dst"
+    _no_partial_mask(kw, what, where)
+    eng = kw.pop("engine", None)
+    kw.pop("dtype", None)
+    a = take(args, kw, ("dst", "src"), what, where, 2)
+    dst = a["dst"]
+    if not isinstance(dst, DynamicView):
+        raise fail(f"{what}: dst is a tile indexed by an offset read from SBUF "
+                   f"(t[i_p, offsets[0, i] + i_f])", where)
+    if isinstance(a["src"], DynamicView):
+        raise fail(f"{what}: src is a plain tile; an offset read from SBUF indexes dst only "
+                   f"(copy in two steps, through tensor_copy_dynamic_src)", where)
+    src = as_view(a["src"])
+    e = _engine(eng, Engine.VECTOR)  # as _src: nisa.engine.* are Engine members; None: Vector
+    if e is Engine.TENSOR:
+        raise fail(f"{what} runs on the Vector, Scalar or GpSimd engine, not the Tensor "
+                   f"Engine", where)
+    w = dst.window
+    _on_chip(src, "src", what, where)
+    if src.partitions != w.partitions or src.size != w.size:
+        raise fail(f"{what}: src and dst have the same partitions and elements per "
+                   f"partition (NKI docs): {list(src.shape)} vs {list(w.shape)}", where)
+    _gpsimd(e, (src, dst.region), what, where)
+    _add(DynamicCopyDstArgs(e, dst.step, dst.lo, dst.hi), dst.region,
+         (src, dst.offset_tile), where, (w,))
 
 
 def gather_flattened(*args: Any, **kw: Any) -> Pending | None:

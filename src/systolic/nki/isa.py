@@ -589,6 +589,7 @@ from .gather import (  # noqa: E402
     local_gather,
     nc_stream_shuffle,
     sequence_bounds,
+    tensor_copy_dynamic_dst,
     tensor_copy_dynamic_src,
     tensor_partition_reduce,
 )
@@ -603,7 +604,8 @@ from .top8 import max8, nc_find_index8, nc_match_replace8  # noqa: E402
 
 __all__ += ["affine_select", "dropout", "local_gather", "max8", "nc_find_index8",
             "nc_match_replace8", "nc_stream_shuffle", "range_select", "select_reduce",
-            "sequence_bounds", "tensor_copy_dynamic_src", "tensor_copy_predicated",
+            "sequence_bounds", "tensor_copy_dynamic_dst", "tensor_copy_dynamic_src",
+            "tensor_copy_predicated",
             "tensor_partition_reduce"]
 
 

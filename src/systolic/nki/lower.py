@@ -59,6 +59,7 @@ from .opkind import (
     CopyPredicatedArgs,
     DropoutArgs,
     DynamicCopyArgs,
+    DynamicCopyDstArgs,
     GatherFlattenedArgs,
     IndirectDmaArgs,
     IotaArgs,
@@ -366,6 +367,14 @@ def _copy_dynamic(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
                                    a.lo, a.hi, a.engine)]
 
 
+def _copy_dynamic_dst(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
+    a = op.args
+    assert isinstance(a, DynamicCopyDstArgs)
+    window = p.outs[0]
+    return [isa_.TensorCopyDynamicDst(p.srcs[0], p.srcs[1], p.dst, window,
+                                      a.step * window.itemsize, a.lo, a.hi, a.engine)]
+
+
 def _gather_flattened(op: Op, p: Placed, st: MatmulState) -> list[Instruction]:
     assert isinstance(op.args, GatherFlattenedArgs)
     return [isa_.GatherFlattened(p.srcs[0], p.srcs[1], p.dst)]
@@ -425,6 +434,7 @@ LOWER: dict[OpKind, Rule] = {
     OpKind.STREAM_SHUFFLE: _stream_shuffle,
     OpKind.LOCAL_GATHER: _local_gather,
     OpKind.TENSOR_COPY_DYNAMIC: _copy_dynamic,
+    OpKind.TENSOR_COPY_DYNAMIC_DST: _copy_dynamic_dst,
     OpKind.GATHER_FLATTENED: _gather_flattened,
     OpKind.SEQUENCE_BOUNDS: _sequence_bounds,
     OpKind.RAND: _rand,

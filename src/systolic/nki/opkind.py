@@ -26,6 +26,7 @@ __all__ = [
     "DmaArgs",
     "DropoutArgs",
     "DynamicCopyArgs",
+    "DynamicCopyDstArgs",
     "FindIndex8Args",
     "GatherFlattenedArgs",
     "IndirectDmaArgs",
@@ -89,6 +90,7 @@ class OpKind(enum.Enum):
     STREAM_SHUFFLE = "nc_stream_shuffle"
     LOCAL_GATHER = "local_gather"
     TENSOR_COPY_DYNAMIC = "tensor_copy_dynamic_src"
+    TENSOR_COPY_DYNAMIC_DST = "tensor_copy_dynamic_dst"
     GATHER_FLATTENED = "gather_flattened"
     SEQUENCE_BOUNDS = "sequence_bounds"
     RAND = "rand"
@@ -381,6 +383,20 @@ class DynamicCopyArgs:
 
 
 @dataclass(frozen=True, slots=True)
+class DynamicCopyDstArgs:
+    """``tensor_copy_dynamic_dst``: dst is the region the window may write (every element
+    of its tile along the dynamic axis), srcs are src and the [1, 1] offset tile, outs[0]
+    the dst window at offset 0 (a may-write inside dst, never a read); at offset o the
+    window starts o * ``step`` elements on, ``lo`` <= o <= ``hi``."""
+
+    KIND: ClassVar[OpKind] = OpKind.TENSOR_COPY_DYNAMIC_DST
+    engine: Engine
+    step: int
+    lo: int
+    hi: int
+
+
+@dataclass(frozen=True, slots=True)
 class GatherFlattenedArgs:
     """``nl.gather_flattened``: srcs are data, indices."""
 
@@ -414,5 +430,5 @@ OpArgs = (DmaArgs | IndirectDmaArgs | CopyArgs | TensorTensorArgs | TensorScalar
           | ScanArgs | ScalarTensorTensorArgs | AffineSelectArgs | RangeSelectArgs | SelectArgs
           | CopyPredicatedArgs | PartitionReduceArgs | Max8Args | FindIndex8Args
           | MatchReplace8Args | StreamShuffleArgs | LocalGatherArgs | SequenceBoundsArgs
-          | DynamicCopyArgs | GatherFlattenedArgs
+          | DynamicCopyArgs | DynamicCopyDstArgs | GatherFlattenedArgs
           | RandArgs | DropoutArgs)

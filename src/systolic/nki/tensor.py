@@ -627,7 +627,8 @@ class View(Arithmetic):
 class DynamicIndex:
     """``offsets[0, i] + i_f``: a free-axis index of an on-chip tile whose start is the
     value of a one-element SBUF tile, read when the kernel runs
-    (nki.isa.tensor_copy_dynamic_src); ``expr`` the static part (None: 0)."""
+    (the source of nki.isa.tensor_copy_dynamic_src, the destination of _dst); ``expr`` the
+    static part (None: 0)."""
 
     __slots__ = ("expr", "tile")
 
@@ -636,13 +637,15 @@ class DynamicIndex:
 
 
 _DYNAMIC_ONLY = ("a tile indexed by an offset read from SBUF (x[i_p, offsets[0, i] + i_f]) "
-                 "is the source of nisa.tensor_copy_dynamic_src only")
+                 "is the source of nisa.tensor_copy_dynamic_src or the destination of "
+                 "nisa.tensor_copy_dynamic_dst only")
 
 
 class DynamicView(View):
     """The window of :class:`DynamicIndex` at offset 0 (``window``), its ``offset`` tile,
     ``step`` elements per unit of offset, offsets ``lo``..``hi`` inside the tile, and
-    ``region``: every element it may reach. Only tensor_copy_dynamic_src may use it."""
+    ``region``: every element it may reach. Only tensor_copy_dynamic_src (as its src) and
+    tensor_copy_dynamic_dst (as its dst) may use it."""
 
     __slots__ = ("hi", "lo", "offset_tile", "region", "step", "window")
 

@@ -28,6 +28,13 @@ starts invalid. How an operation combines its elements (:data:`RULES`):
   table, whose rows it reads), and leaves the table's validity as it was: the rows it
   writes are unknown here, so none is counted written (a kernel that scatters into fresh
   memory and then stores those rows elsewhere is refused, conservatively);
+* ``tensor_copy_dynamic_dst``: its window lands where the offset, read when the kernel runs,
+  says, so any element of the region it may write may or may not be written. Its src and
+  offset wholly valid: the region's validity is left as it was (an element is not counted
+  written, since the window may miss it; a valid one stays valid, since whatever lands on
+  it is valid); else every element of the region may now hold an invalid value: none is
+  valid (a kernel that fills a fresh tile by dynamic copies and stores it is refused,
+  conservatively, as the scatter's fresh table; the message names the dynamic copy);
 * memset and iota write valid elements; any other kind: all dst elements valid only when
   everything it reads is (the conservative rule, for kinds added later).
 
@@ -45,7 +52,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ..errors import KernelError
-from .opkind import IndirectDmaArgs, OpKind
+from .opkind import DynamicCopyDstArgs, IndirectDmaArgs, OpKind
 from .record import Op, Where
 from .tensor import Tensor, View
 
@@ -307,9 +314,14 @@ def check_values(ops: list[Op], valid: list[Tensor], accumulates: set[int]) -> N
     kernel runs; ``accumulates``: indices of the matmuls that add onto their dst."""
     tr = _Tracker(valid)
     state = tr.state
+    maybe: dict[int, Where] = {}  # tensor id -> the first dynamic copy that may write it
     for i, op in enumerate(ops):
         if isinstance(op.args, IndirectDmaArgs) and op.args.scatter:
             _scatter(tr, op)
+            continue
+        if isinstance(op.args, DynamicCopyDstArgs):
+            _dynamic_dst(tr, op)
+            maybe.setdefault(op.dst.tensor.id, op.where)
             continue
         # the common case first, in plain loops (a generator per op cost ~0.3 s of a
         # 100,000-op kernel): every source wholly valid, so whatever the op writes is valid
@@ -343,7 +355,7 @@ def check_values(ops: list[Op], valid: list[Tensor], accumulates: set[int]) -> N
                 dst = old.copy() if dst is None else dst & old
                 origin = origin or tr.origin(op.dst, op.where)
         if dst is not None and not op.dst.buffer.on_chip and not dst.all():
-            _refuse(op, origin)
+            _refuse(op, origin, maybe)
         tr.write(op.dst, dst, origin)
         for v, c in zip(op.outs, outs, strict=True):
             tr.write(v, c, origin)
@@ -373,23 +385,37 @@ hardware (aws-neuron-sdk's masked nc_match_replace8 test stores a partly written
 checks only the written part)."""
 
 
-def _refuse(op: Op, origin: tuple[Tensor, Where] | None) -> None:
+def _dynamic_dst(tr: _Tracker, op: Op) -> None:
+    """``tensor_copy_dynamic_dst`` (module docstring): the region's validity as it was when
+    src and offset are wholly valid, else none of it valid."""
+    bad = next((v for v in op.srcs if tr.read(v) is not None), None)
+    if bad is not None:
+        tr.write(op.dst, np.zeros(op.dst.shape, dtype=bool), tr.origin(bad, op.where))
+
+
+def _refuse(op: Op, origin: tuple[Tensor, Where] | None,
+            maybe: dict[int, Where] | None = None) -> None:
     what = "memory nothing wrote"
+    hint = ""
     if origin is not None:
         t, (_, line) = origin
         made = ("an argument" if t.is_input else
                 f"{t.name or 'the tile'} made at line {t.where[1]}")
         what = f"part of {made} that nothing wrote, read at line {line}"
+        dyn = (maybe or {}).get(t.id)
+        if dyn is not None:
+            hint = (f" (the tensor_copy_dynamic_dst at line {dyn[1]} may or may not write "
+                    f"it: its offset is read when the kernel runs, so it is not counted)")
     if POLICY == "warn":
         import warnings
 
         file, line = op.where
         warnings.warn_explicit(
-            f"{op.kind.value} writes device memory with values computed from {what}: "
+            f"{op.kind.value} writes device memory with values computed from {what}{hint}: "
             f"they are whatever that memory held (NaN here, garbage on hardware)",
             UnwrittenWarning, file, line)
         return
     raise KernelError(*op.where, (
-        f"{op.kind.value} writes device memory with values computed from {what}: they "
-        f"would be whatever that memory held; write the whole tile first, or mask the "
+        f"{op.kind.value} writes device memory with values computed from {what}{hint}: "
+        f"they would be whatever that memory held; write the whole tile first, or mask the "
         f"accesses (mask=) to the part that was written"))

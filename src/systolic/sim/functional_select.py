@@ -1,8 +1,8 @@
 """Values of the selection, top-8, gather and random instructions (issue 19, second part):
 AffineSelect, RangeSelect, Select, CopyPredicated, PartitionReduce, Max8, FindIndex8,
 MatchReplace8, StreamShuffle, LocalGather, SequenceBounds, Rand, Dropout, TensorCopyDynamic,
-GatherFlattened (their offset / indices read from SBUF when they execute; out of range: a
-one-line SystolicError).
+TensorCopyDynamicDst, GatherFlattened (their offset / indices read from SBUF when they
+execute; out of range: a one-line SystolicError).
 
 Semantics (NKI docs, nki.isa.* at aws-neuron-sdk 7c165a3e; each "NumPy equivalent" there is
 what the model computes):
@@ -225,6 +225,19 @@ def tensor_copy_dynamic(state: MachineState, ins: Any) -> None:
     mem.write(ins.dst, mem.read(src).reshape(ins.dst.shape), overflow=_CAST)
 
 
+def tensor_copy_dynamic_dst(state: MachineState, ins: Any) -> None:
+    """src copied (cast as tensor_copy) into the dst window moved by the offset in SBUF now;
+    the rest of the region keeps its values. Out of range: a one-line error, as _src, and
+    nothing written (on the device: unsure, the docs do not say)."""
+    mem = state.memory
+    o = int(mem.read(ins.offset).reshape(-1)[0])
+    if not ins.lo <= o <= ins.hi:
+        raise SystolicError(f"tensor_copy_dynamic_dst: the offset read from SBUF is {o}; the "
+                            f"window stays inside its tile for offsets {ins.lo}..{ins.hi}")
+    dst = dataclasses.replace(ins.dst, offset=ins.dst.offset + o * ins.step)
+    mem.write(dst, mem.read(ins.src).reshape(dst.shape), overflow=_CAST)
+
+
 def gather_flattened(state: MachineState, ins: Any) -> None:
     """dst[p, j] = data[p, indices[p, j]], the free dimensions flattened."""
     mem = state.memory
@@ -288,7 +301,8 @@ def _handlers() -> dict[type, Callable[[MachineState, Any], None]]:
             i.Max8: max8, i.FindIndex8: find_index8, i.MatchReplace8: match_replace8,
             i.StreamShuffle: stream_shuffle, i.LocalGather: local_gather,
             i.SequenceBounds: sequence_bounds, i.Rand: rand, i.Dropout: dropout,
-            i.TensorCopyDynamic: tensor_copy_dynamic, i.GatherFlattened: gather_flattened}
+            i.TensorCopyDynamic: tensor_copy_dynamic,
+            i.TensorCopyDynamicDst: tensor_copy_dynamic_dst, i.GatherFlattened: gather_flattened}
 
 
 HANDLERS = _handlers()

@@ -49,6 +49,7 @@ from ..isa import (
     Space,
     TensorCopy,
     TensorCopyDynamic,
+    TensorCopyDynamicDst,
     TensorReduce,
     TensorScalar,
     TensorTensor,
@@ -330,9 +331,11 @@ def local_gather(ins: LocalGather, arch: Arch, engine: Engine) -> int:
 MIN_II_DYNAMIC = 600
 
 
-def tensor_copy_dynamic(ins: TensorCopyDynamic, arch: Arch, engine: Engine) -> int:
-    """nki.isa.tensor_copy_dynamic_src: ``max(MIN_II_DYNAMIC, N)``, N the elements per
-    partition of the source."""
+def tensor_copy_dynamic(ins: TensorCopyDynamic | TensorCopyDynamicDst, arch: Arch,
+                        engine: Engine) -> int:
+    """nki.isa.tensor_copy_dynamic_src and _dst: ``max(MIN_II_DYNAMIC, N)``, N the elements
+    per partition of the source (both pages: "N is the number of elements per partition in
+    the src tile")."""
     return max(MIN_II_DYNAMIC, _n(ins.src))
 
 
@@ -417,6 +420,9 @@ ROWS: tuple[Row, ...] = (
     Row(Dropout, (_V,), vector_n_floor, "max(MIN_II, N)", f"{_ISA} dropout"),
     Row(TensorCopyDynamic, (_V, _S, _G), tensor_copy_dynamic, "max(MIN_II_DYNAMIC = 600, N)",
         "nki.isa.tensor_copy_dynamic_src 'Estimated instruction cost' (NKI docs, latest)"),
+    Row(TensorCopyDynamicDst, (_V, _S, _G), tensor_copy_dynamic,
+        "max(MIN_II_DYNAMIC = 600, N)", "nki.isa.tensor_copy_dynamic_dst 'Estimated "
+        "instruction cost' (NKI docs, v2.26.1)"),
     Row(GatherFlattened, (_G,), gather_flattened, "max(MIN_II, N) (unsure: none in the "
         "docs)", f"{_ISA} tensor_copy (nl.gather_flattened has none)"),
 )

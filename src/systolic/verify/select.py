@@ -264,25 +264,52 @@ def _tensor_copy_dynamic(c: Checker, i: int, ins: ins_.TensorCopyDynamic) -> Non
     """nki.isa.tensor_copy_dynamic_src: src and dst on chip with the same partitions and
     elements per partition; the offset one int32/uint32 element in SBUF; the window at
     offsets lo..hi inside ``region``. The offset's value is checked when it executes."""
-    if ins.engine not in (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD):
-        c._fail(i, f"TensorCopyDynamic runs on Vector, Scalar or GpSimd, not {ins.engine}")
-    for ap, role in ((ins.src, "src"), (ins.region, "region")):
-        _on(c, i, ap, f"TensorCopyDynamic {role}", ins.engine)
+    _dynamic_engine(c, i, ins)
+    _on(c, i, ins.src, "TensorCopyDynamic src", ins.engine)
+    _on(c, i, ins.region, "TensorCopyDynamic region", ins.engine)
     _on(c, i, ins.dst, "TensorCopyDynamic dst", ins.engine, write=True)
-    _bounds(c, i, ins.offset, "TensorCopyDynamic offset", (Space.SBUF,))
+    _dynamic_window(c, i, ins, ins.src)
+
+
+def _tensor_copy_dynamic_dst(c: Checker, i: int, ins: ins_.TensorCopyDynamicDst) -> None:
+    """nki.isa.tensor_copy_dynamic_dst, the mirror: the window is dst, inside ``region``
+    (every byte it may write) at offsets lo..hi."""
+    _dynamic_engine(c, i, ins)
+    _on(c, i, ins.src, "TensorCopyDynamicDst src", ins.engine)
+    _on(c, i, ins.region, "TensorCopyDynamicDst region", ins.engine, write=True)
+    _on(c, i, ins.dst, "TensorCopyDynamicDst dst", ins.engine, write=True)  # in region
+    _dynamic_window(c, i, ins, ins.dst)
+
+
+def _dynamic_engine(c: Checker, i: int,
+                    ins: ins_.TensorCopyDynamic | ins_.TensorCopyDynamicDst) -> None:
+    if ins.engine not in (Engine.VECTOR, Engine.SCALAR, Engine.GPSIMD):
+        c._fail(i, f"{type(ins).__name__} runs on Vector, Scalar or GpSimd, not {ins.engine}")
+
+
+def _dynamic_window(c: Checker, i: int,
+                    ins: ins_.TensorCopyDynamic | ins_.TensorCopyDynamicDst,
+                    window: AccessPattern) -> None:
+    """The rules the two dynamic copies share: the offset one int32/uint32
+    element in SBUF; src and dst the same partitions and elements per partition (NKI docs);
+    ``window`` (the side at the dynamic offset, at offset 0) inside ``region`` at its lowest
+    and its highest offset."""
+    name = type(ins).__name__
+    _bounds(c, i, ins.offset, f"{name} offset", (Space.SBUF,))
     if ins.offset.dtype not in INDEX_FORMATS or ins.offset.partitions != 1 or (
             ins.offset.free_elems != 1):
-        c._fail(i, f"TensorCopyDynamic offset is one int32/uint32 element in SBUF, not "
+        c._fail(i, f"{name} offset is one int32/uint32 element in SBUF, not "
                    f"[{ins.offset.partitions}, {ins.offset.free_elems}] of {ins.offset.dtype}")
     if ins.src.partitions != ins.dst.partitions or ins.src.free_elems != ins.dst.free_elems:
-        c._fail(i, f"TensorCopyDynamic src and dst have the same partitions and elements per "
+        c._fail(i, f"{name} src and dst have the same partitions and elements per "
                    f"partition: [{ins.src.partitions}, {ins.src.free_elems}] vs "
                    f"[{ins.dst.partitions}, {ins.dst.free_elems}]")
-    (s0, s1), (r0, r1) = ins.src.free_bytes_span, ins.region.free_bytes_span
+    (s0, s1), (r0, r1) = window.free_bytes_span, ins.region.free_bytes_span
     if ins.lo > ins.hi or s0 + ins.lo * ins.step < r0 or s1 + ins.hi * ins.step > r1 or (
-            ins.src.partition != ins.region.partition
-            or ins.src.partitions > ins.region.partitions):
-        c._fail(i, f"TensorCopyDynamic window at offsets {ins.lo}..{ins.hi} leaves its region")
+            window.space is not ins.region.space
+            or window.partition != ins.region.partition
+            or window.partitions > ins.region.partitions):
+        c._fail(i, f"{name} window at offsets {ins.lo}..{ins.hi} leaves its region")
 
 
 def _gather_flattened(c: Checker, i: int, ins: ins_.GatherFlattened) -> None:
@@ -309,5 +336,6 @@ CHECKS: dict[type, Callable[[Checker, int, Any], None]] = {
     ins_.FindIndex8: _find_index8, ins_.MatchReplace8: _match_replace8,
     ins_.StreamShuffle: _stream_shuffle, ins_.LocalGather: _local_gather,
     ins_.SequenceBounds: _sequence_bounds, ins_.Rand: _rand, ins_.Dropout: _dropout,
-    ins_.TensorCopyDynamic: _tensor_copy_dynamic, ins_.GatherFlattened: _gather_flattened,
+    ins_.TensorCopyDynamic: _tensor_copy_dynamic,
+    ins_.TensorCopyDynamicDst: _tensor_copy_dynamic_dst, ins_.GatherFlattened: _gather_flattened,
 }
