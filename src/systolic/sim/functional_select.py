@@ -214,13 +214,19 @@ def local_gather(state: MachineState, ins: Any) -> None:
     view[...] = dst.reshape(view.shape)  # bytes as they are: no cast (the docs)
 
 
+def _offset(mem: Any, ins: Any, what: str) -> int:
+    """The offset a dynamic copy reads from SBUF now, inside ``lo..hi`` (else one line)."""
+    o = int(mem.read(ins.offset).reshape(-1)[0])
+    if not ins.lo <= o <= ins.hi:
+        raise SystolicError(f"{what}: the offset read from SBUF is {o}; the window stays "
+                            f"inside its tile for offsets {ins.lo}..{ins.hi}")
+    return o
+
+
 def tensor_copy_dynamic(state: MachineState, ins: Any) -> None:
     """The window moved by the offset in SBUF now, copied (cast as tensor_copy)."""
     mem = state.memory
-    o = int(mem.read(ins.offset).reshape(-1)[0])
-    if not ins.lo <= o <= ins.hi:
-        raise SystolicError(f"tensor_copy_dynamic_src: the offset read from SBUF is {o}; the "
-                            f"window stays inside its tile for offsets {ins.lo}..{ins.hi}")
+    o = _offset(mem, ins, "tensor_copy_dynamic_src")
     src = dataclasses.replace(ins.src, offset=ins.src.offset + o * ins.step)
     mem.write(ins.dst, mem.read(src).reshape(ins.dst.shape), overflow=_CAST)
 
@@ -230,10 +236,7 @@ def tensor_copy_dynamic_dst(state: MachineState, ins: Any) -> None:
     the rest of the region keeps its values. Out of range: a one-line error, as _src, and
     nothing written (on the device: unsure, the docs do not say)."""
     mem = state.memory
-    o = int(mem.read(ins.offset).reshape(-1)[0])
-    if not ins.lo <= o <= ins.hi:
-        raise SystolicError(f"tensor_copy_dynamic_dst: the offset read from SBUF is {o}; the "
-                            f"window stays inside its tile for offsets {ins.lo}..{ins.hi}")
+    o = _offset(mem, ins, "tensor_copy_dynamic_dst")
     dst = dataclasses.replace(ins.dst, offset=ins.dst.offset + o * ins.step)
     mem.write(dst, mem.read(ins.src).reshape(dst.shape), overflow=_CAST)
 
