@@ -123,4 +123,9 @@ MUTANTS: tuple[Mutant, ...] = (
       "    if args.best_per is not None and (not groups or not all(groups)):",
       "    if False:",
       RUN, "--best-per '' is silently ignored"),
+    M("batch_lost_when_stopped", "sweep/runner.py",
+      "                with contextlib.suppress(Exception):\n                    flush()\n"
+      "                raise",
+      "                raise",
+      RUN, "a run stopped mid-batch (Ctrl-C, SIGTERM) loses the points that finished"),
 )
