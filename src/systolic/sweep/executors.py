@@ -36,7 +36,8 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from ..errors import SweepError
-from .evaluate import Target, evaluate_chunk, evaluate_one, timeout_error
+from .evaluate import Target, evaluate_chunk, evaluate_one
+from .watchdog import timeout_error
 
 __all__ = ["Chunk", "chunk_size", "chunked", "run_dask", "run_pool", "run_serial"]
 
