@@ -5,8 +5,8 @@ never moves a figure).
   the buckets filed once) against buckets from the first region and against flat mode
   throughout.
 * The busy time of every queue from the merged intervals of each group of ops holding the
-  same queues (``_Scheduler._busy``, and its plain-Python twin ``_busy_small`` for programs
-  of up to ``BUSY_NUMPY`` ops) against one queue at a time (``_busy_each``).
+  same queues (timing/busy.py ``busy_grouped``, and its plain-Python twin ``busy_small`` for
+  programs of up to ``BUSY_NUMPY`` ops) against one queue at a time (``busy_each``).
 * The what-if latencies (longest-path arithmetic over the resource predecessors found once,
   ``whatif.LazyWhatIf``) against the plain re-run of each (``whatif.rerun``), for whole
   programs and prefixes, in both schedules.
@@ -47,6 +47,7 @@ from systolic.isa import (
 )
 from systolic.timing import core as tcore
 from systolic.timing import deps, timeline, whatif
+from systolic.timing.busy import busy_each, busy_grouped, busy_small
 from systolic.timing.core import time_program
 from systolic.timing.critical_path import RECORD, OpRecord
 from systolic.timing.result import WHAT_IF
@@ -106,11 +107,12 @@ def _busy_both_ways(prog: Program) -> None:
     sch.run(prog)
     _, starts, ends, queue, nqs, _ = sch._arrays()
     nq = len(tcore.queue_names(TRN2))
-    want = sch._busy_each(starts, ends, queue, nqs, nq)
-    assert sch._busy(starts, ends, queue, nqs, nq) == want
+    n_dma = TRN2.dma_engines
+    want = busy_each(starts, ends, queue, nqs, nq, n_dma)
+    assert busy_grouped(starts, ends, queue, nqs, nq, n_dma) == want
     # the plain-Python path of small programs (BUSY_NUMPY), from the scheduler's own lists
     rec = sch.records
-    assert sch._busy_small(rec[2::RECORD], sch.ends, sch.queue, rec[1::RECORD], nq) == want
+    assert busy_small(rec[2::RECORD], sch.ends, sch.queue, rec[1::RECORD], nq, n_dma) == want
 
 
 def test_busy_by_groups_with_transfers_over_overlapping_engine_sets() -> None:

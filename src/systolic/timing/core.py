@@ -50,14 +50,12 @@ import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import pairwise
 from math import ceil
 
 import numpy as np
 
 from ..arch import Arch, get_arch
 from ..errors import SystolicError
-from ..geometry import interval_union, union_pairs
 from ..isa import (
     ACCESS,
     AccessPattern,
@@ -76,6 +74,7 @@ from ..isa import (
     writes,
 )
 from . import pe as pe_rules
+from .busy import busy_grouped, busy_small
 from .costs import engine_cycles, engine_hz
 from .critical_path import RECORD, critical_path
 from .deps import Region, Tracker, region
@@ -112,8 +111,9 @@ _REGIONS: dict[tuple[object, ...], Region] = {}
 # here without building and hashing their seven fields (issue 20). Cleared when full.
 _REGION_OF: dict[int, tuple[AccessPattern, Region]] = {}
 _DMA_OF: dict[tuple[int, int], tuple[AccessPattern, AccessPattern, Arch, _DmaPlan]] = {}
-# Up to this many ops the queues' busy times are found in plain Python (_busy_small), past it
-# with numpy (_busy): the same integers either way (tests/test_timing_fast_paths.py)
+# Up to this many ops the queues' busy times are found in plain Python (timing/busy.py
+# busy_small), past it with numpy (busy_grouped): the same integers either way
+# (tests/test_timing_fast_paths.py)
 BUSY_NUMPY = 512
 
 
@@ -746,104 +746,6 @@ class _Scheduler:
                 np.array(self.queue, dtype=np.int64), recs[:, 1].copy(), recs[:, 3].copy())
         return got
 
-    def _busy(self, starts: np.ndarray, ends: np.ndarray, queue: np.ndarray,
-              nqs: np.ndarray, nq: int) -> tuple[list[int], list[int]]:
-        """(busy ticks, ops) per queue id: the union of the intervals of the ops holding
-        it (a transfer holds DMA engines first .. first + n - 1, mod their count). Ops that
-        hold the same queues (a compute queue, or a transfer's first engine and count) are
-        merged once, and a queue's busy time is the union of the merged intervals of the
-        groups holding it: a 128-partition transfer's interval is not repeated for each of
-        its 16 engines (issue 20: 1,064,960 intervals sorted for the NKI tiled kernel)."""
-        n_dma = self.arch.dma_engines
-        busy, counts = [0] * nq, [0] * nq
-        if not len(queue):
-            return busy, counts
-        dma = queue >= _DQ
-        sig = queue * (n_dma + 1) + np.where(dma, nqs, 0)  # the queues an op holds
-        order = np.argsort(sig, kind="stable")
-        sig_sorted = sig[order]
-        cut = np.flatnonzero(sig_sorted[1:] != sig_sorted[:-1]) + 1
-        bounds = [0, *cut.tolist(), len(order)]
-        held: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(nq)]
-        for a, b in pairwise(bounds):
-            grp = order[a:b]
-            q0, n = int(queue[grp[0]]), int(nqs[grp[0]])
-            merged = interval_union(starts[grp], ends[grp])
-            qids = ([_DQ + (q0 - _DQ + j) % n_dma for j in range(n)] if q0 >= _DQ
-                    else [q0])
-            for qid in qids:
-                held[qid].append(merged)
-                counts[qid] += b - a
-        for qid, parts in enumerate(held):
-            if len(parts) == 1:
-                lo, hi = parts[0]
-            elif parts:
-                lo, hi = interval_union(np.concatenate([p[0] for p in parts]),
-                                        np.concatenate([p[1] for p in parts]))
-            else:
-                continue
-            busy[qid] = int(np.sum(hi - lo))
-        return busy, counts
-
-    def _busy_small(self, starts: list[int], ends: list[int], queue: list[int],
-                    nqs: list[int], nq: int) -> tuple[list[int], list[int]]:
-        """:meth:`_busy` in plain Python, for a program of up to ``BUSY_NUMPY`` ops (a sweep
-        point's 40: numpy's fixed cost per call was a tenth of such a program's timing)."""
-        n_dma = self.arch.dma_engines
-        groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        for s, e, q, k in zip(starts, ends, queue, nqs, strict=True):
-            key = (q, k if q >= _DQ else 0)  # the queues an op holds
-            got = groups.get(key)
-            if got is None:
-                groups[key] = [(s, e)]
-            else:
-                got.append((s, e))
-        held: list[list[int]] = [[] for _ in range(nq)]  # the groups holding each queue
-        unions: list[list[tuple[int, int]]] = []  # each group's merged intervals
-        busy, counts = [0] * nq, [0] * nq
-        for (q0, n), pairs in groups.items():
-            merged = union_pairs(pairs)
-            g = len(unions)
-            unions.append(merged)
-            size = 0
-            for s, e in merged:
-                size += e - s
-            qids = ([_DQ + (q0 - _DQ + j) % n_dma for j in range(n)] if q0 >= _DQ
-                    else [q0])
-            for qid in qids:
-                held[qid].append(g)
-                busy[qid] = size  # the union of this group alone
-                counts[qid] += len(pairs)
-        # queues held by the same groups have the same union, found once: the 16 DMA queues
-        # of transfers over every engine were 16 unions of the same intervals (issue 20)
-        done: dict[tuple[int, ...], int] = {}
-        for qid, gs in enumerate(held):
-            if len(gs) > 1:  # several groups hold the queue: the union of them all
-                held_by = tuple(gs)
-                size = done.get(held_by, -1)
-                if size < 0:
-                    size = 0
-                    for s, e in union_pairs([x for g in gs for x in unions[g]]):
-                        size += e - s
-                    done[held_by] = size
-                busy[qid] = size
-        return busy, counts
-
-    def _busy_each(self, starts: np.ndarray, ends: np.ndarray, queue: np.ndarray,
-                   nqs: np.ndarray, nq: int) -> tuple[list[int], list[int]]:
-        """:meth:`_busy` one queue at a time (no shifted times that could overflow)."""
-        busy, counts = [], []
-        for qid in range(nq):
-            if qid < _DQ:
-                sel = queue == qid
-            else:  # a transfer holds engines first .. first + n - 1 (mod dma_engines)
-                k = qid - _DQ
-                sel = ((k - (queue - _DQ)) % self.arch.dma_engines < nqs) & (queue >= _DQ)
-            lo, hi = interval_union(starts[sel], ends[sel])
-            busy.append(int(np.sum(hi - lo)))
-            counts.append(int(np.count_nonzero(sel)))
-        return busy, counts
-
     def assemble(self, cut: int, fmt: str, mode: str) -> CoreTiming:
         """The summary of the ops of instructions ``< cut``."""
         arch = self.arch
@@ -856,10 +758,10 @@ class _Scheduler:
         names = queue_names(arch)
         if n <= BUSY_NUMPY:
             rec = self.records
-            b, c = self._busy_small(rec[2:RECORD * n:RECORD], self.ends[:n], self.queue[:n],
-                                    rec[1:RECORD * n:RECORD], len(names))
+            b, c = busy_small(rec[2:RECORD * n:RECORD], self.ends[:n], self.queue[:n],
+                              rec[1:RECORD * n:RECORD], len(names), arch.dma_engines)
         else:
-            b, c = self._busy(starts, ends, queue, nqs, len(names))
+            b, c = busy_grouped(starts, ends, queue, nqs, len(names), arch.dma_engines)
         busy = dict(zip(names, b, strict=True))
         counts = dict(zip(names, c, strict=True))
         # the what-if latencies: one longest-path pass over the plans, when first read
