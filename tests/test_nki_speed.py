@@ -176,7 +176,7 @@ def test_nc_matmul_by_name_records_as_the_general_path(tmp_path: Any, arch: str,
     from helpers import record_source
 
     import systolic.nki as snki
-    from systolic.nki import isa
+    from systolic.nki import matmul_isa as isa
 
     calls: list[list[Any]] = [[], []]
     real = isa.record_matmul
