@@ -219,7 +219,8 @@ class OnChip:
             raise KernelError(path, line, (
                 f"PSUM is full: this tile needs {banks} bank(s) of 2 KiB per partition and "
                 f"{self.psum.in_use} of the {self.arch.psum_banks} banks hold live tiles; "
-                f"copy results out of PSUM sooner or use fewer PSUM tiles at once"))
+                f"copy results out of PSUM sooner or use fewer PSUM tiles at once (the "
+                f"model does not reorder loops or spill PSUM as a compiler might)"))
         granules = -(-nbytes // SBUF_ALIGN)
         live = self.sbuf.in_use * SBUF_ALIGN
         raise KernelError(path, line, (
