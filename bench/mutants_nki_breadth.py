@@ -47,10 +47,11 @@ MUTANTS: tuple[M, ...] = (
       'if transpose and stationary.dtype == "fp32" and st.arch.generation >= 3:',
       'if transpose and stationary.dtype == "fp32" and st.arch.generation >= 2:',
       MORE + T, "NeuronCore-v2, which has no transpose mode, transposes fp32 bit-exactly"),
-    M("bound_kind_local_max", "nki/run.py",
+    M("bound_kind_local_max", "nki/timing.py",
       "    return schema_bound_kind(core.bound_ticks)",
       "    return max(BOUND_KINDS, key=lambda k: sum(core.bound_ticks[c] for c in BOUND_KINDS[k]))",
-      MORE, "nki/run.py keeps its own bound-kind rule, 'pe' for a core with nothing on its path"),
+      MORE, "nki/timing.py keeps its own bound-kind rule, 'pe' for a core with nothing on "
+      "its path"),
     M("dma_transpose_rows_not_columns", "nki/transpose.py",
       "cols = View(src.tensor, src.offset, 0, (Axis(cs, f), Axis(rs, p)), src.dt)",
       "cols = View(src.tensor, src.offset, 0, (Axis(rs, f), Axis(cs, p)), src.dt)",

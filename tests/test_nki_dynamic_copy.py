@@ -125,7 +125,7 @@ def test_a_copy_waits_for_the_load_of_its_offsets() -> None:
     the tile it copies from; none starts before both."""
     import systolic.nki as snki
     from systolic.isa import DmaCopy
-    from systolic.nki.run import time_recorded
+    from systolic.nki.timing import time_recorded
 
     snki.install("trn2")
     src = np.zeros((128, 40), np.float32)

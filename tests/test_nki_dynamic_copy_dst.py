@@ -227,7 +227,7 @@ def test_the_store_waits_for_every_copy_and_each_copy_for_its_offsets() -> None:
     the copies may write)."""
     import systolic.nki as snki
     from systolic.isa import DmaCopy
-    from systolic.nki.run import time_recorded
+    from systolic.nki.timing import time_recorded
 
     snki.install("trn2")
     offs = np.array([[3, 0, 7]], np.int32)
@@ -403,7 +403,7 @@ def test_a_read_away_from_the_window_at_offset_0_still_waits() -> None:
     window at offset 0 alone, the read started first: checked by hand.)"""
     import systolic.nki as snki
     from systolic.isa import TensorCopy
-    from systolic.nki.run import time_recorded
+    from systolic.nki.timing import time_recorded
 
     base = np.zeros((128, 8), np.float32)
     src = np.full((128, 1), 5.0, np.float32)

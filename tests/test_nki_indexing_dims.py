@@ -17,7 +17,7 @@ from helpers import opcodes, record_source, write_kernel
 import systolic.nki as snki
 from systolic.errors import KernelError
 from systolic.isa import DmaCopy, Space, TensorCopy
-from systolic.nki.run import time_recorded
+from systolic.nki.timing import time_recorded
 
 
 @pytest.fixture(autouse=True)

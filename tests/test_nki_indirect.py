@@ -21,7 +21,7 @@ from systolic.arch import get_arch
 from systolic.errors import IndirectIndexError, KernelError, VerifyError
 from systolic.isa import AccessPattern, DmaCopy, DmaIndirect, Program, Space
 from systolic.isa.asm import format_program, parse_instructions
-from systolic.nki.run import time_recorded
+from systolic.nki.timing import time_recorded
 from systolic.sim.functional import FunctionalSimulator
 from systolic.timing.dma import dma_cost, indirect_rows
 from systolic.verify import verify

@@ -15,7 +15,7 @@ from helpers import record_source as _rec
 from helpers import write_kernel
 
 import systolic.nki as snki
-import systolic.nki.run as nrun
+import systolic.nki.timing as ntiming
 from systolic.errors import KernelError
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "systolic" / "nki"
@@ -127,7 +127,7 @@ def test_transpose_mode_fp32_is_one_full_pass_and_timed_as_the_matmul(tmp_path) 
     from systolic.timing.pe import matmul_interval
 
     assert matmul_interval(mms[0], rec.arch) == 4 * 128
-    assert nrun.time_recorded(rec).busy_ticks["tensor"] > 0
+    assert ntiming.time_recorded(rec).busy_ticks["tensor"] > 0
 
 
 def test_transpose_mode_on_gen2_is_the_ordinary_matmul(tmp_path) -> None:
@@ -318,9 +318,9 @@ def test_bound_kind_is_the_schema_rule() -> None:
 
     from systolic import schema
 
-    assert nrun.BOUND_KINDS is schema.BOUND_KINDS  # one table, not a copy
+    assert ntiming.BOUND_KINDS is schema.BOUND_KINDS  # one table, not a copy
     zero = SimpleNamespace(bound_ticks={c: 0 for cs in schema.BOUND_KINDS.values() for c in cs})
     # nothing on the critical path: "sync" (schema.bound_kind's documented rule)
-    assert nrun.bound_kind(zero) == "sync"
+    assert ntiming.bound_kind(zero) == "sync"
     ticks = dict(zero.bound_ticks, vector=3, scalar=2, pe=4)  # engines 5 > pe 4
-    assert nrun.bound_kind(SimpleNamespace(bound_ticks=ticks)) == "engines"
+    assert ntiming.bound_kind(SimpleNamespace(bound_ticks=ticks)) == "engines"

@@ -22,8 +22,8 @@ from systolic.isa import AccessPattern, AluOp, Program, Space
 from systolic.isa import instructions as I
 from systolic.isa.asm import format_program, parse_instructions
 from systolic.isa.fields import ReduceCmd
-from systolic.nki.run import time_cores, time_recorded
 from systolic.nki.spmd import core_of, nc, spmd_dim
+from systolic.nki.timing import time_cores, time_recorded
 from systolic.sim.functional import FunctionalSimulator
 from systolic.timing.costs import engine_cycles
 from systolic.verify import verify

@@ -17,7 +17,7 @@ import systolic.nki as snki
 from systolic.arch import get_arch
 from systolic.errors import SystolicError
 from systolic.isa import DmaCopy, QuantizeMx, TensorCopy
-from systolic.nki.run import bound_kind, time_recorded, timing_fields
+from systolic.nki.timing import bound_kind, time_recorded, timing_fields
 from systolic.timing.core import time_program
 from systolic.timing.dma import dma_cost
 

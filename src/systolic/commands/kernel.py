@@ -266,15 +266,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from ..arch import get_arch
-    from ..nki.run import (
-        execute,
-        load_kernel,
-        parse_arg,
-        set_default_arch,
-        time_cores,
-        time_recorded,
-        timing_fields,
-    )
+    from ..nki.run import execute, load_kernel, parse_arg, set_default_arch
+    from ..nki.timing import time_cores, time_recorded, timing_fields
     from ..schema import views
 
     check_plot_size(args, "--timeline", args.timeline is not None)

@@ -30,10 +30,10 @@ from .run import (
     parse_arg,
     record,
     record_kernel,
-    time_recorded,  # nki.time_recorded: a recorded kernel's whole-core timing
     values,
 )
 from .spmd import jit  # NKI's jit: a Kernel launchable on a grid, kernel[4, 2](...)
+from .timing import time_recorded  # a recorded kernel's whole-core timing
 
 # ``nki.trace`` of the older neuronxcc API decorates a kernel for tracing (then
 # nki.simulate_kernel / baremetal run it): here, as every decorator, a recorded kernel

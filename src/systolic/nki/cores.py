@@ -6,7 +6,7 @@ disjoint parts of their outputs, so where they run changes nothing. The timing d
 core runs its own instances on its own engines, SBUF and PSUM, so :func:`core_programs`
 builds each core's operations alone through the same passes (groups, lifetimes, place,
 lower; the whole Program was verified already), and the launch takes as long as its longest
-core (:func:`systolic.nki.run.time_recorded`).
+core (:func:`systolic.nki.timing.time_recorded`).
 
 Shared between the cores, and how the model treats it (unsure: the docs do not say how
 concurrent cores share these): device memory (HBM) is shared by the device's cores; the

@@ -48,7 +48,7 @@ REPORT_WHAT = "the model's profile summary, JSON"
 def timed_core(rec: Recorded) -> tuple[CoreTiming, Program]:
     """The timing a profile shows and the Program it times: the kernel's, or a launch on
     several NeuronCores' longest core (as ``systolic kernel`` reports it)."""
-    from .run import time_cores, time_recorded
+    from .timing import time_cores, time_recorded
 
     if rec.cores:
         cores = time_cores(rec)
@@ -82,7 +82,7 @@ def write_neff(program: Program, path: str | Path) -> Path:
 
 def write_report(core: CoreTiming, path: str | Path, kernel: str) -> Path:
     """Write one JSON profile summary (``systolic kernel --json``'s whole-core keys)."""
-    from .run import timing_fields
+    from .timing import timing_fields
 
     body = {"kernel": kernel, "format": REPORT_WHAT, **timing_fields(core)}
     out = write_text(path, json.dumps(body, indent=2) + "\n", "profile summary")

@@ -7,10 +7,9 @@ execute it on the functional simulator.
   0xFF, NaN in float formats), runs the Program bit-accurately, and reads the outputs.
 * :func:`record_kernel` loads ``FILE.py:FUNCTION`` and records it: the entry point for
   the CLI and for sweeps.
-* :func:`time_recorded` times the recorded Program on the whole NeuronCore
-  (:func:`systolic.timing.core.time_program`); :func:`timing_fields` gives its JSON keys
-  (those of ``systolic kernel --json``), :func:`bound_kind` the coarse answer to "what
-  bounds this kernel".
+* :func:`unwritten` says when a kernel's loops leave part of its output unwritten.
+
+Timing a recorded kernel is nki/timing.py's (``time_recorded``, ``timing_fields``).
 """
 
 from __future__ import annotations
@@ -30,9 +29,6 @@ import numpy as np
 from ..arch import Arch, get_arch
 from ..errors import IndirectIndexError, KernelError, SystolicError
 from ..isa import AccessPattern, Program, Space
-from ..schema import BOUND_KINDS
-from ..schema import bound_kind as schema_bound_kind
-from ..timing.core import CoreTiming, time_program
 from . import record as _record
 from .alloc import DEFAULT_BUFFERS
 from .boolops import with_masks
@@ -49,9 +45,8 @@ from .results import RECORDING
 from .tensor import Tensor
 from .types import BUFFERS, TensorSpec, to_dtype
 
-__all__ = ["BOUND_KINDS", "Kernel", "bound_kind", "load_kernel", "parse_arg", "record",
-           "record_kernel", "set_default_arch", "time_cores", "time_recorded", "timing_fields",
-           "values"]
+__all__ = ["Kernel", "load_kernel", "parse_arg", "record", "record_kernel",
+           "set_default_arch", "unwritten", "values"]
 
 _DEFAULT = _record.DEFAULT_ARCH
 set_default_arch = _record.set_default_arch
@@ -417,40 +412,6 @@ def record_kernel(path: str, function: str, args: Sequence[Any],
             specs.append(a)
     return record(fn, specs, params, arch=arch, buffers=buffers, max_ops=max_ops,
                   time_limit_s=time_limit_s)
-
-
-def bound_kind(core: CoreTiming) -> str:
-    """The kind (:data:`systolic.schema.BOUND_KINDS`, the one grouping of the critical-path
-    causes) with the largest share of the core's critical path: schema.bound_kind of its
-    ticks per cause ("sync" when nothing is on it)."""
-    return schema_bound_kind(core.bound_ticks)
-
-
-def time_recorded(rec: Recorded, schedule: str = "list") -> CoreTiming:
-    """The whole-core timing of a recorded kernel (no values are computed); ``schedule``
-    is ``list`` (the compiler's, default) or ``program-order`` (timing/core.py). A launch
-    on several NeuronCores (``rec.cores``) takes as long as its longest core: that core's
-    timing (:func:`time_cores` gives each)."""
-    if rec.cores:
-        return max(time_cores(rec, schedule), key=lambda t: t.latency_us)
-    return time_program(rec.program, rec.arch, schedule=schedule)
-
-
-def time_cores(rec: Recorded, schedule: str = "list") -> list[CoreTiming]:
-    """Each NeuronCore's timing of a launch on several (nki/cores.py), in core order; the
-    one core's timing otherwise."""
-    progs = rec.cores or (rec.program,)
-    return [time_program(p, rec.arch, schedule=schedule) for p in progs]
-
-
-def timing_fields(core: CoreTiming) -> dict[str, Any]:
-    """``systolic kernel --json``'s whole-core keys: those of ``CoreTiming.to_dict()``
-    (latency_us, tflops, peak_tflops, hfu, engines, dma, bound) with ``bound.kind``
-    (:func:`bound_kind`) and ``intensity`` (useful FLOPs per HBM byte moved)."""
-    d = core.to_dict()
-    d["bound"]["kind"] = bound_kind(core)
-    d["intensity"] = 2 * core.useful_macs / core.hbm_bytes if core.hbm_bytes else 0.0
-    return d
 
 
 def unwritten_outputs(program: Program, outputs: list[tuple[str, int, int]]
