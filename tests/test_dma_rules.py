@@ -310,7 +310,8 @@ def _pattern(draw):
 @given(st.lists(st.tuples(st.lists(_pattern(), max_size=2), st.lists(_pattern(), max_size=2),
                           st.integers(0, 3)), min_size=1, max_size=40))
 def test_the_dependency_index_finds_what_a_scan_of_every_record_finds(ops):
-    from systolic.timing.deps import Tracker, region
+    from systolic.timing.deps import Tracker
+    from systolic.timing.regions import region
 
     class Scan(Tracker):  # the slow path: every bucket of the index, every time
         def _keys(self, rid):
@@ -334,7 +335,8 @@ def test_a_wide_region_looked_up_again_sees_a_bucket_filed_since():
     # the tracker keeps each region's bucket lookup with the versions of what it read
     # (issue 20); a wide region looked up before a narrow one inside it is filed must not
     # reuse that answer: its write after the narrow write depends on it (WAW)
-    from systolic.timing.deps import Tracker, region
+    from systolic.timing.deps import Tracker
+    from systolic.timing.regions import region
 
     class Scan(Tracker):  # the slow path: every bucket of the index, every time
         def _keys(self, rid):

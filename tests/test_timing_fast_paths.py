@@ -50,6 +50,7 @@ from systolic.timing import deps, timeline, whatif
 from systolic.timing.busy import busy_each, busy_grouped, busy_small
 from systolic.timing.core import time_program
 from systolic.timing.critical_path import RECORD, OpRecord
+from systolic.timing.regions import region
 from systolic.timing.result import WHAT_IF
 from systolic.timing.whatif import Plan, rerun
 
@@ -443,8 +444,8 @@ def test_the_bucket_index_with_kept_answers_finds_what_a_scan_finds(
         for op, (rd, wr, q) in enumerate(ops):
             got = []
             for tr in (fast, slow):
-                r = tuple(tr.intern(deps.region(ap)) for ap in rd)
-                w = tuple(tr.intern(deps.region(ap)) for ap in wr)
+                r = tuple(tr.intern(region(ap)) for ap in rd)
+                w = tuple(tr.intern(region(ap)) for ap in wr)
                 got.append((tr.deps(r, w, q == 0), r, w))
             assert got[0][0] == got[1][0], op
             queues.append(q)

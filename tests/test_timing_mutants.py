@@ -30,7 +30,8 @@ from systolic.isa import (
 )
 from systolic.timing.core import time_program
 from systolic.timing.costs import engine_cycles
-from systolic.timing.deps import EXACT_ROWS, Tracker, region, regions_overlap
+from systolic.timing.deps import Tracker
+from systolic.timing.regions import EXACT_ROWS, region, regions_overlap
 
 # every test with the tracker's buckets and its flat scan (tests/conftest.py)
 pytestmark = pytest.mark.usefixtures("tracker_mode")

@@ -77,8 +77,9 @@ from . import pe as pe_rules
 from .busy import busy_grouped, busy_small
 from .costs import engine_cycles, engine_hz
 from .critical_path import RECORD, critical_path
-from .deps import Region, Tracker, region
+from .deps import Tracker
 from .dma import dma_cost, indirect_rows, queue_for
+from .regions import Region, region
 from .result import CAUSES, QUEUE_NAMES, WHAT_IF, Cause, CoreTiming, queue_names
 from .timeline import Timeline
 from .whatif import PLAN_KINDS, LazyWhatIf, Plans

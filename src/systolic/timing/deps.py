@@ -1,13 +1,5 @@
-"""Read/write regions of instructions and the dependencies between them (docs/timing.md
-"Dependencies").
-
-A region is a :class:`~systolic.geometry.Rect` in one memory space: in SBUF and PSUM the
-rows are partitions and the columns bytes of one partition; in device memory (HBM) a
-row-strided pattern is a rectangle in the grid of its row pitch (``partition_step``; rows
-stored bottom-up, a negative pitch, are the same rows counted from the lowest), and any
-other pattern is its flat byte interval. Two device-memory regions of different pitch are
-compared row by row (up to ``EXACT_ROWS`` rows; beyond, by their flat extents:
-conservative, a false overlap only adds a wait).
+"""The dependencies between instructions (docs/timing.md "Dependencies"), over the regions
+their access patterns touch (timing/regions.py).
 
 :class:`Tracker` answers, for each new instruction (an "op" of timing/core.py, in program
 order), which earlier ops it must wait for: read after write (``raw``), and write after
@@ -40,10 +32,9 @@ looking at that kind checks, so no pattern's size can make the tracker enumerate
 from __future__ import annotations
 
 from ..geometry import Rect
-from ..isa import AccessPattern, Space
+from .regions import Region, contains, flat_span, regions_overlap
 
-__all__ = ["BUCKET", "EXACT_ROWS", "GRID_BYTES", "GRID_ROWS", "WIDE", "Region", "Tracker", "region",
-           "regions_overlap"]
+__all__ = ["BUCKET", "GRID_BYTES", "GRID_ROWS", "WIDE", "Tracker"]
 
 # Bucket sizes in bytes: a PSUM bank; 2 KiB of an SBUF partition; 1 MiB of device memory.
 BUCKET = {"PSUM": 2048, "SBUF": 2048, "DRAM": 1 << 20}
@@ -51,98 +42,6 @@ BUCKET = {"PSUM": 2048, "SBUF": 2048, "DRAM": 1 << 20}
 GRID_ROWS, GRID_BYTES = 128, 2048
 # more buckets than this and a region goes on its kind's wide list
 WIDE = 64
-
-Region = tuple[str, int, Rect, Rect | None]  # (space, DRAM pitch or 0, rect, wrapped part)
-
-
-def region(ap: AccessPattern) -> Region:
-    """The region ``ap`` touches (module docstring). A strided device-memory pattern whose
-    rows do not start on a multiple of the pitch wraps: its part past the pitch is the
-    second rectangle, one row further down."""
-    lo, hi = ap.free_bytes_span
-    if ap.space is not Space.DRAM:
-        return (ap.space.value, 0, Rect.spans(ap.partition, ap.partition + ap.partitions, lo,
-                                              hi), None)
-    pitch = ap.partition_step if ap.partitions > 1 else 0
-    if pitch < 0:  # rows stored bottom-up: the same rows, counted from the lowest one
-        lo, hi, pitch = lo + (ap.partitions - 1) * pitch, hi + (ap.partitions - 1) * pitch, \
-            -pitch
-    if pitch > 0 and lo >= 0 and hi - lo <= pitch:
-        row, col = divmod(lo, pitch)
-        if col + hi - lo <= pitch:
-            return ("DRAM", pitch, Rect(row, ap.partitions, col, hi - lo), None)
-        return ("DRAM", pitch, Rect(row, ap.partitions, col, pitch - col),
-                Rect(row + 1, ap.partitions, 0, col + hi - lo - pitch))
-    return ("DRAM", 0, Rect(0, 1, lo, hi + (ap.partitions - 1) * max(pitch, 0) - lo), None)
-
-
-def _flat(r: Region) -> tuple[int, int]:
-    _, pitch, rect, wrap = r
-    if pitch == 0:
-        return rect.col, rect.col_end
-    end = (rect.row_end - 1) * pitch + rect.col_end
-    if wrap is not None:
-        end = (wrap.row_end - 1) * pitch + wrap.col_end
-    return rect.row * pitch + rect.col, end
-
-
-# rows of the shorter of two device-memory regions of different pitch checked one by one;
-# past this, their flat extents are compared (conservative: a false overlap only adds a wait)
-EXACT_ROWS = 4096
-
-
-def _rows(r: Region) -> tuple[int, int, int, int]:
-    """A device-memory region as (first byte, pitch, rows, bytes a row): row i covers
-    [first + i * pitch, first + i * pitch + width)."""
-    _, pitch, rect, wrap = r
-    if pitch == 0:
-        return rect.col, 0, 1, rect.cols
-    width = rect.cols + (wrap.cols if wrap is not None else 0)
-    return rect.row * pitch + rect.col, pitch, rect.rows, width
-
-
-def _rows_overlap(a: Region, b: Region) -> bool:
-    (sa, pa, na, wa), (sb, pb, nb, wb) = _rows(a), _rows(b)
-    if na > nb:
-        (sa, pa, na, wa), (sb, pb, nb, wb) = (sb, pb, nb, wb), (sa, pa, na, wa)
-    for i in range(na):
-        x = sa + i * pa  # row i of a: [x, x + wa); a row j of b meets it when
-        if pb == 0:  # sb + j pb < x + wa and sb + j pb + wb > x
-            if sb < x + wa and x < sb + wb:
-                return True
-            continue
-        lo = max(0, (x - wb - sb) // pb + 1)
-        hi = min(nb - 1, -((sb - x - wa) // pb) - 1)
-        if lo <= hi:
-            return True
-    return False
-
-
-def regions_overlap(a: Region, b: Region) -> bool:
-    """True when the two regions may share a byte: exact in SBUF/PSUM, for device-memory
-    patterns of one pitch and, row by row, for two of different pitch up to EXACT_ROWS rows
-    (beyond: their flat extents, conservative)."""
-    if a[0] != b[0]:
-        return False
-    if a[1] == b[1]:
-        ra = (a[2],) if a[3] is None else (a[2], a[3])
-        rb = (b[2],) if b[3] is None else (b[2], b[3])
-        return any(x.overlaps(y) for x in ra for y in rb)
-    (a0, a1), (b0, b1) = _flat(a), _flat(b)
-    if not (a0 < b1 and b0 < a1):
-        return False
-    if min(_rows(a)[2], _rows(b)[2]) > EXACT_ROWS:
-        return True
-    return _rows_overlap(a, b)
-
-
-def _contains(a: Region, b: Region) -> bool:
-    if a[0] != b[0] or a[1] != b[1]:
-        return False
-    if a[3] is None and b[3] is None:
-        return a[2].contains(b[2])
-    return a == b
-
 
 # A bucket: (kind, pitch, level, row block, column bucket); level 1 is the fine one,
 # (kind, pitch, 0, -1, -1) a kind's wide list.
@@ -165,7 +64,7 @@ def _layouts(r: Region) -> tuple[Layout, ...]:
     memory by the grid of its pitch and by its flat extent (only the flat one at pitch 0)."""
     if r[0] != "DRAM":
         return ((r[0], 0, (r[2],)),)
-    lo, hi = _flat(r)
+    lo, hi = flat_span(r)
     flat = ("DRAMF", r[1], (Rect(0, 1, lo, hi - lo),))
     if not r[1]:
         return (flat,)
@@ -280,7 +179,7 @@ class Tracker:
                 sp = self.spaces[r[0]] = len(self.space_versions)
                 self.space_versions += (0, 0)
             self.space_of.append(sp)
-            self.extents.append(_flat(r) if r[0] == "DRAM" else (0, 0))
+            self.extents.append(flat_span(r) if r[0] == "DRAM" else (0, 0))
             if self.flat is None:
                 self._file_region(r)
             elif len(self.regions) > FLAT_REGIONS:
@@ -546,5 +445,5 @@ class Tracker:
         key = a << 32 | b
         hit = self.covers.get(key)
         if hit is None:
-            hit = self.covers[key] = _contains(self.regions[a], self.regions[b])
+            hit = self.covers[key] = contains(self.regions[a], self.regions[b])
         return hit
