@@ -618,3 +618,24 @@ def test_reading_a_tile_nothing_wrote_is_refused(tmp_path: Path) -> None:
         snki.record(snki.load_kernel(str(path), "k"), [np.zeros((128, 64), np.float32)])
     assert exc.value.line == line and "made at line 10" in exc.value.message
     assert "nothing was written" in exc.value.message
+
+
+def test_an_extra_positional_argument_is_one_line_not_dropped(tmp_path) -> None:
+    """``nisa.reciprocal(dst, data, "junk")`` ran and ignored "junk" (the entry points read
+    their arguments by position through calls.named, which zipped them away)."""
+    from helpers import record_source
+
+    body = '''
+@nki.jit
+def k(a):
+    t = nl.load(a)
+    r = nl.ndarray(t.shape, dtype=t.dtype, buffer=nl.sbuf)
+    nisa.reciprocal(r, t, "junk")
+    out = nl.ndarray(a.shape, dtype=a.dtype, buffer=nl.shared_hbm)
+    nl.store(out, r)
+    return out
+'''
+    with pytest.raises(KernelError, match=r"k\.py:10: this call takes at most 2 positional "
+                                          r"arguments \(dst, data\), not 3") as e:
+        record_source(tmp_path, body, ["fp32[128,64]"])
+    assert "\n" not in str(e.value)

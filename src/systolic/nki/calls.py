@@ -42,10 +42,14 @@ def need(vals: dict[str, Any], names: tuple[str, ...], what: str, where: Where) 
         raise fail(f"{what}: missing argument(s) {', '.join(missing)}", where)
 
 
-def named(args: tuple[Any, ...], kw: dict[str, Any], names: tuple[str, ...]
-          ) -> dict[str, Any]:
+def named(args: tuple[Any, ...], kw: dict[str, Any], names: tuple[str, ...],
+          what: str = "this call") -> dict[str, Any]:
     """The call's arguments in ``names``, by position in that order or by keyword (popped
-    from ``kw``); the caller reads its options from ``kw`` next, then :func:`no_extra`."""
+    from ``kw``); the caller reads its options from ``kw`` next, then :func:`no_extra`.
+    More positional arguments than ``names`` is one line (they were dropped silently)."""
+    if len(args) > len(names):
+        raise fail(f"{what} takes at most {len(names)} positional arguments "
+                   f"({', '.join(names)}), not {len(args)}")
     vals = dict(zip(names, args, strict=False))
     for k in names:
         if k in kw:
@@ -57,9 +61,7 @@ def take(args: tuple[Any, ...], kw: dict[str, Any], names: tuple[str, ...], what
          where: Where, required: int) -> dict[str, Any]:
     """The call's arguments by name (positional in ``names`` order, or keywords); the first
     ``required`` must be given and not None; anything else is one line naming it."""
-    if len(args) > len(names):
-        raise fail(f"{what} takes at most {len(names)} positional arguments", where)
-    vals = named(args, kw, names)
+    vals = named(args, kw, names, what)
     kw.pop("name", None)
     no_extra(kw, what, where)
     missing = [n for n in names[:required] if vals.get(n) is None]
