@@ -267,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from ..arch import get_arch
     from ..nki.run import execute, load_kernel, parse_arg, set_default_arch
-    from ..nki.timing import time_cores, time_recorded, timing_fields
+    from ..nki.timing import longest_core, time_cores, timing_fields
     from ..schema import views
 
     check_plot_size(args, "--timeline", args.timeline is not None)
@@ -284,13 +284,12 @@ def _run(args: argparse.Namespace) -> int:
         rec = _record(kernel, specs, params, arch, args)
     _refuse_unwritten(rec, func)
     with stage(f"timing {len(rec.program):,} instructions on the whole core", args):
-        # a launch on several NeuronCores is timed per core once (time_recorded is the
-        # longest of these); the report is its longest core's
-        cores = time_cores(rec, args.schedule) if rec.cores else []
-        core = max(cores, key=lambda c: c.latency) if cores else time_recorded(
-            rec, args.schedule)
+        # a launch on several NeuronCores is timed per core once; the report is its
+        # longest core's
+        each = time_cores(rec, args.schedule)
+        core, timed = longest_core(rec, each)
+        cores = each if rec.cores else []
         pe = pe_alone(rec)
-    timed = rec.cores[cores.index(core)] if cores else rec.program
     info: dict[str, Any] = {
         "kernel": args.target, "arch": arch.name, "nki_ops": rec.ops,
         "instructions": len(rec.program), "counts": rec.counts(),

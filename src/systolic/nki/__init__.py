@@ -116,9 +116,9 @@ def profile(kernel: Any = None, **options: Any) -> Any:
     (:mod:`systolic.nki.profile_files`: its Program as text at ``save_neff_name``, its Perfetto
     trace at each profiled execution's ``.ntff`` name, ``json_reports/``); returns None,
     as on hardware. The options are checked when the decorator is made."""
-    from .profile_files import profile_options
+    from .profile_files import ProfileOptions
 
-    opts = profile_options(options)
+    opts = ProfileOptions(options)
     if kernel is None:
         return lambda k: _Profiled(k, opts)
     return _Profiled(kernel, opts)
@@ -188,11 +188,12 @@ class _Benchmarked:
                             self.trace, self.neff)
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        from .profile_files import timed_core, write_benchmark_files
+        from .profile_files import write_benchmark_files
+        from .timing import longest_core, time_cores
 
         rec = record(self.kernel, args, kwargs, arch=self.arch)
         # a launch on several NeuronCores takes its longest core's time (nki/cores.py)
-        core, program = timed_core(rec)
+        core, program = longest_core(rec, time_cores(rec))
         write_benchmark_files(rec, core, program, self.neff, self.trace,
                               _kernel_name(self.kernel))
         self.benchmark_result = BenchmarkResult(rec, core, self.warmup, self.iters)

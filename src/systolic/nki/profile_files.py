@@ -31,30 +31,19 @@ from typing import TYPE_CHECKING, Any
 
 from ..artifacts import ArtifactError, check_artifact_path, write_text, wrote_line
 from ..errors import SystolicError
+from .timing import longest_core, time_cores
 
 if TYPE_CHECKING:
     from ..isa import Program
     from ..timing.core import CoreTiming
     from .build import Recorded
 
-__all__ = ["ProfileOptions", "profile_options", "timed_core", "trace_names", "write_neff",
+__all__ = ["ProfileOptions", "trace_names", "write_neff",
            "write_profile", "write_report", "write_trace_file"]
 
 TRACE_WHAT = "the model's Perfetto trace: Chrome trace-event JSON, not NTFF"
 NEFF_WHAT = "the model's Program as text (systolic.isa.asm), not a NEFF"
 REPORT_WHAT = "the model's profile summary, JSON"
-
-
-def timed_core(rec: Recorded) -> tuple[CoreTiming, Program]:
-    """The timing a profile shows and the Program it times: the kernel's, or a launch on
-    several NeuronCores' longest core (as ``systolic kernel`` reports it)."""
-    from .timing import time_cores, time_recorded
-
-    if rec.cores:
-        cores = time_cores(rec)
-        core = max(cores, key=lambda c: c.latency)
-        return core, rec.cores[cores.index(core)]
-    return time_recorded(rec), rec.program
 
 
 def _say(path: Path | str, what: str) -> None:
@@ -131,11 +120,6 @@ def _count(value: Any, option: str) -> int:
     return value
 
 
-def profile_options(options: dict[str, Any]) -> ProfileOptions:
-    """The checked options of ``nki.profile(**options)``."""
-    return ProfileOptions(options)
-
-
 def trace_names(trace: str, nth: int, execs: int) -> list[str]:
     """The trace files of a profile: of every ``nth`` execution up to ``execs`` (just the
     ``nth`` when there are fewer), ``<stem>.ntff`` for the first execution and
@@ -166,7 +150,7 @@ def write_profile(rec: Recorded, opts: ProfileOptions, kernel: str) -> list[Path
                             f"{exc.strerror or exc}") from None
     for p in paths:
         check_artifact_path(p, "profile file")
-    core, program = timed_core(rec)
+    core, program = longest_core(rec, time_cores(rec))
     written = [write_neff(program, paths[0])]
     written += [write_trace_file(rec, core, program, d / t, kernel) for t in traces]
     written += [write_report(core, d / "json_reports" / r, kernel) for r in reports]

@@ -4,14 +4,17 @@ the keys ``systolic kernel --json`` reports. No values are computed."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from ..isa import Program
 from ..schema import BOUND_KINDS
 from ..schema import bound_kind as schema_bound_kind
 from ..timing.core import CoreTiming, time_program
 from .build import Recorded
 
-__all__ = ["BOUND_KINDS", "bound_kind", "time_cores", "time_recorded", "timing_fields"]
+__all__ = ["BOUND_KINDS", "bound_kind", "longest_core", "time_cores", "time_recorded",
+           "timing_fields"]
 
 
 def bound_kind(core: CoreTiming) -> str:
@@ -26,9 +29,14 @@ def time_recorded(rec: Recorded, schedule: str = "list") -> CoreTiming:
     is ``list`` (the compiler's, default) or ``program-order`` (timing/core.py). A launch
     on several NeuronCores (``rec.cores``) takes as long as its longest core: that core's
     timing (:func:`time_cores` gives each)."""
-    if rec.cores:
-        return max(time_cores(rec, schedule), key=lambda t: t.latency_us)
-    return time_program(rec.program, rec.arch, schedule=schedule)
+    return longest_core(rec, time_cores(rec, schedule))[0]
+
+
+def longest_core(rec: Recorded, timings: Sequence[CoreTiming]) -> tuple[CoreTiming, Program]:
+    """Of ``timings`` (:func:`time_cores`'s, in core order), the one a launch takes as long
+    as, and the Program it timed: what a launch's report, trace and profile show."""
+    i = max(range(len(timings)), key=lambda j: timings[j].latency_us)
+    return timings[i], (rec.cores or (rec.program,))[i]
 
 
 def time_cores(rec: Recorded, schedule: str = "list") -> list[CoreTiming]:
