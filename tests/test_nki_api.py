@@ -120,8 +120,11 @@ def test_benchmark_writes_the_models_trace_and_program_at_the_names_asked(
     assert "wrote local_trace.ntff (the model's Perfetto trace" in err
     assert "wrote file.neff (the model's Program as text" in err
     # a second run writes over them (each benchmark run saves anew), as on hardware
+    (tmp_path / "local_trace.ntff").write_text("stale")
+    (tmp_path / "file.neff").write_text("stale")
     bench(nt.tensor[[512, 256], nl.bfloat16], nt.tensor[[512, 1024], nl.bfloat16])
     assert json.loads((tmp_path / "local_trace.ntff").read_text()) == trace
+    assert Program.parse((tmp_path / "file.neff").read_text()) == again
 
 
 def test_baremetal_and_simulate_keep_the_kernels_name() -> None:

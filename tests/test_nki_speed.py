@@ -114,6 +114,9 @@ def test_layout_memo_is_the_row_major_layout(shape: tuple[int, ...], pdim: int |
     assert axes == tuple(Axis(1 if i == pdim else strides[i], n, i == pdim)
                          for i, n in enumerate(shape))
     assert _layout(shape, pdim) is _layout(shape, pdim)  # memoised
+    if (shape, pdim) == ((4, 3, 10), 0):  # written out, not derived: [par 4, 3, 10]
+        assert _layout(shape, pdim) == ((0, 10, 1), 30, (
+            Axis(1, 4, True), Axis(10, 3, False), Axis(1, 10, False)))
 
 
 def test_kernel_command_turns_the_collector_off_and_back() -> None:

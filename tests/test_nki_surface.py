@@ -254,9 +254,14 @@ def test_profile_writes_each_profiled_executions_files(tmp_path) -> None:
         prof(a)
     assert "\n" not in str(e.value)
     assert {p: p.stat().st_mtime_ns for p in wd.rglob("*")} == before
+    for p in [wd / "cus.neff", *(wd / t for t in traces), *reports]:
+        p.write_text("stale")
     nki.profile(working_directory=str(wd), save_neff_name="cus.neff",
                 save_trace_name="profile-custom.ntff", num_execs=20, profile_nth=10,
                 overwrite=True)(kern)(a)
+    assert json.loads(reports[1].read_text())["latency_us"] == latency  # written again
+    assert json.loads((wd / traces[0]).read_text())["otherData"]["latency_us"] == latency
+    assert "stale" not in (wd / "cus.neff").read_text()
     # the first execution's trace keeps the plain name (profile_nth=1, the default)
     nki.profile(working_directory=str(tmp_path / "one"))(kern)(a)
     assert (tmp_path / "one" / "profile.ntff").is_file()
