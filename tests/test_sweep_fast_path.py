@@ -44,10 +44,11 @@ def _plain(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tcore, "BUSY_NUMPY", -1)
     monkeypatch.setattr(vreport, "BREAKDOWN_NUMPY", -1)
     for mod, name in [(tcore, "_REGIONS"), (tcore, "_REGION_OF"), (tcore, "_DMA_OF"),
-                      (tcore, "_DMA_COSTS"), (tcore, "_TABLES_OF"), (codegen, "_PATTERNS"),
-                      (codegen, "_RECTS"), (tensor_engine, "_RECTS"), (costs, "_BY_ARCH"),
-                      (tiling, "_TILES")]:
+                      (tcore, "_DMA_COSTS"), (codegen, "_PATTERNS"), (codegen, "_RECTS"),
+                      (tensor_engine, "_RECTS")]:
         monkeypatch.setattr(mod, name, {})
+    for memo in (tcore._arch_tables, costs._cached, tiling.tile):  # by value: emptied
+        memo.cache_clear()
 
 
 @pytest.mark.parametrize("point", POINTS, ids=lambda p: "-".join(map(str, p.values())))

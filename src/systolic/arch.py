@@ -14,7 +14,7 @@ and a comment naming its source. Sources, abbreviated:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 
 from .dtypes import get_format
@@ -180,9 +180,18 @@ class Arch:
     readout_engine: str = "vector"
 
     psum_bytes: int = field(init=False)
+    # the hash, computed once: a frozen dataclass's generated __hash__ runs in Python over
+    # every field (~5 us for these 46) at every lookup keyed by an Arch, which the timing
+    # and the compiler do per instruction (issue 20)
+    _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "psum_bytes", self.psum_banks * self.psum_bank_bytes)
+        object.__setattr__(self, "_hash", hash(tuple(
+            getattr(self, f.name) for f in fields(self) if f.compare)))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     # -- derived -----------------------------------------------------------------------
     @property

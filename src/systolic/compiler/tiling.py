@@ -149,29 +149,11 @@ def check_size(spec: MatmulSpec, arch: Arch) -> None:
             f"(fewer M or N tiles) and scale its cycles")
 
 
+@lru_cache(maxsize=64)
 def tile(spec: MatmulSpec, arch: Arch) -> TilePlan:
     """Cut ``spec`` into K, M and N tiles for ``arch`` (MX formats: over the padded K).
     Kept for the last few specs (a TilePlan is immutable): timing a product asks for its
-    plan two to four times (extrapolate.py's estimate, the compiler, the slices). Looked up
-    by the spec and the Arch object first (the Arch by id, kept in the entry so that the id
-    stays its own: an Arch's generated hash runs in Python over its 46 fields, ~5 us a
-    lookup, issue 20), then by value (_tile)."""
-    key = (spec, id(arch))
-    got = _TILES.get(key)
-    if got is not None and got[0] is arch:
-        return got[1]
-    plan = _tile(spec, arch)
-    if len(_TILES) >= 64:
-        _TILES.clear()
-    _TILES[key] = (arch, plan)
-    return plan
-
-
-_TILES: dict[tuple[MatmulSpec, int], tuple[Arch, TilePlan]] = {}
-
-
-@lru_cache(maxsize=64)
-def _tile(spec: MatmulSpec, arch: Arch) -> TilePlan:
+    plan two to four times (extrapolate.py's estimate, the compiler, the slices)."""
     if is_mx(spec):
         return _tile_mx(spec, arch)
     fold = spec.perf_mode.k_fold

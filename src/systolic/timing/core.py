@@ -221,22 +221,6 @@ def _arch_tables(arch: Arch) -> _ArchTables:
     return base
 
 
-# _arch_tables by Arch object (by id, the Arch kept in the entry so that the id stays its
-# own): an Arch's generated hash runs in Python over its 46 fields (~5 us, issue 20), and a
-# sweep times every point on the same preset object. Another object (an Arch with
-# overrides) goes to the lru_cache by value. Cleared when full.
-_TABLES_OF: dict[int, tuple[Arch, _ArchTables]] = {}
-
-
-def _tables_of(arch: Arch) -> _ArchTables:
-    got = _TABLES_OF.get(id(arch))
-    if got is not None and got[0] is arch:
-        return got[1]
-    t = _arch_tables(arch)
-    if len(_TABLES_OF) >= 64:
-        _TABLES_OF.clear()
-    _TABLES_OF[id(arch)] = (arch, t)
-    return t
 
 
 class _Scheduler:
@@ -252,7 +236,7 @@ class _Scheduler:
         self.mode = mode
         self.what_if = what_if
         self.fill = mode == "list"
-        t = _tables_of(arch)
+        t = _arch_tables(arch)
         self.tick, self.r_pe, self.sync, self.fixed = t.tick, t.r_pe, t.sync, t.fixed
         self.hbm_rate, self.per, self.access = t.hbm_rate, t.per, t.access
         self.dep_overhead, self.lat_raw, self.lat_order = t.dep_overhead, t.lat_raw, t.lat_order

@@ -447,18 +447,4 @@ def engine_cycles(ins: object, arch: Arch, engine: Engine | None = None) -> int:
     """Cycles of ``ins`` on ``engine`` (default: its own), computed alone: the table's row
     for its kind and engine. Memoised on the instruction itself (frozen and hashable)."""
     eng = engine if engine is not None else ins.engine  # type: ignore[attr-defined]
-    # by the Arch object first (by id, kept in the entry so that the id stays its own): an
-    # Arch's generated hash runs in Python over its 46 fields, most of a lookup (issue 20);
-    # another Arch object goes to _cached by value
-    key = (ins, id(arch), eng)
-    got = _BY_ARCH.get(key)
-    if got is not None and got[0] is arch:
-        return got[1]
-    c = _cached(ins, arch, eng)
-    if len(_BY_ARCH) >= 1 << 16:
-        _BY_ARCH.clear()
-    _BY_ARCH[key] = (arch, c)
-    return c
-
-
-_BY_ARCH: dict[tuple[object, int, Engine], tuple[Arch, int]] = {}
+    return _cached(ins, arch, eng)
