@@ -25,6 +25,12 @@ __all__ = ["busy_each", "busy_grouped", "busy_small"]
 _DQ = len(QUEUE_NAMES)  # the first DMA engine's queue id
 
 
+def _held(q0: int, n: int, n_dma: int) -> list[int]:
+    """The queue ids an op on queue ``q0`` holds: a transfer from DMA engine ``q0`` over
+    ``n`` engines holds them mod the engine count; a compute op its own queue."""
+    return [_DQ + (q0 - _DQ + j) % n_dma for j in range(n)] if q0 >= _DQ else [q0]
+
+
 def busy_grouped(starts: np.ndarray, ends: np.ndarray, queue: np.ndarray, nqs: np.ndarray,
                  nq: int, n_dma: int) -> tuple[list[int], list[int]]:
     """(busy ticks, ops) per queue id: the union of the intervals of the ops holding
@@ -47,8 +53,7 @@ def busy_grouped(starts: np.ndarray, ends: np.ndarray, queue: np.ndarray, nqs: n
         grp = order[a:b]
         q0, n = int(queue[grp[0]]), int(nqs[grp[0]])
         merged = interval_union(starts[grp], ends[grp])
-        qids = ([_DQ + (q0 - _DQ + j) % n_dma for j in range(n)] if q0 >= _DQ
-                else [q0])
+        qids = _held(q0, n, n_dma)
         for qid in qids:
             held[qid].append(merged)
             counts[qid] += b - a
@@ -85,8 +90,7 @@ def busy_small(starts: list[int], ends: list[int], queue: list[int], nqs: list[i
         size = 0
         for s, e in merged:
             size += e - s
-        qids = ([_DQ + (q0 - _DQ + j) % n_dma for j in range(n)] if q0 >= _DQ
-                else [q0])
+        qids = _held(q0, n, n_dma)
         for qid in qids:
             held[qid].append(g)
             busy[qid] = size  # the union of this group alone

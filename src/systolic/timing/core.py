@@ -101,7 +101,7 @@ _DmaPlan = tuple[tuple[int, ...], int, int, int, int, int, int]
 # DMA costs by Arch and transfer shape (its offsets left out: a cost does not depend on
 # them, timing/dma.py), kept across programs: a sweep times thousands of small programs
 # made of the same few transfer shapes. Cleared when full.
-_DMA_COSTS: dict[tuple[object, ...], tuple[Arch, _DmaPlan]] = {}
+_DMA_COSTS: dict[tuple[object, ...], _DmaPlan] = {}
 _DMA_COSTS_MAX = 1 << 16
 # The region of an access pattern, by value, kept across programs as _DMA_COSTS (a sweep's
 # products share most of their SBUF slots and PSUM banks). Cleared when full.
@@ -273,8 +273,6 @@ class _Scheduler:
         # memos, on frozen patterns and instructions
         self.region_ids: dict[int, tuple[AccessPattern, int]] = {}
         self.region_vals: dict[int, tuple[Region, int]] = {}
-        self.dma_ids: dict[tuple[int, int], tuple[AccessPattern, AccessPattern,
-                                                  _DmaPlan]] = {}
         self.pe_costs: dict[object, tuple[int, int, int]] = {}
         self.dma_bytes = self.hbm_bytes = 0
         self.arrays: tuple[np.ndarray, ...] | None = None  # _arrays()
@@ -449,21 +447,17 @@ class _Scheduler:
         """What placing a transfer needs (:data:`_DmaPlan`), memoised on the two pattern
         objects (by id, as :meth:`_reg`) and its cost, across programs, on its shape."""
         ids = (id(src), id(dst))
-        got = self.dma_ids.get(ids)
-        if got is not None and got[0] is src and got[1] is dst:
-            return got[2]
         known = _DMA_OF.get(ids)  # across programs (see _REGION_OF)
         if known is not None and known[0] is src and known[1] is dst and \
                 known[2] is self.arch:
-            self.dma_ids[ids] = (src, dst, known[3])
             return known[3]
         # a transfer's cost does not depend on its offsets (timing/dma.py), so the memo key
         # leaves them out: one entry per transfer shape, not per address
-        key = (id(self.arch), src.space, src.partition, src.partitions, src.dims, src.dtype,
+        key = (self.arch, src.space, src.partition, src.partitions, src.dims, src.dtype,
                src.partition_step, dst.space, dst.partition, dst.partitions, dst.dims,
                dst.dtype, dst.partition_step)
-        hit = _DMA_COSTS.get(key)
-        if hit is None or hit[0] is not self.arch:  # kept with its Arch: the id is its own
+        plan = _DMA_COSTS.get(key)
+        if plan is None:
             c = dma_cost(src, dst, self.arch)
             occ = max(1, ceil(c.engine_ns * self.tick / 1e9))
             hb = max(1, ceil(c.hbm_bytes / self.hbm_rate)) if c.hbm_bytes else 0
@@ -473,10 +467,7 @@ class _Scheduler:
             e1 = e0 + len(engines) if engines == tuple(range(e0, e0 + len(engines))) else 0
             if len(_DMA_COSTS) >= _DMA_COSTS_MAX:
                 _DMA_COSTS.clear()
-            hit = _DMA_COSTS[key] = (self.arch, (engines, e0, e1, occ, hb, c.bytes,
-                                                 c.hbm_bytes))
-        plan = hit[1]
-        self.dma_ids[ids] = (src, dst, plan)
+            plan = _DMA_COSTS[key] = (engines, e0, e1, occ, hb, c.bytes, c.hbm_bytes)
         if len(_DMA_OF) >= _DMA_COSTS_MAX:
             _DMA_OF.clear()
         _DMA_OF[ids] = (src, dst, self.arch, plan)
