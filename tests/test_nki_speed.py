@@ -203,3 +203,25 @@ def test_nc_matmul_by_name_records_as_the_general_path(tmp_path: Any, arch: str,
     assert [c[:7] + c[8:] for c in calls[0]] == [c[:7] + c[8:] for c in calls[1]]
     assert [c[7][1] for c in calls[0]] == [c[7][1] for c in calls[1]]
     assert list(short.program) == list(plain.program)
+
+
+def test_paused_restores_the_collector_as_it_found_it() -> None:
+    """collector.paused: off inside (nested too), back as the outermost found it, after an
+    exception as well."""
+    from systolic.collector import paused
+
+    was = gc.isenabled()
+    try:
+        for before in (True, False):
+            (gc.enable if before else gc.disable)()
+            with paused():
+                assert not gc.isenabled()
+                with paused():
+                    assert not gc.isenabled()
+                assert not gc.isenabled()
+            assert gc.isenabled() is before
+            with pytest.raises(ZeroDivisionError), paused():
+                1 / 0  # noqa: B018
+            assert gc.isenabled() is before
+    finally:
+        (gc.enable if was else gc.disable)()

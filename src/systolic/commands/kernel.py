@@ -4,7 +4,6 @@ NeuronCore, show its Program, its values."""
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import re
@@ -13,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ..collector import paused
 from ..errors import KernelError, SystolicError
 from ..nki.alloc import DEFAULT_BUFFERS
 from ..nki.record import DEFAULT_MAX_OPS, DEFAULT_TIME_LIMIT_S
@@ -255,13 +255,8 @@ def run(args: argparse.Namespace) -> int:
     cycle, nki/tensor.py Tensor.full). Peak memory is the same either way (docs/
     PERFORMANCE.md, issue 20's NKI row); restored after, for a caller running commands in
     process (the tests)."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
+    with paused():
         return _run(args)
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -14,7 +14,6 @@ Timing a recorded kernel is nki/timing.py's (``time_recorded``, ``timing_fields`
 
 from __future__ import annotations
 
-import gc
 import importlib.util
 import os
 import re
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..arch import Arch, get_arch
+from ..collector import paused
 from ..errors import IndirectIndexError, KernelError, SystolicError
 from ..isa import AccessPattern, Program, Space
 from . import record as _record
@@ -167,12 +167,10 @@ def record(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = Non
             rec.inputs.append(t)
             a = t
         tkw[name] = a
-    collecting = gc.isenabled()
-    # ~10 objects per NKI op, none cyclic but a tensor and its whole view: collections only
-    # cost time here, so none runs until the Program is built (one between the kernel and
-    # the build traversed every object the kernel made, 0.4-1.4 s of 3.5 at 100,000 ops)
-    gc.disable()
-    try:
+    # ~10 objects per NKI op, none cyclic: no collection until the Program is built (one
+    # between the kernel and the build traversed every object the kernel made, 0.4-1.4 s of
+    # 3.5 at 100,000 ops)
+    with paused():
         result = _run_kernel(rec, func, targs, tkw, time_limit_s)
         outs = result if isinstance(result, tuple | list) else (result,)
         # a returned SBUF/PSUM tile (the vendor's range_select test returns one) is read
@@ -181,9 +179,6 @@ def record(kernel: Any, args: Sequence[Any], kwargs: dict[str, Any] | None = Non
         built = build(rec, result, outputs, check, buffers)
         built.cores = core_programs(rec, outputs, buffers)  # nl.nc launches (nki/cores.py)
         return built
-    finally:
-        if collecting:
-            gc.enable()
 
 
 def _run_kernel(rec: Recorder, func: Any, targs: list[Any], tkw: dict[str, Any],

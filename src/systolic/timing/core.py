@@ -46,7 +46,6 @@ constraint that set its start; the parts sum to the latency exactly).
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -55,6 +54,7 @@ from math import ceil
 import numpy as np
 
 from ..arch import Arch, get_arch
+from ..collector import paused
 from ..errors import SystolicError
 from ..isa import (
     ACCESS,
@@ -151,9 +151,7 @@ def time_prefixes(program: Program, arch: Arch | str, cuts: tuple[int, ...], *,
     if schedule not in SCHEDULES:
         raise SystolicError(f"schedule must be one of {', '.join(SCHEDULES)}, not "
                             f"{schedule!r}")
-    collecting = gc.isenabled()
-    gc.disable()  # ints in lists and a few objects per region, none cyclic: a collection
-    try:  # (every few thousand ops, of every object the process holds) would only cost time
+    with paused():  # ints in lists and a few objects per region, none cyclic
         arch = get_arch(arch)
         sch = _Scheduler(arch, schedule, what_if)
         sch.run(program, cuts)
@@ -162,9 +160,6 @@ def time_prefixes(program: Program, arch: Arch | str, cuts: tuple[int, ...], *,
         else:
             mode = perf_mode or "none"
         return [sch.assemble(cut, fmt, perf_mode or mode) for cut in cuts]
-    finally:
-        if collecting:
-            gc.enable()
 
 
 # op kinds of the what-if plans (timing/whatif.py) and the causes records carry, as ints

@@ -15,12 +15,12 @@ kernel took 1.3 s).
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Iterator, Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
+from ..collector import paused
 from . import pe as pe_rules
 
 __all__ = ["PLAN_KINDS", "LazyWhatIf", "Plan", "Plans", "rerun"]
@@ -312,16 +312,11 @@ class LazyWhatIf(Mapping[str, int]):
         self._got: dict[str, int] | None = None
 
     def _compute(self) -> dict[str, int]:
-        collecting = gc.isenabled()
-        gc.disable()  # lists of ints and a tuple an op: a collection would only cost time
-        try:
+        with paused():  # lists of ints and a tuple an op
             order = _order(self._starts, self._n)
             preds = _resource_preds(self._plans, order, self._dma)
             lat = dict(zip(("dma_free", "engines_free", "pe_free"),
                            _longest(self._plans, order, preds, self._fixed), strict=True))
-        finally:
-            if collecting:
-                gc.enable()
         return {k: lat[k] for k in self._names}
 
     def __getitem__(self, key: str) -> int:
