@@ -82,8 +82,12 @@ def test_the_fused_add_gives_matmul_then_add_bits(m: int, k: int, n: int, layout
     assert np.array_equal(_bits(want), _bits(got))
     if 1 in (m, k, n):  # numpy's gemv / dot cases: never handed to the fused call
         assert not fused
-    elif blas.available() and (m, k, n) == (128, 128, 512):
-        assert fused  # the compiler's 128x128x512 tile is fused wherever the symbol exists
+    elif blas.available() and k > 2:
+        # every other shape is proven and fused where the symbol exists: a probe that
+        # wrongly refused would leave this test comparing the two calls with themselves.
+        # K = 2 is refused by the probes here (OpenBLAS 0.3.31 sums so short a K another
+        # way), and so keeps the two calls, which the bit check above still holds
+        assert fused
 
 
 def test_the_two_calls_keep_cs_nan_and_the_runner_never_fuses_a_nan_product() -> None:
