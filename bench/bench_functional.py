@@ -40,6 +40,7 @@ from collections.abc import Callable
 
 import numpy as np
 from threadpoolctl import threadpool_limits
+from timer import wall_and_cpu
 
 import systolic
 import systolic.api as api
@@ -96,9 +97,7 @@ def best_wall_and_cpu(fns: list[Callable[[], object]], repeat: int
     best = [(float("inf"), float("inf"))] * len(fns)
     for _ in range(repeat):
         for i, fn in enumerate(fns):
-            w0, c0 = time.perf_counter(), time.process_time()
-            fn()
-            w, c = time.perf_counter() - w0, time.process_time() - c0
+            w, c, _ = wall_and_cpu(fn)
             best[i] = (min(best[i][0], w), min(best[i][1], c))
             # OpenBLAS's threads spin for ~0.1 s after a multithreaded call (numpy's): they
             # took a core from whatever ran next, 380 ms of CPU for 270 ms of a 1-thread loop

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 import numpy as np
+from timer import wall_and_cpu
 
 import systolic
 from systolic import FunctionalSimulator, get_arch
@@ -47,10 +48,8 @@ def bench(n: int, repeat: int) -> None:
             blas._proven.clear()
             sim.run(low.program, check=False)  # the probes, outside the timing
             for name, fn in calls:
-                w0, c0 = time.perf_counter(), time.process_time()
-                got = fn()
-                times.setdefault((name, fused), []).append(
-                    (time.perf_counter() - w0, time.process_time() - c0))
+                w, c, got = wall_and_cpu(fn)
+                times.setdefault((name, fused), []).append((w, c))
                 if isinstance(got, systolic.MatmulResult):
                     outs[fused] = got.out
                 time.sleep(0.1)

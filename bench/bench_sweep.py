@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from timer import best_interleaved
+from timer import best_interleaved, wall_and_cpu
 
 from systolic.api import make_spec
 from systolic.arch import get_arch
@@ -198,9 +198,7 @@ def bench(title: str, spec: SweepSpec, direct: Callable[[list[dict[str, Any]]], 
 
 
 def _cpu(f: Callable[[], object]) -> float:
-    c0 = time.process_time()
-    f()
-    return time.process_time() - c0
+    return wall_and_cpu(f)[1]
 
 
 def _warm() -> None:

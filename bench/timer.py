@@ -34,3 +34,11 @@ def best_interleaved(fns: list[Callable[[], object]], repeat: int) -> list[float
             fn()
             times[i] = min(times[i], time.perf_counter() - t0)
     return times
+
+
+def wall_and_cpu(fn: Callable[[], T]) -> tuple[float, float, T]:
+    """One call's wall-clock and process CPU seconds (every thread's work), and its
+    result."""
+    w0, c0 = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - w0, time.process_time() - c0, out
