@@ -92,12 +92,12 @@ MUTANTS: tuple[Mutant, ...] = (
       "    return _floor(arch, n if one_psum or fast else 2 * n)",
       "    return _floor(arch, n)", T, "tensor_tensor always N, never 2N"),
     M("costs-tt-memo-without-b", "timing/costs.py",
-      "    c = _cached(ins, arch, eng)\n",
+      "    return _cached(ins, arch, eng)\n",
       "    if isinstance(ins, TensorTensor):\n"
       "        tt = engine_cycles.__dict__.setdefault('tt', {})\n"
       "        k = (ins.a, ins.dst, ins.op, eng)\n"
       "        if k not in tt:\n            tt[k] = _cached(ins, arch, eng)\n"
-      "        return tt[k]\n    c = _cached(ins, arch, eng)\n", T,
+      "        return tt[k]\n    return _cached(ins, arch, eng)\n", T,
       "issue 21 defect 1: TensorTensor's cost memo keyed without operand b"),
 
     # -- extrapolate (issue 21 survivors) ------------------------------------------------

@@ -74,8 +74,12 @@ def emit(kind: LazyKind, dst: Any, args: dict[str, Any], where: Where,
          record: RecordFn) -> Pending | None:
     """Record into ``dst`` now with ``record`` (the current API), or return the lazy result
     (the older API's: written where it is assigned, else into a fresh tile; the kind's rule
-    in nki/results.py)."""
+    in nki/results.py). A ``mask`` in ``args`` (the call's ``mask=``) applies to the record
+    here, and a lazy result keeps it to apply when it is written (results.write)."""
     if dst is not None:
-        record(as_view(dst), args, where)
+        from .mask import applying
+
+        with applying(args.get("mask"), args.get("what") or kind.value, where):
+            record(as_view(dst), args, where)
         return None
     return Pending(kind, where, **args)

@@ -158,10 +158,9 @@ def tensor_partition_reduce(*args: Any, **kw: Any) -> Pending | None:
         name = getattr(op, "__name__", repr(op))
         raise fail(f"{what} op {name} is not modelled: add and max are (the docs' "
                    f"bitwise_or / bitwise_and need integer formats the model lacks)", where)
-    with applying(m, what, where):  # a lazy result keeps it as its mask
-        return emit(LazyKind.PARTITION_REDUCE, a.get("dst"),
-                    {"src": a["data"], "op": alu, "dtype": a.get("dtype"), "mask": m},
-                    where, _record_partition_reduce)
+    return emit(LazyKind.PARTITION_REDUCE, a.get("dst"),
+                {"src": a["data"], "op": alu, "dtype": a.get("dtype"), "mask": m},
+                where, _record_partition_reduce)
 
 
 def _record_partition_reduce(dst: View, a: dict[str, Any], where: Where) -> None:

@@ -22,7 +22,6 @@ from typing import Any
 from .calls import RecordFn, emit, take
 from .index import check_mask
 from .lazy import LazyKind, Pending, is_number
-from .mask import applying
 from .opkind import DropoutArgs, RandArgs
 from .ops import _add, _match, _on_chip, _vector
 from .record import Recorder, current, fail, here
@@ -105,10 +104,9 @@ def _dropout(data: Any, prob: Any, dtype: Any, dst: Any, what: str, where: Where
              mask: Any) -> Pending | None:
     if is_number(prob) and not 0 <= prob <= 1:
         raise fail(f"{what} probability {prob} is outside 0..1", where)
-    with applying(mask, what, where):  # a lazy result keeps it as its mask
-        return emit(LazyKind.DROPOUT, dst, {"src": data, "prob": prob, "dtype": dtype,
-                                            "what": what, "mask": mask}, where,
-                    _record_dropout)
+    return emit(LazyKind.DROPOUT, dst, {"src": data, "prob": prob, "dtype": dtype,
+                                        "what": what, "mask": mask}, where,
+                _record_dropout)
 
 
 def _record_dropout(dst: View, a: dict[str, Any], where: Where) -> None:

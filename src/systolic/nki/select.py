@@ -159,10 +159,9 @@ def affine_select(*args: Any, **kw: Any) -> Pending | None:
                    f"{type(fill).__name__}", where)
     src = as_view(a["on_true_tile"])
     _pattern(a["pred"], tuple(src.shape), where)  # refuse a bad predicate at this line
-    with applying(m, "affine_select", where):  # a lazy result keeps it as its mask
-        return emit(LazyKind.AFFINE_SELECT, dst,
-                    {"pred": a["pred"], "src": a["on_true_tile"], "fill": float(fill),
-                     "dtype": dtype, "mask": m}, where, _record_affine_select)
+    return emit(LazyKind.AFFINE_SELECT, dst,
+                {"pred": a["pred"], "src": a["on_true_tile"], "fill": float(fill),
+                 "dtype": dtype, "mask": m}, where, _record_affine_select)
 
 
 def _record_affine_select(dst: View, a: dict[str, Any], where: Where) -> None:
@@ -212,8 +211,7 @@ def range_select(*args: Any, **kw: Any) -> Pending | None:
              "cmd": reduce_command(a.get("reduce_cmd") or ReduceCmd.IDLE, "range_select",
                                    where),
              "reduce_res": a.get("reduce_res"), "dtype": dtype, "mask": m}
-    with applying(m, "range_select", where):
-        return emit(LazyKind.RANGE_SELECT, dst, args_, where, _record_range_select)
+    return emit(LazyKind.RANGE_SELECT, dst, args_, where, _record_range_select)
 
 
 def _record_range_select(dst: View, a: dict[str, Any], where: Where) -> None:

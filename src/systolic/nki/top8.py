@@ -17,7 +17,6 @@ from typing import Any
 from .calls import RecordFn, emit, take
 from .index import check_mask
 from .lazy import LazyKind, Pending
-from .mask import applying
 from .opkind import FindIndex8Args, MatchReplace8Args, Max8Args
 from .ops import _add, _on_chip
 from .record import fail, here
@@ -65,10 +64,9 @@ def max8(*args: Any, **kw: Any) -> Pending | None:
     where = here()
     m = check_mask(kw.pop("mask", None), "max8", where)
     a = take(args, kw, ("src", "dtype", "dst"), "max8", where, 1)
-    with applying(m, "max8", where):  # the lazy result keeps it as its mask
-        return emit(LazyKind.MAX8, a.get("dst"),
-                    {"src": a["src"], "dtype": a.get("dtype"), "mask": m}, where,
-                    _record_max8)
+    return emit(LazyKind.MAX8, a.get("dst"),
+                {"src": a["src"], "dtype": a.get("dtype"), "mask": m}, where,
+                _record_max8)
 
 
 def _record_max8(dst: View, a: dict[str, Any], where: Where) -> None:
@@ -89,10 +87,9 @@ def nc_find_index8(*args: Any, **kw: Any) -> Pending | None:
     if dtype is not None and to_dtype(dtype).nki not in ("uint16", "uint32"):
         raise fail(f"nc_find_index8 dtype is nl.uint16 or nl.uint32 (NKI docs), not "
                    f"{to_dtype(dtype)}", where)
-    with applying(m, "nc_find_index8", where):
-        return emit(LazyKind.FIND_INDEX8, a.get("dst"),
-                    {"data": a["data"], "vals": a["vals"], "dtype": dtype, "mask": m}, where,
-                    _record_find_index8)
+    return emit(LazyKind.FIND_INDEX8, a.get("dst"),
+                {"data": a["data"], "vals": a["vals"], "dtype": dtype, "mask": m}, where,
+                _record_find_index8)
 
 
 def _record_find_index8(dst: View, a: dict[str, Any], where: Where) -> None:
@@ -117,11 +114,10 @@ def nc_match_replace8(*args: Any, **kw: Any) -> Pending | None:
     except (TypeError, ValueError):
         raise fail(f"nc_match_replace8 imm is a float32 constant, not "
                    f"{type(imm).__name__}", where) from None
-    with applying(m, "nc_match_replace8", where):
-        return emit(LazyKind.MATCH_REPLACE8, a.get("dst"),
-                    {"data": a["data"], "vals": a["vals"], "imm": imm,
-                     "dst_idx": a.get("dst_idx"), "dtype": a.get("dtype"), "mask": m}, where,
-                    _record_match_replace8)
+    return emit(LazyKind.MATCH_REPLACE8, a.get("dst"),
+                {"data": a["data"], "vals": a["vals"], "imm": imm,
+                 "dst_idx": a.get("dst_idx"), "dtype": a.get("dtype"), "mask": m}, where,
+                _record_match_replace8)
 
 
 def _record_match_replace8(dst: View, a: dict[str, Any], where: Where) -> None:
