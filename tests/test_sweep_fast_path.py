@@ -14,7 +14,7 @@ import pytest
 from systolic.compiler import codegen, tiling
 from systolic.sweep import evaluate
 from systolic.timing import core as tcore
-from systolic.timing import costs, tensor_engine
+from systolic.timing import costs
 from systolic.views import report as vreport
 from systolic.workload import time_op
 
@@ -44,8 +44,7 @@ def _plain(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tcore, "BUSY_NUMPY", -1)
     monkeypatch.setattr(vreport, "BREAKDOWN_NUMPY", -1)
     for mod, name in [(tcore, "_REGIONS"), (tcore, "_REGION_OF"), (tcore, "_DMA_OF"),
-                      (tcore, "_DMA_COSTS"), (codegen, "_PATTERNS"), (codegen, "_RECTS"),
-                      (tensor_engine, "_RECTS")]:
+                      (tcore, "_DMA_COSTS"), (codegen, "_PATTERNS")]:
         monkeypatch.setattr(mod, name, {})
     for memo in (tcore._arch_tables, costs._cached, tiling.tile):  # by value: emptied
         memo.cache_clear()

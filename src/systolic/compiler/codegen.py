@@ -154,32 +154,13 @@ class WeightTileState:
         """After a write into SBUF ``region``: a cached tile read from there is stale."""
         if not self.tiles or region.space is not Space.SBUF:
             return self
-        r = _region(region)
+        r = region.rect
         r0, r1, c0, c1 = r.row, r.row + r.rows, r.col, r.col + r.cols
         # Rect.overlaps written out: asked for every DMA of a kernel
         kept = tuple([t for t in self.tiles  # (a list first: no generator per call)
                       if not (t.region.row < r1 and r0 < t.region.row + t.region.rows
                               and t.region.col < c1 and c0 < t.region.col + t.region.cols)])
         return self if len(kept) == len(self.tiles) else WeightTileState(kept)
-
-
-def _region(ap: AccessPattern) -> Rect:
-    """``ap.rect``, kept: a kernel writes the same few SBUF slots over and over. Kept by
-    pattern object (by id, the pattern kept in the entry so that its id stays its own): an
-    lru_cache hashed the pattern's seven fields in Python at every call, and the compiler
-    shares its patterns across products (_PATTERNS). Cleared when full."""
-    got = _RECTS.get(id(ap))
-    if got is not None and got[0] is ap:
-        return got[1]
-    if len(_RECTS) >= _RECTS_MAX:
-        _RECTS.clear()
-    rect = ap.rect
-    _RECTS[id(ap)] = (ap, rect)
-    return rect
-
-
-_RECTS: dict[int, tuple[AccessPattern, Rect]] = {}
-_RECTS_MAX = 1 << 14
 
 
 @lru_cache(maxsize=256)
@@ -277,7 +258,7 @@ def emit_nc_matmul(state: WeightTileState, arch: Arch, *, stationary: AccessPatt
                 perf_mode=perf_mode, zp_moving=zp_moving, zp_stationary=zp_stationary)
     if state.is_latched((rg, cg), stationary, perf_mode, rect):
         return [mm], state  # WeightTileState hit: the weights are warm, the MatMul alone
-    tile = CachedTile((rg, cg), stationary, perf_mode, rect, _region(stationary))
+    tile = CachedTile((rg, cg), stationary, perf_mode, rect, stationary.rect)
     return [LoadStationary(stationary, col, rg, cg, perf_mode), mm], state.loaded(rect, tile)
 
 

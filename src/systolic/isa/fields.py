@@ -10,7 +10,7 @@ imports only the format table, the errors and the geometry.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 
 from ..dtypes import get_format
@@ -274,6 +274,10 @@ class AccessPattern:
     dims: tuple[tuple[int, int], ...]
     dtype: str
     partition_step: int = 0
+    # :attr:`rect`, kept once asked: a compiled product's patterns are shared objects whose
+    # rectangle the compiler, the Tensor Engine's schedule and the timing ask for again and
+    # again (issue 20); not part of the value (compare=False), and None on a copy
+    _rect: Rect | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         dims = self.dims
@@ -318,8 +322,12 @@ class AccessPattern:
     def rect(self) -> Rect:
         """Partitions x the bytes touched in each (half-open), for overlap questions: on
         SBUF/PSUM the rows are partitions; a DRAM pattern's rows are its row range."""
-        lo, hi = self.free_bytes_span
-        return Rect.spans(self.partition, self.partition + self.partitions, lo, hi)
+        r = self._rect
+        if r is None:
+            lo, hi = self.free_bytes_span
+            r = Rect.spans(self.partition, self.partition + self.partitions, lo, hi)
+            object.__setattr__(self, "_rect", r)
+        return r
 
     def start_address(self) -> int:
         """The bundle start address: the partition folds in (SBUF part<<18, PSUM part<<15).

@@ -158,11 +158,6 @@ def _compute_entry(ins: MatMul | MatmultMx, arch: Arch) -> tuple[int, ...]:
             useful_macs(ins))
 
 
-# schedule()'s rectangles of patterns, by id (the pattern kept in the entry so that the id
-# stays its own); cleared when full, between programs
-_RECTS: dict[int, tuple[object, Rect]] = {}
-
-
 def schedule(program: Program, arch: Arch | str, *, check: bool = False) -> Schedule:
     """Schedule ``program`` on ``arch`` by the rules of :mod:`systolic.timing.pe`.
 
@@ -187,13 +182,6 @@ def schedule(program: Program, arch: Arch | str, *, check: bool = False) -> Sche
     load_memo: dict[object, int] = {}
     ro_memo: dict[object, int] = {}
     why_cause = _WHY_CAUSE
-    # PSUM patterns' rectangles by pattern object (the compiler shares equal patterns: a
-    # bank's is asked for by each MatMul of its group and by its ReadOut), kept across
-    # programs (_RECTS: the compiler shares them across products too, issue 20)
-    rects = _RECTS
-    if len(rects) >= 1 << 14:
-        rects.clear()
-
     pe = PE_IDLE  # the issue rules' state (timing/pe.py)
     ro_free = 0  # the read-out engine is free from here
     group_end: dict[Rect, int] = {}  # region -> its group's last end
@@ -207,10 +195,7 @@ def schedule(program: Program, arch: Arch | str, *, check: bool = False) -> Sche
             if e is None:
                 e = memo[key] = _compute_entry(ins, arch)  # type: ignore[arg-type]
             dst = ins.dst  # type: ignore[union-attr]
-            got = rects.get(id(dst))
-            if got is None or got[0] is not dst:
-                got = rects[id(dst)] = (dst, dst.rect)
-            dreg = got[1]
+            dreg = dst.rect
             flags = int(ins.flags)  # type: ignore[union-attr]
             ready = 0
             if flags & _START and ro_end:  # the bank must be read out first
@@ -237,10 +222,7 @@ def schedule(program: Program, arch: Arch | str, *, check: bool = False) -> Sche
             c = ro_memo.get(src.dims)
             if c is None:
                 c = ro_memo[src.dims] = readout_cycles(ins, arch)  # type: ignore[arg-type]
-            got = rects.get(id(src))
-            if got is None or got[0] is not src:
-                got = rects[id(src)] = (src, src.rect)
-            reg = got[1]
+            reg = src.rect
             done = max((g for other, g in group_end.items() if reg.overlaps(other)),
                        default=0)  # every MatMul of the region's group has ended (pe.py)
             t = ro_free if ro_free > done else done
