@@ -268,10 +268,15 @@ class _DecodeCache:
         self.dram_bounds[dk] = blas.max_abs(values)
         self.dram_bytes += values.nbytes
         while self.dram_bytes > _DRAM_CACHE_BYTES and len(self.dram) > 1:
-            oldest = next(iter(self.dram))
-            self.dram_bytes -= self.dram.pop(oldest).nbytes
-            del self.dram_bounds[oldest]
+            self._evict_dram(next(iter(self.dram)))
         return values
+
+    def _evict_dram(self, dk: int) -> None:
+        """Forget a decoded device-memory pattern, and its bytes from the cache's count."""
+        values = self.dram.pop(dk, None)
+        if values is not None:
+            self.dram_bytes -= values.nbytes
+            del self.dram_bounds[dk]
 
     def loaded(self, dst: AccessPattern, src: AccessPattern) -> None:
         """A DmaLoad copied device-memory pattern ``src`` into SBUF pattern ``dst``."""
@@ -294,8 +299,7 @@ class _DecodeCache:
             sk, *_, a, z, _ = self.keys.of(src)
             if a < hi and lo < z:
                 del self.source[dst]
-                self.dram.pop(sk, None)
-                self.dram_bounds.pop(sk, None)
+                self._evict_dram(sk)  # its bytes left the count too (they stayed before)
                 if self.tiles[dst][0] is None:
                     self._drop(dst)
 
