@@ -90,7 +90,8 @@ def test_a_run_of_points_sharing_patterns_equals_each_point_alone(monkeypatch) -
 def test_breakdown_in_python_equals_numpy(monkeypatch, m: int, k: int, n: int, dtype: str,
                                           mode: str, arch: str) -> None:
     """``_breakdown_small`` (up to BREAKDOWN_NUMPY MatMuls) and the numpy sums give the same
-    integers, on products of every kind of MatMul (fp32 halves, DoubleRow, MX, ragged)."""
+    integers, on products of every kind of MatMul (fp32 halves, DoubleRow, MX, ragged), and
+    those integers account for every cycle."""
     from systolic.api import make_spec
     from systolic.arch import get_arch
     from systolic.compiler import lower
@@ -100,6 +101,9 @@ def test_breakdown_in_python_equals_numpy(monkeypatch, m: int, k: int, n: int, d
     sch = schedule(lower(make_spec(m, k, n, dtype, a, mode), a).program, a)
     for pack in (1, 2, 4):
         small = vreport._breakdown_units(sch, pack)
+        # independent of either way of summing: the causes share out every cycle of the
+        # schedule, each cycle worth 2 * rows * cols * pack units (the module docstring)
+        assert sum(small.values()) == sch.cycles * 2 * a.rows * a.cols * pack
         monkeypatch.setattr(vreport, "BREAKDOWN_NUMPY", -1)
         assert vreport._breakdown_units(sch, pack) == small
         monkeypatch.setattr(vreport, "BREAKDOWN_NUMPY", 256)
