@@ -235,12 +235,25 @@ def tensor_copy_dynamic_src(*args: Any, **kw: Any) -> Pending | None:
     if not isinstance(src, DynamicView):
         raise fail(f"{what}: src is a tile indexed by an offset read from SBUF "
                    f"(x[i_p, offsets[0, i] + i_f])", where)
-    e = _engine(eng, Engine.VECTOR)  # nisa.engine.* are Engine members; None: Vector
-    if e is Engine.TENSOR:  # a copy is an engine instruction: not on the PE
+    args_ = {"src": src, "dtype": a.get("dtype"), "engine": _copy_engine(eng, what, where)}
+    return emit(LazyKind.TENSOR_COPY_DYNAMIC, a.get("dst"), args_, where, _record_dynamic)
+
+
+def _copy_engine(eng: Any, what: str, where: Where) -> Engine:
+    """A dynamic copy's engine: Vector by default (nisa.engine.* are Engine members),
+    Scalar or GpSimd; a copy is an engine instruction, not the PE's."""
+    e = _engine(eng, Engine.VECTOR)
+    if e is Engine.TENSOR:
         raise fail(f"{what} runs on the Vector, Scalar or GpSimd engine, not the Tensor "
                    f"Engine", where)
-    args_ = {"src": src, "dtype": a.get("dtype"), "engine": e}
-    return emit(LazyKind.TENSOR_COPY_DYNAMIC, a.get("dst"), args_, where, _record_dynamic)
+    return e
+
+
+def _same_elems(src: View, dst: View, what: str, where: Where) -> None:
+    """A dynamic copy's two sides: the same partitions and elements per partition."""
+    if src.partitions != dst.partitions or src.size != dst.size:
+        raise fail(f"{what}: src and dst have the same partitions and elements per "
+                   f"partition (NKI docs): {list(src.shape)} vs {list(dst.shape)}", where)
 
 
 def _dynamic_tile(a: dict[str, Any], where: Where) -> Tensor:
@@ -252,10 +265,7 @@ def _record_dynamic(dst: View, a: dict[str, Any], where: Where) -> None:
     src: DynamicView = a["src"]
     w = src.window
     _on_chip(dst, "dst", "tensor_copy_dynamic_src", where)
-    if dst.partitions != w.partitions or dst.size != w.size:
-        raise fail(f"tensor_copy_dynamic_src: src and dst have the same partitions and "
-                   f"elements per partition (NKI docs): {list(w.shape)} vs "
-                   f"{list(dst.shape)}", where)
+    _same_elems(w, dst, "tensor_copy_dynamic_src", where)
     _gpsimd(a["engine"], (dst, w), "tensor_copy_dynamic_src", where)
     _add(DynamicCopyArgs(a["engine"], src.step, src.lo, src.hi), dst,
          (w, src.offset_tile, src.region), where)
@@ -282,15 +292,10 @@ def tensor_copy_dynamic_dst(*args: Any, **kw: Any) -> None:
         raise fail(f"{what}: src is a plain tile; an offset read from SBUF indexes dst only "
                    f"(copy in two steps, through tensor_copy_dynamic_src)", where)
     src = as_view(a["src"])
-    e = _engine(eng, Engine.VECTOR)  # as _src: nisa.engine.* are Engine members; None: Vector
-    if e is Engine.TENSOR:
-        raise fail(f"{what} runs on the Vector, Scalar or GpSimd engine, not the Tensor "
-                   f"Engine", where)
+    e = _copy_engine(eng, what, where)
     w = dst.window
     _on_chip(src, "src", what, where)
-    if src.partitions != w.partitions or src.size != w.size:
-        raise fail(f"{what}: src and dst have the same partitions and elements per "
-                   f"partition (NKI docs): {list(src.shape)} vs {list(w.shape)}", where)
+    _same_elems(src, w, what, where)
     _gpsimd(e, (src, dst.region), what, where)
     _add(DynamicCopyDstArgs(e, dst.step, dst.lo, dst.hi), dst.region,
          (src, dst.offset_tile), where, (w,))
