@@ -353,9 +353,7 @@ def _ap(v: View, base: int, where: tuple[str, int], reorder: bool = False,
         merge: bool = True) -> AccessPattern:
     """The access pattern of a view at its tensor's address (memoised: a loop makes the
     same SBUF/PSUM patterns over and over, and patterns are immutable)."""
-    dt = v.dtype
-    key = (v.buffer.name, dt.fmt, base + v.offset * dt.itemsize, v.p0, v.axes,
-           reorder, merge)
+    key = _ap_key(v, base, reorder, merge)
     hit = _AP_CACHE.get(key)
     if hit is None:
         if len(_AP_CACHE) > 1 << 16:
@@ -365,6 +363,12 @@ def _ap(v: View, base: int, where: tuple[str, int], reorder: bool = False,
         except FormatError as exc:  # int32, bool ...: dtypes with no format in this model
             raise KernelError(*where, f"{v.dtype} tensors are not modelled: {exc}") from None
     return hit
+
+
+def _ap_key(v: View, base: int, reorder: bool, merge: bool) -> tuple[object, ...]:
+    """:func:`_ap`'s memo key: the view's place and axes at its tensor's address."""
+    dt = v.dtype
+    return (v.buffer.name, dt.fmt, base + v.offset * dt.itemsize, v.p0, v.axes, reorder, merge)
 
 
 def _make_ap(v: View, base: int, where: tuple[str, int], reorder: bool,
@@ -510,18 +514,15 @@ def lower(rec: Recorder, grp: Groups, addr: dict[int, int]) -> Lowered:
             continue
         w, dst, srcs, outs = op.where, op.dst, op.srcs, op.outs
         merge = op.kind not in UNMERGED_SOURCES
-        # _ap's memo asked here first (its key, written out): 233,000 views in the
-        # full-size tiled kernel, nearly all hits; _ap itself on a miss
-        dt = dst.dtype
+        # _ap's memo asked here first: 233,000 views in the full-size tiled kernel, nearly
+        # all hits; _ap itself on a miss
         base = addr[dst.tensor.id]
         reorder = not srcs
-        d = cache.get((dst.buffer.name, dt.fmt, base + dst.offset * dt.itemsize, dst.p0,
-                       dst.axes, reorder, True)) or _ap(dst, base, w, reorder)
+        d = cache.get(_ap_key(dst, base, reorder, True)) or _ap(dst, base, w, reorder)
         placed_srcs = []
         for s in srcs:
-            dt, base = s.dtype, addr[s.tensor.id]
-            placed_srcs.append(cache.get((s.buffer.name, dt.fmt, base + s.offset * dt.itemsize,
-                                          s.p0, s.axes, False, merge))
+            base = addr[s.tensor.id]
+            placed_srcs.append(cache.get(_ap_key(s, base, False, merge))
                                or _ap(s, base, w, False, merge))
         placed = Placed(d, placed_srcs,
                         [_ap(o, addr[o.tensor.id], w) for o in outs] if outs else [],
