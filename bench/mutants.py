@@ -79,7 +79,7 @@ CATALOGUE: tuple[Mutant, ...] = (
       "    else:\n",
       FUNCTIONAL + COMPILER, "START adds into the PSUM region instead of overwriting it"),
     # the decode cache lives only in the threaded path (the default: workers > 0)
-    M("decode_cache_kept", "sim/functional_threaded.py",
+    M("decode_cache_kept", "sim/threaded_caches.py",
       "pattern ``dst``.\"\"\"\n        self.forget(dst)\n",
       "pattern ``dst``.\"\"\"\n",
       FUNCTIONAL, "the decode cache is not cleared after a DmaLoad writes over a tile"),
@@ -90,11 +90,11 @@ CATALOGUE: tuple[Mutant, ...] = (
       "                            pass\n",
       FUNCTIONAL, "the decode cache is not cleared after a reshaping DmaLoad (one copied in "
       "place, not deferred) writes over a tile"),
-    M("decode_cache_partition_only", "sim/functional_threaded.py",
+    M("decode_cache_partition_only", "sim/threaded_caches.py",
       "                if q0 < p1 and p0 < q1 and a < hi and lo < z:",
       "                if q0 < p1 and p0 < q1 and a == lo:",
       FUNCTIONAL, "a DmaLoad forgets only decoded tiles that start at its first byte"),
-    M("pending_flush_partition_only", "sim/functional_threaded.py",
+    M("pending_flush_partition_only", "sim/threaded_caches.py",
       "and p0 < got[2] and got[3] < hi \\\n                        and lo < got[4]:",
       "and p0 < got[2] and got[3] == lo:",
       FUNCTIONAL, "a read of SBUF lands only the deferred DmaLoads that start at its first "

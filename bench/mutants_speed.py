@@ -17,7 +17,7 @@ FAST = ("tests/test_functional_fast.py",)
 COMPILER = ("tests/test_compiler.py",)
 SWEEP = ("tests/test_sweep_kernel.py",)
 MUTANTS: tuple[Mutant, ...] = (
-    M("stationary_landing_skips_sbuf", "sim/functional_threaded.py",
+    M("stationary_landing_skips_sbuf", "sim/threaded_caches.py",
       "        dst[...] = raw.T  # the plain copy's bytes (dma_load), read from cache",
       "        pass",
       FAST, "a LoadStationary latches from its deferred load but the SBUF copy never lands"),

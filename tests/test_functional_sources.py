@@ -139,16 +139,16 @@ def test_the_decoded_source_cache_counts_only_what_it_holds(monkeypatch) -> None
     """The device-memory patterns a run keeps decoded are counted in ``dram_bytes`` while
     held and not after: a source forgotten because its bytes were written left its bytes in
     the count, so the cache evicted early and ever earlier."""
-    from systolic.sim import functional_threaded as ft
+    from systolic.sim import threaded_caches as ft
 
     seen: list[tuple[int, int]] = []
-    real = ft._DecodeCache.dram_written
+    real = ft.DecodeCache.dram_written
 
-    def checked(self: ft._DecodeCache, lo: int, hi: int) -> None:
+    def checked(self: ft.DecodeCache, lo: int, hi: int) -> None:
         real(self, lo, hi)
         seen.append((self.dram_bytes, sum(v.nbytes for v in self.dram.values())))
 
-    monkeypatch.setattr(ft._DecodeCache, "dram_written", checked)
+    monkeypatch.setattr(ft.DecodeCache, "dram_written", checked)
     rng = np.random.default_rng(7)
     dram = np.zeros(0x50000, np.uint8)
     dram[:0x8000] = rng.standard_normal(0x4000).astype(ml_dtypes.bfloat16).view(np.uint8)
