@@ -15,7 +15,7 @@ PKG = Path(systolic.__file__).parent
 
 # lowest first; a unit is a top-level module or a subpackage of systolic
 LAYERS: list[set[str]] = [
-    {"errors", "geometry", "version"},
+    {"errors", "geometry", "version", "collector"},
     {"dtypes", "artifacts", "yaml_source"},
     {"isa"},
     {"arch", "mx"},
