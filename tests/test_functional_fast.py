@@ -369,6 +369,31 @@ def test_device_memory_rows_overlap_whenever_a_byte_is_shared() -> None:
     check()
 
 
+def test_rows_of_the_same_stride_overlap_exactly_when_a_byte_is_shared() -> None:
+    # the closed form for patterns of one row stride (the tiles of one matrix) against
+    # brute force: solid rows share a byte exactly when the check says so, any stride sign
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from systolic.sim._base import dram_rows_overlap
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.data())
+    def check(data) -> None:
+        step = data.draw(st.integers(-40, 40))
+
+        def solid() -> AccessPattern:
+            parts = data.draw(st.integers(1, 6))
+            n = data.draw(st.integers(1, 12))
+            off = data.draw(st.integers(0, 64)) + max(0, -step * (parts - 1))
+            return AccessPattern(Space.DRAM, 0, parts, off, ((1, n),), "bf16", step)
+
+        a, b = solid(), solid()
+        assert dram_rows_overlap(a, b) == bool(_bytes_touched(a) & _bytes_touched(b))
+
+    check()
+
+
 def test_tiles_of_one_row_band_do_not_overlap_but_their_spans_do() -> None:
     from systolic.sim._base import dram_rows_overlap, dram_span
 

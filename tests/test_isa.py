@@ -240,3 +240,23 @@ def test_parse_errors_name_the_line(text: str, match: str) -> None:
     with pytest.raises(ParseError, match=match) as info:
         Program.parse("# comment\n\n" + text)
     assert info.value.line == 3
+
+
+def test_access_pattern_hash_is_its_values_and_never_travels() -> None:
+    # the kept hash (issue 20) must be the value's hash, equal for equal patterns, and
+    # must not cross a pickle: string and Space hashes differ between processes
+    import dataclasses
+    import pickle
+
+    a = AccessPattern(Space.DRAM, 3, 4, 16, ((2, 8), (1, 2)), "fp8_e4m3", 64)
+    values = tuple(getattr(a, f.name) for f in dataclasses.fields(a) if f.compare)
+    assert hash(a) == hash(values)
+    twin = AccessPattern(Space.DRAM, 3, 4, 16, ((2, 8), (1, 2)), "fp8_e4m3", 64)
+    assert twin == a and hash(twin) == hash(a) and len({a, twin}) == 1
+    moved = dataclasses.replace(a, offset=32)
+    assert moved != a and moved._hash is None
+    back = pickle.loads(pickle.dumps(a))
+    assert back == a and back._hash is None and back._rect is None
+    assert tuple(getattr(back, f.name) for f in dataclasses.fields(back) if f.compare) \
+        == values
+    assert hash(back) == hash(a)

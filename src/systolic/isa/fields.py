@@ -278,6 +278,10 @@ class AccessPattern:
     # rectangle the compiler, the Tensor Engine's schedule and the timing ask for again and
     # again (issue 20); not part of the value (compare=False), and None on a copy
     _rect: Rect | None = field(default=None, init=False, repr=False, compare=False)
+    # the hash, kept once asked (the generated one hashes all seven fields at every dict
+    # lookup: the functional simulator's view cache looks up two patterns a DmaLoad);
+    # not part of the value, and never pickled (:meth:`__getstate__`)
+    _hash: int | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         dims = self.dims
@@ -293,9 +297,27 @@ class AccessPattern:
                 raise ShapeError(f"every free dim needs num >= 1; got {dims}")
         get_format(self.dtype)
 
+    def __hash__(self) -> int:
+        # the value dataclass's own __hash__ gives: the fields that compare, in order
+        h = self._hash
+        if h is None:
+            h = hash((self.space, self.partition, self.partitions, self.offset, self.dims,
+                      self.dtype, self.partition_step))
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __getstate__(self) -> list[object]:
+        # what dataclass pickles for a frozen slotted class, less the kept rectangle and
+        # hash: string and Space hashes differ between processes
+        return [self.space, self.partition, self.partitions, self.offset, self.dims,
+                self.dtype, self.partition_step, None, None]
+
     @property
     def shape(self) -> tuple[int, ...]:
-        return (self.partitions, *(n for _, n in self.dims))
+        dims = self.dims
+        if len(dims) == 1:  # most patterns; no generator (the simulator asks per instruction)
+            return (self.partitions, dims[0][1])
+        return (self.partitions, *(n for _, n in dims))
 
     @property
     def free_elems(self) -> int:

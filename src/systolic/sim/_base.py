@@ -200,6 +200,9 @@ def dram_rows_overlap(a: AccessPattern, b: AccessPattern) -> bool:
     if not (a0 < b1 and b0 < a1):
         return False
     (alo, ahi), (blo, bhi) = a.free_bytes_span, b.free_bytes_span
+    step = a.partition_step
+    if step == b.partition_step:  # the tiles of one matrix: closed form, no arrays
+        return _rows_meet(step, a.partitions, b.partitions, blo - ahi, bhi - alo)
     sa = alo + a.partition_step * np.arange(a.partitions, dtype=np.int64)
     order = np.argsort(sa, kind="stable")
     sa = sa[order]
@@ -210,3 +213,19 @@ def dram_rows_overlap(a: AccessPattern, b: AccessPattern) -> bool:
     idx = np.searchsorted(sa, sb + (bhi - blo), side="left") - 1
     hit = idx >= 0
     return bool(np.any(top[idx[hit]] > sb[hit]))
+
+
+def _rows_meet(step: int, pa: int, pb: int, lo: int, hi: int) -> bool:
+    """:func:`dram_rows_overlap` of two patterns with the same row stride ``step``: row p of
+    a, ``[alo, ahi) + p * step``, meets row q of b, ``[blo, bhi) + q * step``, iff
+    ``(p - q) * step`` lies strictly between ``lo = blo - ahi`` and ``hi = bhi - alo``, for
+    some p < ``pa`` and q < ``pb``: whether an integer t in [-(pb - 1), pa - 1] has t * step
+    in (lo, hi). Several hundred calls a 4096^3 product; the general check builds arrays."""
+    if step == 0:
+        return lo < 0 < hi
+    t_lo, t_hi = -(pb - 1), pa - 1
+    if step < 0:  # t * step = (-t) * (-step)
+        step, t_lo, t_hi = -step, -t_hi, -t_lo
+    first = lo // step + 1  # the least t with t * step > lo
+    last = -(-hi // step) - 1  # the greatest t with t * step < hi
+    return max(first, t_lo) <= min(last, t_hi)
