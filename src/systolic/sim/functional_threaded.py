@@ -198,7 +198,7 @@ def run_threaded(state: MachineState, program: Program, workers: int,
     with a handler of its own, every DmaLoad runs in place and tiles decode from SBUF.
     ``plain_stationary``: the LoadStationary handler is the plain latch too, so one whose
     bytes a deferred DmaLoad brings decodes them from that load
-    (:meth:`PendingLoads.land_transposed`)."""
+    (:meth:`PendingLoads.transposed`)."""
     instrs = program.instructions
     bank_bytes = state.arch.psum_bank_bytes
     order = state.order
@@ -287,7 +287,7 @@ def run_threaded(state: MachineState, program: Program, workers: int,
                     elif (kept := cache.weight(ls.src, ls.fp32_pass)) is not None:
                         state.latch_tile(_ls_rect(ls), kept)
                     else:
-                        raw = pending.land_transposed(ls.src)
+                        raw = pending.transposed(ls.src)
                         if raw is None:
                             pending.flush(ls.src)
                             execute(state, ins)

@@ -233,24 +233,19 @@ class PendingLoads:
                         and lo < got[4]:
                     self._land(d)
 
-    def land_transposed(self, ap: AccessPattern) -> np.ndarray | None:
-        """Land the pending load into exactly SBUF pattern ``ap`` (a 2-D one) and return the
-        values it copied, transposed and C-contiguous in their storage format: [free,
-        partitions], what a LoadStationary latches as its ``wt``. None (nothing landed)
-        when no pending load has exactly these bytes. One read of the source serves the
-        copy and the decode: the a.T tiles of a product land and latch in 38 us instead of
-        113 (copy, then decode the SBUF rows, then transpose the decoded tile)."""
-        k = self.keys.of(ap)[0]
-        got = self.loads.get(k)
+    def transposed(self, ap: AccessPattern) -> np.ndarray | None:
+        """The values the pending load into exactly SBUF pattern ``ap`` (a 2-D one) copies,
+        transposed and C-contiguous in their storage format: [free, partitions], what a
+        LoadStationary latches as its ``wt``; None when no pending load has exactly these
+        bytes. One read of the source serves the decode: the a.T tiles of a product latch in
+        38 us instead of 113 (copy, then decode the SBUF rows, then transpose the decoded
+        tile). The load stays pending: its copy lands when something needs those SBUF
+        bytes, or at the end of the run, and a later load into the same slot, the usual
+        case, replaces it unlanded (1,024 SBUF copies of a 4096^3 product saved)."""
+        got = self.loads.get(self.keys.of(ap)[0])
         if got is None or len(ap.dims) != 1:
             return None
-        dma, _, _, a, z = self.loads.pop(k)
-        for c in range(a // _BLOCK, (z - 1) // _BLOCK + 1):
-            self.blocks[c].discard(k)
-        dst = self.state.view(ap)
-        raw = np.ascontiguousarray(self.state.view(dma.src).reshape(dst.shape).T)
-        dst[...] = raw.T  # the plain copy's bytes (dma_load), read from cache
-        return raw
+        return np.ascontiguousarray(self.state.view(got[0].src).reshape(ap.shape).T)
 
     def flush_dram(self, lo: int, hi: int) -> None:
         """Land the pending loads reading device-memory bytes [lo, hi) before they change."""
