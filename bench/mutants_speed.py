@@ -18,8 +18,9 @@ COMPILER = ("tests/test_compiler.py",)
 SWEEP = ("tests/test_sweep_kernel.py",)
 MUTANTS: tuple[Mutant, ...] = (
     M("stationary_landing_skips_sbuf", "sim/threaded_caches.py",
-      "        dst[...] = raw.T  # the plain copy's bytes (dma_load), read from cache",
-      "        pass",
+      "            return None\n        return np.ascontiguousarray(self.state.view(got[0].src)",
+      "            return None\n        self.loads.pop(self.keys.of(ap)[0])\n"
+      "        return np.ascontiguousarray(self.state.view(got[0].src)",
       FAST, "a LoadStationary latches from its deferred load but the SBUF copy never lands"),
     M("stationary_landing_no_two_pass", "sim/functional_threaded.py",
       "    if ls.fp32_pass is not Fp32Pass.FULL:\n        hi, lo = split_fp32(wt)",
