@@ -47,6 +47,24 @@ def test_a_command_imports_only_its_own_module() -> None:
     assert commands == {"systolic.commands.rtl"}, commands
 
 
+def test_matmul_json_loads_no_module_only_rare_paths_use() -> None:
+    # The timing command of a dense product (issue 20's `systolic matmul 2048 2048 2048
+    # --json`): no verifier (the compiler's output is not re-checked there), no MX code, no
+    # text form, no artifact rules (no file is written), no html or fractions (the notebook
+    # view and Report.exact_breakdown).
+    code = ("import contextlib, io, sys\nfrom systolic import cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    cli.main(['matmul', '256', '256', '256', '--json'])\n"
+            "import json\nprint(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                         text=True).stdout.splitlines()[-1]
+    loaded = set(json.loads(out))
+    assert "systolic.timing.core" in loaded  # the probe did time the product
+    rare = {"systolic.verify", "systolic.mx", "systolic.compiler.codegen_mx",
+            "systolic.isa.asm", "systolic.artifacts", "systolic.memory", "html", "fractions"}
+    assert not loaded & rare, loaded & rare
+
+
 def _help_lines(parser: argparse.ArgumentParser) -> dict[str, str]:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     return {a.dest: a.help for a in sub._choices_actions}  # type: ignore[misc]

@@ -30,7 +30,6 @@ import numpy as np
 
 from .arch import Arch, get_arch
 from .compiler import Lowered, MatmulSpec, lower
-from .compiler.codegen_mx import MxLayout
 from .compiler.tiling import padded_k
 from .dtypes import get_format
 from .errors import ArchError, FormatError, ShapeError, SystolicError
@@ -38,7 +37,8 @@ from .isa import PerfMode, Program
 from .isa.generation import UNENCODED_PERF_MODES
 
 if TYPE_CHECKING:  # imported where used: a command that only times (systolic matmul) does
-    # not run the simulator or quantize
+    # not run the simulator or quantize, nor lay out an MX product
+    from .compiler.codegen_mx import MxLayout
     from .mx.quantize import MXTensor, ScaleRule
     from .sim.functional import FunctionalSimulator
     from .views.report import Report
@@ -299,6 +299,8 @@ def matmul(a: Any, b: Any, *, dtype: str = "bf16", arch: str | Arch = "trn2",
     lowered = lowered_product(spec, arch_)
     lay = lowered.layout
     sim = _take_simulator(arch_, numerics, lay.dram_bytes)
+    from .compiler.codegen_mx import MxLayout  # see TYPE_CHECKING above (issue 20)
+
     if isinstance(lay, MxLayout):
         qa, qb = quantize_operands(a_, b_, spec.dtype, rule)
         write_operands(sim.memory.dram, lay, qa, qb)

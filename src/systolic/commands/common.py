@@ -144,9 +144,11 @@ def seed(text: str) -> int:
 def output_path(what: str) -> Callable[[str], str]:
     """An argparse type for an output file: refused now (before the work) when empty or
     not writable under :mod:`systolic.artifacts`' rules."""
-    from ..artifacts import check_artifact_path
-
     def check(text: str) -> str:
+        # imported when a path is given, not when the parser is built: a command run
+        # without --trace does not load the artifact rules (start-up, issue 20)
+        from ..artifacts import check_artifact_path
+
         try:
             check_artifact_path(text, what)
         except SystolicError as exc:

@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from ..arch import Arch
 from ..errors import ArchError
 from ..isa import Instruction, PerfMode, Program
-from ..verify import verify
-from . import codegen, codegen_mx
+from . import codegen
 from .codegen import Layout, WeightTileState, calc_flags, emit_nc_matmul
 from .schedule import ReadStep, Step, mark_group_ends, order_for_reuse
 from .tiling import MAX_MATMULS, MatmulSpec, TilePlan, check_size, is_mx, tile
@@ -33,8 +32,19 @@ __all__ = ["CODEGEN", "MAX_MATMULS", "Lowered", "MatmulSpec", "WeightTileState",
 
 Codegen = Callable[[Arch, TilePlan, list[Step | ReadStep]], tuple[list[Instruction], Layout]]
 
+
+def _emit_mx(arch: Arch, plan: TilePlan, steps: list[Step | ReadStep]
+             ) -> tuple[list[Instruction], Layout]:
+    """Pass 4 for the MX formats: :func:`systolic.compiler.codegen_mx.emit`."""
+    # imported on the first MX product: a dense one (systolic matmul 2048 2048 2048) then
+    # loads neither codegen_mx nor systolic.mx (start-up, issue 20)
+    from . import codegen_mx
+
+    return codegen_mx.emit(arch, plan, steps)
+
+
 # Pass 4 by format: is the spec an MX format?
-CODEGEN: dict[bool, Codegen] = {False: codegen.emit, True: codegen_mx.emit}
+CODEGEN: dict[bool, Codegen] = {False: codegen.emit, True: _emit_mx}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,5 +78,9 @@ def lower(spec: MatmulSpec, arch: Arch, *, check: bool = True) -> Lowered:
     insts, layout = CODEGEN[mx](arch, plan, steps)
     program = Program(insts)
     if check:
+        # imported here: a caller that passes check=False (systolic.matmul, the matmul
+        # command's timing) never loads the verifier (start-up, issue 20)
+        from ..verify import verify
+
         verify(program, arch, layout.dram_bytes)
     return Lowered(program, plan, layout)

@@ -23,8 +23,6 @@ from ..arch import Arch
 from ..dtypes import accumulator_format, get_format
 from ..errors import ShapeError
 from ..isa import PerfMode
-from ..mx.layout import tile_k
-from ..mx.quantize import BLOCK
 
 __all__ = ["MAX_MATMULS", "KTile", "MatmulSpec", "Span", "TilePlan", "check_size",
            "matmul_count", "padded_k", "spans", "tile"]
@@ -104,6 +102,10 @@ def is_mx(spec: MatmulSpec) -> bool:
 
 def padded_k(k: int) -> int:
     """K rounded up to whole MX blocks of 32."""
+    # systolic.mx is imported by MX products only: a dense one (systolic matmul 2048 2048
+    # 2048) does not load it (start-up, issue 20); so in _k_tile_count and _tile_mx
+    from ..mx.quantize import BLOCK
+
     return -(-k // BLOCK) * BLOCK
 
 
@@ -124,6 +126,8 @@ def _bank_elems(spec: MatmulSpec, arch: Arch) -> int:
 def _k_tile_count(spec: MatmulSpec, arch: Arch) -> int:
     """K tiles :func:`tile` makes, from arithmetic (the same cases as its loop)."""
     if is_mx(spec):
+        from ..mx.layout import tile_k
+
         return _ceil(padded_k(spec.k), tile_k(arch))
     fold = spec.perf_mode.k_fold
     full, rest = divmod(spec.k, arch.rows * fold)
@@ -185,6 +189,8 @@ def _tile_mx(spec: MatmulSpec, arch: Arch) -> TilePlan:
     """K tiles of up to :func:`~systolic.mx.layout.tile_k` logical elements over the padded K
     (KTile sizes are logical K; a tile spans size/4 partitions), M tiles of the array's
     columns, N tiles of one fp32 PSUM bank."""
+    from ..mx.layout import tile_k
+
     k_tiles = tuple(KTile(s.index, s.start, s.size, PerfMode.NONE)
                     for s in spans(padded_k(spec.k), tile_k(arch)))
     return TilePlan(spec=spec, k_tiles=k_tiles, m_tiles=spans(spec.m, arch.cols),

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .asm import format_program, parse_instructions
 from .instructions import OPCODES, Instruction
 
 __all__ = ["Program"]
@@ -40,11 +39,17 @@ class Program:
 
     def text(self) -> str:
         """The text form (:mod:`systolic.asm`), one instruction a line."""
+        # the text form is imported on first use: a command that prints no program text
+        # (systolic matmul --json) does not load it (start-up, issue 20)
+        from .asm import format_program
+
         return format_program(self.instructions)
 
     @classmethod
     def parse(cls, text: str) -> Program:
         """The Program of a text form; raises :class:`~systolic.errors.ParseError`."""
+        from .asm import parse_instructions  # see text() (issue 20)
+
         return cls(parse_instructions(text))
 
     def __repr__(self) -> str:

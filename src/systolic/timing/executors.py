@@ -10,7 +10,6 @@ from __future__ import annotations
 from ..arch import Arch, get_arch
 from ..executor import Executor, Run
 from ..isa import Program
-from ..verify import verify
 from .core import time_program
 from .tensor_engine import schedule
 
@@ -42,6 +41,10 @@ class CoreExecutor(Executor):
 
     def run(self, program: Program, *, check: bool = True) -> Run:
         if check:
+            # imported here, as timing.tensor_engine does: importing systolic.timing (the
+            # matmul command does) then does not load the verifier (start-up, issue 20)
+            from ..verify import verify
+
             verify(program, self.arch)
         core = time_program(program, self.arch)
         return Run(executor=self.name, instructions=len(program), core=core)

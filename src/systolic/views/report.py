@@ -33,10 +33,8 @@ The parts are computed in exact integers (units of 1/(2*R*C*P) cycle), so they a
 
 from __future__ import annotations
 
-import html
 import io
 from dataclasses import dataclass, field
-from fractions import Fraction
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +48,8 @@ from ..timing.core import CoreTiming, time_program
 from ..timing.tensor_engine import Cause, Schedule, schedule
 
 if TYPE_CHECKING:
+    from fractions import Fraction
+
     from ..api import MatmulResult
     from ..compiler import MatmulSpec
 
@@ -215,6 +215,10 @@ class Report:
 
     def exact_breakdown(self) -> dict[str, Fraction]:
         """Cycles per cause as exact fractions; they sum to :attr:`cycles`."""
+        # fractions (and the decimal it loads) and html are imported where used, as rich in
+        # to_text: the matmul command's report uses none of them (start-up, issue 20)
+        from fractions import Fraction
+
         unit = 2 * self.arch.rows * self.arch.cols * self.pack
         return {k: Fraction(v, unit) for k, v in self.units.items()}
 
@@ -325,6 +329,8 @@ class Report:
         return "\n".join(line.rstrip() for line in buf.getvalue().splitlines()).rstrip()
 
     def to_html(self) -> str:
+        import html  # see exact_breakdown (issue 20)
+
         pct = self.percent()
         rows = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th>"
                        f"<td colspan=2>{html.escape(v)}</td></tr>"
@@ -400,6 +406,8 @@ def timeline_svg(core: CoreTiming, width: int = 720, bins: int = 360) -> str:
 
     Up to ``bins`` intervals per row are drawn as they are (at least half a pixel wide); more
     are drawn as ``bins`` columns shaded by the fraction of the column the row is busy."""
+    import html  # see Report.exact_breakdown (issue 20)
+
     from .profile_rows import profile_rows
 
     rows = [r for r in profile_rows(core) if len(r.ops)]
@@ -447,6 +455,8 @@ def _covered_before(t: np.ndarray, lo: np.ndarray, hi: np.ndarray,
 def result_html(result: MatmulResult) -> str:
     """Notebook view of a :class:`~systolic.api.MatmulResult`: report table and the
     whole-core timeline."""
+    import html  # see Report.exact_breakdown (issue 20)
+
     rep = result.report
     return (f"<div><p><code>{html.escape(repr(result))}</code></p>{rep.to_html()}"
             f"{timeline_svg(rep.core)}</div>")
