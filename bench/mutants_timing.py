@@ -67,10 +67,10 @@ MUTANTS: tuple[Mutant, ...] = (
       "    transposed = tr_s or tr_d", "    transposed = tr_s", T,
       "a transposing store timed as a plain one"),
     M("deps-first-reader-per-queue", "timing/deps.py",
-      "        for r in reads:\n            self._record(r).readers.append(op)",
-      "        for r in reads:\n            rec0 = self._record(r)\n"
-      "            if all(self.queue[x] != self.queue[op] for x in rec0.readers):\n"
-      "                rec0.readers.append(op)", T,
+      "                rec = self._record(r)\n            rec.readers.append(op)",
+      "                rec = self._record(r)\n"
+      "            if all(self.queue[x] != self.queue[op] for x in rec.readers):\n"
+      "                rec.readers.append(op)", T,
       "a region keeping only the first reader per queue (WAR violated)"),
     M("deps-wrap-same-row", "timing/regions.py",
       "                Rect(row + 1, ap.partitions, 0, col + hi - lo - pitch))",
@@ -214,6 +214,15 @@ MUTANTS: tuple[Mutant, ...] = (
       "                self._changed(w, False, True)",
       "                pass", (FAST, *REF),
       "a kept answer for records with writers not renewed when a record gets its first"),
+    M("deps-written-hull-short", "timing/deps.py",
+      "                    self.written_hi = max(self.written_hi, hi)",
+      "                    self.written_hi = max(self.written_hi, hi - 1)", (FAST,),
+      "the hull of written device memory one byte short: a read of a store's last byte "
+      "answered without its writer"),
+    M("timeline-early-out-before-end", "timing/timeline.py",
+      "        if t >= self.end:  # every gap ends by the end",
+      "        if t >= self.end - 1:  # every gap ends by the end", (FAST,),
+      "a start one tick before a timeline's end answered as free"),
     M("timeline-finds-forgotten-gaps", "timing/timeline.py",
       "            i = bisect_right(his, t, self.base)",
       "            i = bisect_right(his, t)", (FAST,),

@@ -16,7 +16,11 @@ never moves a figure).
 * Access patterns equal by value but distinct objects against shared ones (the region memo
   keyed by value).
 * The bucket index, with its answers kept between ops, against a scan of every bucket.
-* A timeline forgetting its oldest gaps ``KEEP`` at a time against one at a time.
+* A timeline forgetting its oldest gaps ``KEEP`` at a time against one at a time (and its
+  answer for a start at or past its end, given before any gap is searched, against the
+  search).
+* The tracker's hull of the device memory written so far (a read outside it is answered "no
+  writer" without a lookup) against the lookup at every read.
 * The records and plans the scheduler keeps as flat lists of ints against the NamedTuples
   that document their fields.
 """
@@ -473,3 +477,66 @@ def test_what_if_loads_wait_for_the_previous_matmul_start() -> None:
     mm0, mm1 = 2, 7
     assert ct.starts[mm1] - ct.starts[mm0] == 4 * 32 * r  # the real schedule
     assert ct.what_if["dma_free"] == ct.latency  # nothing here is a DMA
+
+
+class _NoHull(deps.Tracker):
+    """The tracker with its written hull covering every address: each read of device memory
+    is looked up (the reference of the hull's shortcut)."""
+
+    def __init__(self, queue: list[int]) -> None:
+        super().__init__(queue)
+        self.written_lo, self.written_hi = -(1 << 62), 1 << 62
+
+
+@pytest.mark.parametrize("flat", [0, deps.FLAT_REGIONS])
+@settings(max_examples=150, deadline=None)
+@given(ops=st.lists(st.tuples(st.lists(_pattern(), max_size=2),
+                              st.lists(_pattern(), max_size=2), st.integers(0, 3)),
+                    min_size=1, max_size=60))
+def test_the_written_hull_answers_as_a_lookup_at_every_read(
+        flat: int, ops: list[tuple[list[AccessPattern], list[AccessPattern], int]]) -> None:
+    """Device-memory reads outside the hull of what was written answered without a lookup,
+    against a lookup at every read, op for op (buckets from the first region, and flat)."""
+    old = deps.FLAT_REGIONS
+    deps.FLAT_REGIONS = flat
+    try:
+        queues: list[int] = []
+        fast, slow = deps.Tracker(queues), _NoHull(queues)
+        for op, (rd, wr, q) in enumerate(ops):
+            got = []
+            for tr in (fast, slow):
+                r = tuple(tr.intern(region(ap)) for ap in rd)
+                w = tuple(tr.intern(region(ap)) for ap in wr)
+                got.append((tr.deps(r, w, q == 0), r, w))
+            assert got[0][0] == got[1][0], op
+            queues.append(q)
+            for tr, (_, r, w) in zip((fast, slow), got, strict=True):
+                tr.commit(op, r, w)
+    finally:
+        deps.FLAT_REGIONS = old
+
+
+def test_a_read_past_the_written_hull_finds_no_writer_and_one_inside_finds_it() -> None:
+    """Two device-memory tensors: a store into the second, then reads of each. The read of
+    the first (outside the hull) has no dependency; a read of the store's last byte (inside
+    it, a pattern of another pitch) waits for the store."""
+    def dram(off: int, rows: int, cols: int, pitch: int, dtype: str = "bf16") -> AccessPattern:
+        return AccessPattern(Space.DRAM, 0, rows, off, ((1, cols),), dtype,
+                             partition_step=pitch)
+
+    c = 1 << 20
+    for flat in (0, deps.FLAT_REGIONS):
+        old = deps.FLAT_REGIONS
+        deps.FLAT_REGIONS = flat
+        try:
+            tr = deps.Tracker([1, 0, 0, 0])
+            store = tr.intern(region(dram(c, 128, 512, 4096)))
+            tr.deps((), (store,))
+            tr.commit(0, (), (store,))
+            a = tr.intern(region(dram(0, 128, 512, 4096)))
+            # the store's very last byte (an 8-bit element)
+            tail = tr.intern(region(dram(c + 127 * 4096 + 1023, 1, 1, 0, "fp8_e4m3")))
+            assert tr.deps((a,), ()) == (set(), set())
+            assert tr.deps((tail,), ()) == ({0}, set())
+        finally:
+            deps.FLAT_REGIONS = old

@@ -50,6 +50,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from math import ceil
+from typing import Any
 
 import numpy as np
 
@@ -95,9 +96,25 @@ _ENGINE_CAUSE = {Engine.VECTOR: Cause.VECTOR, Engine.SCALAR: Cause.SCALAR,
 _DQ = len(QUEUE_NAMES)  # the first DMA engine's queue id
 _COMPUTE = (MatMul, MatmultMx)
 _LOADS = (LoadStationary, LdWeightMx)
+# what run() does with an instruction, by its type, and the type's ACCESS fields (one lookup
+# per instruction instead of a chain of isinstance calls, issue 20); an engine instruction's
+# engine is its own field, asked per instruction
+_K_DMA_LOAD, _K_COMPUTE, _K_LOAD, _K_COPY, _K_INDIRECT, _K_READOUT, _K_ENGINE = range(7)
+_KINDS: dict[type, tuple[int, tuple[str, ...], tuple[str, ...]]] = {}
+
+
+def _kind(tp: type) -> int:
+    """The kind of an instruction type, tested in this order (a subclass of two of these
+    types goes where the first would take it)."""
+    for kind, base in ((_K_COPY, DmaCopy), (_K_INDIRECT, DmaIndirect), (_K_COMPUTE, _COMPUTE),
+                       (_K_LOAD, _LOADS), (_K_DMA_LOAD, DmaLoad), (_K_READOUT, ReadOut)):
+        if issubclass(tp, base):
+            return kind
+    return _K_ENGINE
 # a transfer as the scheduler places it: its DMA engines, the first and (consecutive engines)
-# one past the last or 0, ticks on each engine, ticks of HBM, bytes moved, bytes of HBM
-_DmaPlan = tuple[tuple[int, ...], int, int, int, int, int, int]
+# one past the last or 0, ticks on each engine, ticks of HBM, bytes moved, bytes of HBM, its
+# queue by the model's rule (timing/dma.py queue_for: a function of the two spaces)
+_DmaPlan = tuple[tuple[int, ...], int, int, int, int, int, int, int]
 # DMA costs by Arch and transfer shape (its offsets left out: a cost does not depend on
 # them, timing/dma.py), kept across programs: a sweep times thousands of small programs
 # made of the same few transfer shapes. Cleared when full.
@@ -258,9 +275,8 @@ class _Scheduler:
         # nothing until another set splits one of them
         self.dma_split = 0
         self.dma_sets: dict[tuple[int, ...], tuple[int, list[Timeline], list[Timeline]]] = {}
-        # per DMA queue id, per engine: the end and the op of the queue's last transfer
-        self.fifo_end: dict[int, list[int]] = {}
-        self.fifo_op: dict[int, list[int]] = {}
+        # per DMA queue id, per engine: the ends and the ops of the queue's last transfers
+        self.fifo: dict[int, tuple[list[int], list[int]]] = {}
         self.pe = pe_rules.PE_IDLE
         self.pe_prev = -1  # the previous MatMul op
         self.load_last = -1  # the previous load op
@@ -462,7 +478,8 @@ class _Scheduler:
             e1 = e0 + len(engines) if engines == tuple(range(e0, e0 + len(engines))) else 0
             if len(_DMA_COSTS) >= _DMA_COSTS_MAX:
                 _DMA_COSTS.clear()
-            plan = _DMA_COSTS[key] = (engines, e0, e1, occ, hb, c.bytes, c.hbm_bytes)
+            plan = _DMA_COSTS[key] = (engines, e0, e1, occ, hb, c.bytes, c.hbm_bytes,
+                                      queue_for(src, dst))
         if len(_DMA_OF) >= _DMA_COSTS_MAX:
             _DMA_OF.clear()
         _DMA_OF[ids] = (src, dst, self.arch, plan)
@@ -511,7 +528,10 @@ class _Scheduler:
 
     def _dma_op(self, i: int, src: AccessPattern, dst: AccessPattern, qid: int,
                 rd: tuple[int, ...], wr: tuple[int, ...], extra: int = -1) -> int:
-        engines, e0, e1, occ, hb, nbytes, hbm_bytes = self._dma_cost(src, dst)
+        """A transfer on DMA queue ``qid`` (-1: the model's rule, timing/dma.py queue_for)."""
+        engines, e0, e1, occ, hb, nbytes, hbm_bytes, rule = self._dma_cost(src, dst)
+        if qid < 0:
+            qid = rule
         q0 = _DQ + e0
         raw, order = self.tracker.deps(rd, wr)
         if extra >= 0:
@@ -519,11 +539,11 @@ class _Scheduler:
         dt, db = self._deps(raw, order, q0, False)
         ready = (dt if dt > 0 else 0) + self.fixed
         t, fifo_op = ready, -1
-        fends = self.fifo_end.get(qid)
-        if fends is None:
-            fends = self.fifo_end[qid] = [0] * self.arch.dma_engines
-            self.fifo_op[qid] = [-1] * self.arch.dma_engines
-        fops = self.fifo_op[qid]
+        fifo = self.fifo.get(qid)
+        if fifo is None:
+            n = self.arch.dma_engines
+            fifo = self.fifo[qid] = ([0] * n, [-1] * n)
+        fends, fops = fifo
         if e1:  # the first engine (in order) whose last transfer ends latest
             fe = max(fends[e0:e1])
             if fe > t:
@@ -650,9 +670,16 @@ class _Scheduler:
         stops = sorted({c for c in cuts if c > 0}) if cuts is not None else []
         every, k = cuts is None, 0
         stop = stops[0] - 1 if stops else -1  # the next instruction that ends a prefix
-        for i, ins in enumerate(program.instructions):
+        kinds = _KINDS
+        dma_op, compute_op = self._dma_op, self._compute_op
+        # Any: the kind below says each instruction's type, which mypy cannot narrow on
+        instructions: Sequence[Any] = program.instructions
+        for i, ins in enumerate(instructions):
             tp = type(ins)
-            rf, wf = ACCESS[tp]
+            got_kind = kinds.get(tp)
+            if got_kind is None:
+                got_kind = kinds[tp] = (_kind(tp), *ACCESS[tp])
+            kind, rf, wf = got_kind
             # the regions it reads and writes (one pattern: _reg's memo looked up here)
             if len(rf) == 1:
                 ap = getattr(ins, rf[0])
@@ -672,27 +699,27 @@ class _Scheduler:
                     wr = (got[1],) if got is not None and got[0] is ap else (reg(ap),)
             else:
                 wr = tuple([reg(ap) for f in wf if (ap := getattr(ins, f)) is not None])
-            if isinstance(ins, DmaCopy):
-                self._dma_op(i, ins.src, ins.dst, ins.queue, rd, wr)
-            elif isinstance(ins, DmaIndirect):
+            if kind == _K_DMA_LOAD:
+                dma_op(i, ins.src, ins.dst, -1, rd, wr)
+            elif kind == _K_COMPUTE:
+                compute_op(i, ins, rd, wr)
+            elif kind == _K_LOAD:
+                self._load_op(i, ins, rd)
+            elif kind == _K_COPY:
+                dma_op(i, ins.src, ins.dst, ins.queue, rd, wr)
+            elif kind == _K_INDIRECT:
                 # the bytes of K rows, a descriptor per row at least (timing/dma.py); the
                 # dependencies are ACCESS's: the index tile and the whole table
                 rows = indirect_rows(ins.table, ins.data.partitions)
                 src, dst = (ins.data, rows) if ins.scatter else (rows, ins.data)
-                self._dma_op(i, src, dst, ins.queue, rd, wr)
-            elif isinstance(ins, _COMPUTE):
-                self._compute_op(i, ins, rd, wr)
-            elif isinstance(ins, _LOADS):
-                self._load_op(i, ins, rd)
-            elif isinstance(ins, DmaLoad):
-                self._dma_op(i, ins.src, ins.dst, queue_for(ins.src, ins.dst), rd, wr)
-            elif isinstance(ins, ReadOut):
+                dma_op(i, src, dst, ins.queue, rd, wr)
+            elif kind == _K_READOUT:
                 eng = Engine(arch.readout_engine)
-                src, dst = ins.src, ins.dst
+                src = ins.src
                 ev = self._engine_op(i, ins, eng, rd, (), Cause.PSUM_EVACUATION, (src,))
-                self._dma_op(i, src, dst, queue_for(src, dst), (), wr, extra=ev)
+                dma_op(i, src, ins.dst, -1, (), wr, extra=ev)
             elif getattr(ins, "engine", None) in _ENGINE_CAUSE:
-                e = ins.engine  # type: ignore[union-attr]
+                e = ins.engine
                 self._engine_op(i, ins, e, rd, wr, _ENGINE_CAUSE[e],
                                 (*reads(ins), *writes(ins)))
             else:

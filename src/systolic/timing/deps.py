@@ -114,6 +114,11 @@ class _Record:
         self.readers: list[int] = []  # reads since the last write
 
 
+# an empty hull (Tracker.written_lo/_hi), and the answer of no record (never modified)
+_NOWHERE = (1 << 62, -(1 << 62))
+_NONE: list[_Record] = []
+
+
 # Up to this many distinct regions a tracker keeps no buckets: each lookup compares the
 # region with every live record of its memory space (a small program's few dozen regions
 # cost less to scan than to file); past it the records are filed in buckets once and the
@@ -166,6 +171,11 @@ class Tracker:
         self.spaces: dict[str, int] = {}
         self.space_versions: list[int] = []
         self.answers: dict[int, tuple[int, list[_Record]]] = {}
+        # the flat extents of every device-memory region given writers so far, as one hull
+        # (never shrunk): a region outside it overlaps no record with writers. A product's
+        # loads read A and B, its stores write C: every store renewed the space's version,
+        # so nearly every load's read was scanned again, to find nothing (issue 20)
+        self.written_lo, self.written_hi = _NOWHERE
 
     def intern(self, r: Region) -> int:
         rid = self.ids.get(r)
@@ -270,6 +280,10 @@ class Tracker:
         """The live records whose regions overlap region ``rid`` (``written``: only those
         with writers), as :meth:`_scan` finds them, kept while its space does not change
         (callers do not modify the list)."""
+        if written and self.regions[rid][0] == "DRAM":
+            lo, hi = self.extents[rid]
+            if hi <= self.written_lo or self.written_hi <= lo:
+                return _NONE
         key = rid + rid + written
         version = self.space_versions[self.space_of[rid] + written]
         got = self.answers.get(key)
@@ -338,21 +352,26 @@ class Tracker:
         them; its readers there are not)."""
         raw: set[int] = set()
         order: set[int] = set()
+        near_of = self._near
+        # (an empty list is skipped, not added: most records hold one kind of op)
         for r in reads:
-            for rec in self._near(r, written=True):
-                raw.update(rec.writers)
-                if not pipelined:
+            for rec in near_of(r, True):
+                if rec.writers:
+                    raw.update(rec.writers)
+                if rec.pipe and not pipelined:
                     raw.update(rec.pipe)
         self.wnear = None
         for w in writes:
-            near = self._near(w)
+            near = near_of(w, False)
             if self.wnear is None:  # the first write's records, for commit()
                 self.wnear = (writes, near)
             for rec in near:
-                order.update(rec.writers)
-                if not pipelined:
+                if rec.writers:
+                    order.update(rec.writers)
+                if rec.pipe and not pipelined:
                     order.update(rec.pipe)
-                order.update(rec.readers)
+                if rec.readers:
+                    order.update(rec.readers)
         return raw, order
 
     def _record(self, rid: int, rec: _Record | None = None) -> _Record:
@@ -402,8 +421,12 @@ class Tracker:
         :meth:`deps` of the same op, its lookup of the first write's records is reused
         when the reads added no record (nothing else can have changed them)."""
         self.made = False
+        live = self.live
         for r in reads:
-            self._record(r).readers.append(op)
+            rec = live.get(r)  # _record's lookup, here: most reads find their record
+            if rec is None:
+                rec = self._record(r)
+            rec.readers.append(op)
         pipe = self.queue[op] == self.pipelined
         first = self.wnear
         self.wnear = None
@@ -429,6 +452,10 @@ class Tracker:
             rec = keep if keep is not None else self._record(w)
             if not rec.writers and not rec.pipe:
                 self._changed(w, False, True)
+                if self.regions[w][0] == "DRAM":
+                    lo, hi = self.extents[w]
+                    self.written_lo = min(self.written_lo, lo)
+                    self.written_hi = max(self.written_hi, hi)
                 if self.flat is None:
                     for bk in self.buckets[w]:
                         self.windex.setdefault(bk, {})[w] = rec

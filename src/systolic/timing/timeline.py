@@ -43,6 +43,8 @@ class Timeline:
     def fit(self, t: int, d: int) -> tuple[int, int]:
         """(start, binder): the earliest start >= t with [start, start + d) free, and the op
         whose reservation ends at that start when the resource delayed it (else -1)."""
+        if t >= self.end:  # every gap ends by the end: none can start a later op sooner
+            return t, -1
         if self.fill and len(self.gap_lo) > self.base and d >= 0:
             his = self.gap_hi
             i = bisect_right(his, t, self.base)
