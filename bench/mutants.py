@@ -80,12 +80,12 @@ CATALOGUE: tuple[Mutant, ...] = (
       FUNCTIONAL + COMPILER, "START adds into the PSUM region instead of overwriting it"),
     # the decode cache lives only in the threaded path (the default: workers > 0)
     M("decode_cache_kept", "sim/threaded_caches.py",
-      "pattern ``dst``.\"\"\"\n        self.forget(dst)\n",
-      "pattern ``dst``.\"\"\"\n",
+      ":meth:`Keys.of`).\"\"\"\n        self.forget(dst)\n",
+      ":meth:`Keys.of`).\"\"\"\n",
       FUNCTIONAL, "the decode cache is not cleared after a DmaLoad writes over a tile"),
     M("decode_cache_kept_sbuf_dma", "sim/functional_threaded.py",
       "                        if dst.space is Space.SBUF:\n"
-      "                            cache.forget(dst)\n",
+      "                            cache.forget(keys.of(dst))\n",
       "                        if dst.space is Space.SBUF:\n"
       "                            pass\n",
       FUNCTIONAL, "the decode cache is not cleared after a reshaping DmaLoad (one copied in "

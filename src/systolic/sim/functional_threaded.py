@@ -226,9 +226,9 @@ def run_threaded(state: MachineState, program: Program, workers: int,
 
     hull = [0, 0]  # device-memory bytes every entry of ``writes`` lies in
 
-    def await_dram(ap: AccessPattern) -> None:
-        """Wait for the pending ReadOuts that write bytes of device memory ``ap`` touches."""
-        lo, hi = keys.of(ap)[5:7]
+    def await_dram(ap: AccessPattern, lo: int, hi: int) -> None:
+        """Wait for the pending ReadOuts that write bytes of device memory ``ap`` touches
+        (bytes [lo, hi), its :class:`Keys` span)."""
         if hi <= hull[0] or hull[1] <= lo:  # most loads: a and b lie below C
             return
         for a, z, wap, f in writes:
@@ -298,13 +298,17 @@ def run_threaded(state: MachineState, program: Program, workers: int,
                 elif kind is DmaLoad and Space.PSUM not in (
                         (dma := cast(DmaLoad, ins)).src.space, dma.dst.space):
                     src, dst = dma.src, dma.dst
-                    if src.space is Space.DRAM and writes:
-                        await_dram(src)
-                    if plain_dma and src.space is Space.DRAM and dst.space is Space.SBUF \
+                    # each pattern's key looked up once for the caches below (several
+                    # lookups a DmaLoad were ~10% of the calling thread at 4096^3)
+                    sk = keys.of(src) if src.space is Space.DRAM else None
+                    if sk is not None and writes:
+                        await_dram(src, sk[5], sk[6])
+                    if plain_dma and sk is not None and dst.space is Space.SBUF \
                             and src.dtype == dst.dtype and src.shape == dst.shape:
                         state.view(src), state.view(dst)  # bounds refused now, as executed
-                        pending.defer(dma)
-                        cache.loaded(dst, src)
+                        tk = keys.of(dst)
+                        pending.defer(dma, tk, sk)
+                        cache.loaded(tk, sk)
                     else:
                         if src.space is Space.SBUF:
                             pending.flush(src)
@@ -314,7 +318,7 @@ def run_threaded(state: MachineState, program: Program, workers: int,
                             pending.flush_dram(*keys.of(dst)[5:7])
                         execute(state, dma)
                         if dst.space is Space.SBUF:
-                            cache.forget(dst)
+                            cache.forget(keys.of(dst))
                         else:
                             cache.dram_written(*keys.of(dst)[5:7])
                 elif kind is ReadOut and len(banks := _banks(
@@ -322,9 +326,9 @@ def run_threaded(state: MachineState, program: Program, workers: int,
                         and ro.dst.space is Space.DRAM:
                     # after the bank's MatMuls on the same worker: program order for them;
                     # an earlier ReadOut on another worker into the same bytes lands first
-                    if writes:
-                        await_dram(ro.dst)
                     span = keys.of(ro.dst)[5:7]
+                    if writes:
+                        await_dram(ro.dst, *span)
                     pending.flush_dram(*span)
                     cache.dram_written(*span)
                     w = owner(banks[0])

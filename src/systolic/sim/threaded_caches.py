@@ -16,7 +16,10 @@ from ..isa import AccessPattern, DmaLoad, Fp32Pass, Instruction, Space
 from . import blas
 from ._base import Latched, MachineState, dram_span
 
-__all__ = ["DecodeCache", "Keys", "PendingLoads"]
+__all__ = ["DecodeCache", "Key", "Keys", "PendingLoads"]
+
+# (key, p0, p1, lo, hi, dram lo, dram hi, pattern): what :meth:`Keys.of` gives
+Key = tuple[int, int, int, int, int, int, int, AccessPattern]
 
 _BLOCK = 1024  # bytes of a partition per decode-cache bucket
 # decoded device-memory tiles kept at most (oldest dropped first): a 4096^3 bf16 product
@@ -33,10 +36,10 @@ class Keys:
     Each entry holds its pattern, so the id is not reused while the run lasts."""
 
     def __init__(self) -> None:
-        self.by_id: dict[int, tuple[int, int, int, int, int, int, int, AccessPattern]] = {}
+        self.by_id: dict[int, Key] = {}
         self.canon: dict[AccessPattern, int] = {}
 
-    def of(self, ap: AccessPattern) -> tuple[int, int, int, int, int, int, int, AccessPattern]:
+    def of(self, ap: AccessPattern) -> Key:
         """(key, p0, p1, lo, hi, dram lo, dram hi, ap) of ``ap``."""
         got = self.by_id.get(id(ap))
         if got is None:
@@ -133,15 +136,16 @@ class DecodeCache:
             self.dram_bytes -= values.nbytes
             del self.dram_bounds[dk]
 
-    def loaded(self, dst: AccessPattern, src: AccessPattern) -> None:
-        """A DmaLoad copied device-memory pattern ``src`` into SBUF pattern ``dst``."""
+    def loaded(self, dst: Key, src: Key) -> None:
+        """A DmaLoad copied device-memory pattern ``src`` into SBUF pattern ``dst`` (their
+        :meth:`Keys.of`)."""
         self.forget(dst)
-        lo, hi = self.keys.of(src)[5:7]
+        lo, hi = src[5:7]
         if self.source:
             lo, hi = min(lo, self.hull[0]), max(hi, self.hull[1])
         self.hull = (lo, hi)
-        k, p0, p1, lo, hi, *_ = self.keys.of(dst)
-        self.source[k] = src
+        k, p0, p1, lo, hi, *_ = dst
+        self.source[k] = src[7]
         self.tiles[k] = (None, p0, p1, lo, hi)
         for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
             self.blocks.setdefault(b, set()).add(k)
@@ -158,11 +162,12 @@ class DecodeCache:
                 if self.tiles[dst][0] is None:
                     self._drop(dst)
 
-    def forget(self, dst: AccessPattern) -> None:
-        """Drop every cached tile sharing a byte with ``dst`` (an SBUF pattern)."""
+    def forget(self, dst: Key) -> None:
+        """Drop every cached tile sharing a byte with SBUF pattern ``dst`` (its
+        :meth:`Keys.of`)."""
         if not self.tiles:
             return
-        _, p0, p1, lo, hi, *_ = self.keys.of(dst)
+        _, p0, p1, lo, hi, *_ = dst
         for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
             for k in list(self.blocks.get(b, ())):
                 _, q0, q1, a, z = self.tiles[k]
@@ -207,25 +212,28 @@ class PendingLoads:
         self.blocks: dict[int, set[int]] = {}
         self.hull = (0, 0)  # device-memory bytes every pending source lies in
 
-    def defer(self, dma: DmaLoad) -> None:
-        k, p0, p1, lo, hi, *_ = self.keys.of(dma.dst)
+    def defer(self, dma: DmaLoad, dst: Key, src: Key) -> None:
+        """Keep ``dma`` pending; ``dst`` and ``src`` are its patterns' :meth:`Keys.of`."""
+        k, p0, p1, lo, hi, *_ = dst
         old = self.loads.get(k)
         if old is not None:
             self.loads[k] = (dma, *old[1:])
         else:
-            self.flush(dma.dst)
+            self._flush(dst)
             self.loads[k] = (dma, p0, p1, lo, hi)
             for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
                 self.blocks.setdefault(b, set()).add(k)
-        a, z = self.keys.of(dma.src)[5:7]
+        a, z = src[5:7]
         self.hull = (min(a, self.hull[0]), max(z, self.hull[1])) if len(self.loads) > 1 \
             else (a, z)
 
     def flush(self, ap: AccessPattern) -> None:
         """Land the pending loads sharing a byte with SBUF pattern ``ap``."""
-        if not self.loads:
-            return
-        _, p0, p1, lo, hi, *_ = self.keys.of(ap)
+        if self.loads:
+            self._flush(self.keys.of(ap))
+
+    def _flush(self, key: Key) -> None:
+        _, p0, p1, lo, hi, *_ = key
         for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
             for d in list(self.blocks.get(b, ())):
                 got = self.loads.get(d)
