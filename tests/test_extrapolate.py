@@ -39,6 +39,8 @@ def test_extrapolated_report_equals_the_full_schedule(monkeypatch, arch, spec):
     assert (rep.cycles, rep.readout_tail, rep.useful_macs) == \
         (full.cycles, full.readout_tail, full.useful_macs)
     assert rep.units == full.units and rep.counts == full.counts
+    # in the same order too: the text report's program row and the JSON list them so
+    assert list(rep.counts) == list(full.counts)
     c, f = rep.core, full.core
     assert c.latency == f.latency
     assert c.bound_ticks == f.bound_ticks

@@ -63,7 +63,7 @@ from .compiler import Lowered, MatmulSpec, lower
 from .compiler.codegen import DenseState
 from .compiler.tiling import check_size, matmul_count, tile
 from .errors import ShapeError, SystolicError
-from .isa import Program, ReadOut
+from .isa import OPCODES, Program, ReadOut
 from .timing.core import CoreTiming, time_prefixes
 from .timing.tensor_engine import ComputeCosts, Kind, Schedule
 from .views.report import Report, _breakdown_units, build_report
@@ -422,7 +422,7 @@ def _assemble(s: _Slice) -> Report:
     return dataclasses.replace(
         s.report, cycles=q["cycles"], readout_tail=q["readout_tail"],
         useful_macs=q["macs2"] // 2,
-        counts={k[2:]: q[k] for k in q if k.startswith("c_")},
+        counts=_in_opcode_order({k[2:]: q[k] for k in q if k.startswith("c_")}),
         units={k[2:]: q[k] for k in q if k.startswith("u_")}, core_timing=core,
         program=None, slice_tiles=s.tiles, slice_k_tiles=s.k_tiles)
 
@@ -439,6 +439,12 @@ def _m_slices(spec: MatmulSpec, arch: Arch, mt: int,
             return got
         j += 2
     return None
+
+
+def _in_opcode_order(counts: dict[str, int]) -> dict[str, int]:
+    """``counts`` in :meth:`Program.counts`' order (opcode order), as a product timed whole
+    reports them: the text report's "program" row and the JSON list them in that order."""
+    return {op.__name__: counts[op.__name__] for op in OPCODES if op.__name__ in counts}
 
 
 def _counts(program: Program, cut: int) -> dict[str, Any]:
