@@ -432,18 +432,16 @@ class _Scan(deps.Tracker):
         return tuple(self.index)
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(st.tuples(st.lists(_pattern(), max_size=2), st.lists(_pattern(), max_size=2),
-                          st.integers(0, 3)), min_size=1, max_size=60))
-def test_the_bucket_index_with_kept_answers_finds_what_a_scan_finds(
-        ops: list[tuple[list[AccessPattern], list[AccessPattern], int]]) -> None:
-    """Buckets from the first region (FLAT_REGIONS 0), answers kept between ops (the
-    tracker's ``answers``), against every bucket scanned at every lookup, op for op."""
+def _trackers_agree(slow_cls: type[deps.Tracker], flat: int,
+                    ops: list[tuple[list[AccessPattern], list[AccessPattern], int]]) -> None:
+    """The tracker and ``slow_cls`` (a reference with a shortcut taken out), both with
+    ``FLAT_REGIONS`` = ``flat``, given the same ops (reads, writes, queue 0 pipelined): the
+    same dependencies of each op."""
     old = deps.FLAT_REGIONS
-    deps.FLAT_REGIONS = 0
+    deps.FLAT_REGIONS = flat
     try:
         queues: list[int] = []
-        fast, slow = deps.Tracker(queues), _Scan(queues)
+        fast, slow = deps.Tracker(queues), slow_cls(queues)
         for op, (rd, wr, q) in enumerate(ops):
             got = []
             for tr in (fast, slow):
@@ -456,6 +454,16 @@ def test_the_bucket_index_with_kept_answers_finds_what_a_scan_finds(
                 tr.commit(op, r, w)
     finally:
         deps.FLAT_REGIONS = old
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.lists(_pattern(), max_size=2), st.lists(_pattern(), max_size=2),
+                          st.integers(0, 3)), min_size=1, max_size=60))
+def test_the_bucket_index_with_kept_answers_finds_what_a_scan_finds(
+        ops: list[tuple[list[AccessPattern], list[AccessPattern], int]]) -> None:
+    """Buckets from the first region (FLAT_REGIONS 0), answers kept between ops (the
+    tracker's ``answers``), against every bucket scanned at every lookup, op for op."""
+    _trackers_agree(_Scan, 0, ops)
 
 
 def test_what_if_loads_wait_for_the_previous_matmul_start() -> None:
@@ -497,23 +505,7 @@ def test_the_written_hull_answers_as_a_lookup_at_every_read(
         flat: int, ops: list[tuple[list[AccessPattern], list[AccessPattern], int]]) -> None:
     """Device-memory reads outside the hull of what was written answered without a lookup,
     against a lookup at every read, op for op (buckets from the first region, and flat)."""
-    old = deps.FLAT_REGIONS
-    deps.FLAT_REGIONS = flat
-    try:
-        queues: list[int] = []
-        fast, slow = deps.Tracker(queues), _NoHull(queues)
-        for op, (rd, wr, q) in enumerate(ops):
-            got = []
-            for tr in (fast, slow):
-                r = tuple(tr.intern(region(ap)) for ap in rd)
-                w = tuple(tr.intern(region(ap)) for ap in wr)
-                got.append((tr.deps(r, w, q == 0), r, w))
-            assert got[0][0] == got[1][0], op
-            queues.append(q)
-            for tr, (_, r, w) in zip((fast, slow), got, strict=True):
-                tr.commit(op, r, w)
-    finally:
-        deps.FLAT_REGIONS = old
+    _trackers_agree(_NoHull, flat, ops)
 
 
 def test_a_read_past_the_written_hull_finds_no_writer_and_one_inside_finds_it() -> None:
