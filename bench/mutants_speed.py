@@ -22,6 +22,11 @@ MUTANTS: tuple[Mutant, ...] = (
       "            return None\n        self.loads.pop(self.keys.of(ap)[0])\n"
       "        return np.ascontiguousarray(self.state.view(got[0].src)",
       FAST, "a LoadStationary latches from its deferred load but the SBUF copy never lands"),
+    M("rows_meet_off_by_one", "sim/_base.py",
+      "    first = lo // step + 1  # the least t with t * step > lo",
+      "    first = lo // step  # the least t with t * step > lo",
+      FAST, "two device-memory patterns of one row stride that only touch end to end are "
+            "taken to share a row (a ReadOut waits for a neighbour it does not overlap)"),
     M("stationary_landing_no_two_pass", "sim/functional_threaded.py",
       "    if ls.fp32_pass is not Fp32Pass.FULL:\n        hi, lo = split_fp32(wt)",
       "    if False:\n        hi, lo = split_fp32(wt)",
