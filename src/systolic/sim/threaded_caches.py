@@ -82,10 +82,12 @@ class DecodeCache:
 
     def read(self, ap: AccessPattern) -> tuple[np.ndarray, float]:
         """The decoded values of SBUF pattern ``ap`` and their largest magnitude."""
-        k, p0, p1, lo, hi, *_ = self.keys.of(ap)
+        key = self.keys.of(ap)
+        k = key[0]
         hit = self.tiles.get(k)
-        if hit is not None and hit[0] is not None:
+        if hit is not None and hit[0] is not None:  # most reads: no unpacking (a list for *_)
             return hit[0], self.bounds[k]
+        p0, p1, lo, hi = key[1:5]
         src = self.source.get(k) if hit is not None else None
         if src is not None:
             dk = self.keys.of(src)[0]
@@ -114,7 +116,7 @@ class DecodeCache:
 
     def keep_weight(self, ap: AccessPattern, fp32_pass: Fp32Pass, tile: Latched) -> None:
         """Keep ``tile``, latched from SBUF pattern ``ap``, until those bytes change."""
-        k, p0, p1, lo, hi, *_ = self.keys.of(ap)
+        k, p0, p1, lo, hi = self.keys.of(ap)[:5]
         if k not in self.tiles:  # registered by its bytes, so that forget() finds it
             self.tiles[k] = (None, p0, p1, lo, hi)
             for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
@@ -144,7 +146,7 @@ class DecodeCache:
         if self.source:
             lo, hi = min(lo, self.hull[0]), max(hi, self.hull[1])
         self.hull = (lo, hi)
-        k, p0, p1, lo, hi, *_ = dst
+        k, p0, p1, lo, hi = dst[:5]
         self.source[k] = src[7]
         self.tiles[k] = (None, p0, p1, lo, hi)
         for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
@@ -167,7 +169,7 @@ class DecodeCache:
         :meth:`Keys.of`)."""
         if not self.tiles:
             return
-        _, p0, p1, lo, hi, *_ = dst
+        p0, p1, lo, hi = dst[1:5]
         for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
             for k in list(self.blocks.get(b, ())):
                 _, q0, q1, a, z = self.tiles[k]
@@ -214,7 +216,7 @@ class PendingLoads:
 
     def defer(self, dma: DmaLoad, dst: Key, src: Key) -> None:
         """Keep ``dma`` pending; ``dst`` and ``src`` are its patterns' :meth:`Keys.of`."""
-        k, p0, p1, lo, hi, *_ = dst
+        k, p0, p1, lo, hi = dst[:5]
         old = self.loads.get(k)
         if old is not None:
             self.loads[k] = (dma, *old[1:])
@@ -233,7 +235,7 @@ class PendingLoads:
             self._flush(self.keys.of(ap))
 
     def _flush(self, key: Key) -> None:
-        _, p0, p1, lo, hi, *_ = key
+        p0, p1, lo, hi = key[1:5]
         for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
             for d in list(self.blocks.get(b, ())):
                 got = self.loads.get(d)
