@@ -29,4 +29,15 @@ MUTANTS = (
     Mutant("k_linearity_unchecked", "extrapolate.py",
            " or any(b[x] - a[x] != c[x] - b[x] for x in a)", "", _T,
            "the two increments along K not compared"),
+    Mutant("k_slot_check_skipped", "extrapolate.py",
+           "            raise _SlotBound(i)\n", "            pass\n", _T,
+           "K stand-ins compiled with fewer stationary slots used even where a stationary "
+           "DMA waits for its slot's previous tenant"),
+    Mutant("k_slot_check_wrong_window", "extrapolate.py",
+           "ins.dst.offset < window:", "ins.dst.offset >= window:", _T,
+           "the slot check looks at the moving tiles' DMAs instead of the stationary ones"),
+    Mutant("dep_led_never_listed", "timing/core.py",
+           "        if fifo_op < 0 and db >= 0 and self.dep_led is not None:\n",
+           "        if fifo_op < -1 and db >= 0 and self.dep_led is not None:\n", _T,
+           "the scheduler never lists a transfer placed by its dependencies"),
 )

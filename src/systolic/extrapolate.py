@@ -32,6 +32,47 @@ and each stationary tile once per chunk, so the moving tiles of an M tile stay r
 tiles; ``k0`` (at least ``K_SLICE``) is the fewest K tiles in the product's own regime.
 ``tests/test_extrapolate_k.py`` checks it against the full schedule in both regimes.
 
+A product whose stationary tiles thrash (more K tiles than the compiler's stationary slots
+S, 224 for trn2 bf16) would need stand-ins of more than S K tiles, as costly as its M
+slice. Its K stand-ins are instead compiled with S' = k0 - 1 stationary slots
+(``lower(..., _stat_slots=)``; ``k0`` as above with the moving slots' regime only, at least
+``K_SLICE``), so that they thrash too; the product is as it would be compiled with S' slots
+when, in that compile's schedule, no stationary slot's previous tile sets when the DMA of
+the slot's next tile may start. Why (``_k_fewer_slots``, ``_check_slots``):
+
+* With every stationary access a miss (LRU over a cycle longer than the slots), S and S'
+  slots give the same instructions but for the SBUF offset of each stationary tile
+  (tested): every tile is DMAed, latched by a LoadStationary (the DMA's write drops the
+  latched copy) and used by its chunk's MatMuls; the LRU puts the j-th stationary DMA
+  into the slot of the (j - S)-th (of the (j - S')-th with S'; for j < S, resp. S', it is
+  the slot's first tenant). The costs do not depend on offsets (timing/dma.py, the Tensor Engine
+  model never reads them), and nothing but these DMAs and LoadStationaries touches the
+  stationary window, so the only difference in the whole-core scheduler's input is each
+  stationary DMA's dependencies (timing/deps.py: the previous tenant's DMA, WAW, and
+  LoadStationary, WAR; a LoadStationary's only dependency, RAW, is its own tile's DMA).
+* The scheduler (timing/core.py) places an op from ``max(its dependencies' ends + latency,
+  the end of the last transfer of its DMA queue on its engines)`` (+ the fixed DMA
+  latency) on timelines and a FIFO state made by earlier ops alone. LoadStationaries run
+  one after another in program order (timing/pe.py ``load_step``: a load starts after the
+  previous one ends), and a tile's DMA ends before its LoadStationary starts, so the
+  tenant S back ends no later than the tenant S' back: with S slots a stationary DMA's
+  dependencies end no later (latency 0 from the Tensor and DMA queues to a DMA queue).
+  If with S' its queue, not its dependencies, set that start (``time_prefixes(...,
+  dep_led=)`` does not list it: a tie counts as set by them), the start is the same with
+  S, and so are its placement and its critical-path record; by induction over the ops in
+  program order, every op's start, end and record, and so every figure, is the same.
+* ``_from_slice`` makes the check on each stand-in's slice schedule and raises
+  ``_SlotBound`` when a stationary DMA is listed; ``_k_reduced`` then (or when those
+  stand-ins are not steady or do not extrapolate) times the product as before this path
+  existed. The gap: the check is made on the stand-ins' schedules, not on the product's
+  (compiled with S'), which is never built; it is carried to the product by the same
+  regularity the K extrapolation already relies on (every K tile adds the same ops, the
+  slices repeat op for op, the increments agree). tests/test_extrapolate_k.py compares
+  such products with their full schedules, and the schedules with S and S' slots op for
+  op. The check is sufficient, not necessary: where a stationary DMA is bound by its slot
+  (the DMAs run ahead of a PE-bound product), a DMA's start moves with S, though in the
+  cases tried no figure did.
+
 Along N the same argument holds chunk by chunk (compiler/schedule.py: the N tiles of an M
 tile are taken in chunks of half the PSUM banks, each chunk a K loop then its read-outs, the
 chunks' banks alternating). A product of many chunks is timed from three stand-ins with
@@ -63,7 +104,7 @@ from .compiler import Lowered, MatmulSpec, lower
 from .compiler.codegen import DenseState
 from .compiler.tiling import check_size, matmul_count, tile
 from .errors import ShapeError, SystolicError
-from .isa import OPCODES, Program, ReadOut
+from .isa import OPCODES, DmaLoad, Program, ReadOut, Space
 from .timing.core import CoreTiming, time_prefixes
 from .timing.tensor_engine import ComputeCosts, Kind, Schedule
 from .views.report import Report, _breakdown_units, build_report
@@ -168,16 +209,63 @@ def _k_spec(spec: MatmulSpec, arch: Arch, k: int) -> MatmulSpec:
     return dataclasses.replace(spec, k=spec.k - (kt - k) * ks[0].size)
 
 
+def _k_fewer_slots(spec: MatmulSpec, arch: Arch) -> tuple[int, int] | None:
+    """(K tiles of the smallest K stand-in, stationary slots of their compile) when the
+    product's stationary tiles thrash the compiler's stationary slots and its K stand-ins
+    may be compiled with fewer slots (module docstring), else None."""
+    plan = tile(spec, arch)
+    ks = plan.k_tiles
+    kt = len(ks)
+    if kt < 2 * K_SLICE or any((k.size, k.perf_mode) != (ks[0].size, ks[0].perf_mode)
+                               for k in ks[:-1]):
+        return None
+    caps = _caps(arch, plan)
+    if kt <= caps[0]:  # the stationary tiles of a chunk fit: today's K stand-ins
+        return None
+    nt = len(plan.n_tiles)
+    # the moving slots' regime as in _k_start; the stand-ins' own stationary slots are one
+    # fewer than their K tiles, so that they thrash too
+    k0 = max(K_SLICE, caps[1] // nt + 1 if kt * nt > caps[1] else 0)
+    if k0 - 1 >= caps[0] or kt < 2 * k0:
+        return None
+    return k0, k0 - 1
+
+
+class _SlotBound(Exception):
+    """A K stand-in compiled with fewer stationary slots placed a stationary tile's DMA
+    where its slot's previous tile let it start (module docstring): not timed that way."""
+
+
 def _k_reduced(spec: MatmulSpec, arch: Arch, mt: int,
                label: MatmulSpec | None = None) -> _Slice | None:
+    few = _k_fewer_slots(spec, arch)
+    if few is not None:
+        try:
+            got = _k_stand_ins(spec, arch, mt, label, few[0], few[1])
+        except _SlotBound:
+            got = None
+        if got is not None:
+            return got
+    # the product's own slots (the stationary tiles fit, or the stand-ins with fewer slots
+    # did not time it)
     k0 = _k_start(spec, arch)
     if k0 is None:
         return None
+    return _k_stand_ins(spec, arch, mt, label, k0, None)
+
+
+def _k_stand_ins(spec: MatmulSpec, arch: Arch, mt: int, label: MatmulSpec | None, k0: int,
+                 stat_slots: int | None) -> _Slice | None:
+    """``spec`` from its K stand-ins of ``k0``, ``k0 + 1`` and ``k0 + 2`` K tiles, compiled
+    with ``stat_slots`` stationary slots (None: the compiler's own), or None. Raises
+    _SlotBound when a stand-in with ``stat_slots`` fails the slot check."""
     kt = len(tile(spec, arch).k_tiles)
     sizes = (k0, k0 + 1, k0 + 2)
     got = []
     for k in sizes:
-        sl = _m_slices(_k_spec(spec, arch, k), arch, mt, label=label or spec)
+        sub = _k_spec(spec, arch, k)
+        sl = (_m_slices(sub, arch, mt, label=label or spec) if stat_slots is None else
+              _m_slices(sub, arch, mt, label=label or spec, stat_slots=stat_slots))
         if sl is None:
             return None
         got.append(sl)
@@ -242,7 +330,9 @@ def _n_start(spec: MatmulSpec, arch: Arch) -> int | None:
 
 def _cost(spec: MatmulSpec, arch: Arch) -> int:
     """MatMuls scheduled to time ``spec`` from its K stand-ins or its M slice (the slices
-    of 3 M tiles; an estimate, to choose between the levels)."""
+    of 3 M tiles; an estimate, to choose between the levels). It counts the stand-ins of
+    the product's own slots (_k_start), not those of _k_fewer_slots: the N level is chosen
+    as before that path, which then times each stand-in it can."""
     plan = tile(spec, arch)
     per_k = 3 * len(plan.n_tiles)
     k0 = _k_start(spec, arch)
@@ -363,14 +453,18 @@ def _shifted(ct: CoreTiming, cuts: tuple[int, ...]) -> bool:
 
 
 def _from_slice(spec: MatmulSpec, arch: Arch, mt: int, j: int,
-                label: MatmulSpec | None = None) -> _Slice | None:
+                label: MatmulSpec | None = None, stat_slots: int | None = None
+                ) -> _Slice | None:
     """The quantities of ``spec`` from a slice of ``j`` of its ``mt`` M tiles, or None when
     the slice is not steady. ``label`` is the product the report names (its format and peak:
-    the full product when ``spec`` is its K-reduced stand-in)."""
+    the full product when ``spec`` is its K-reduced stand-in). ``stat_slots``: compiled with
+    that many stationary slots, the slot check made (raises _SlotBound; module docstring)."""
     plan = tile(spec, arch)
     m_slice = (j - 1) * arch.cols + plan.m_tiles[-1].size
     sspec = dataclasses.replace(spec, m=m_slice)
-    low = lower(sspec, arch, check=False)  # the compiler's own code: verified on full runs
+    # the compiler's own code: verified on full runs
+    low = (lower(sspec, arch, check=False) if stat_slots is None else
+           lower(sspec, arch, check=False, _stat_slots=stat_slots))
     prog = low.program
     cuts = _blocks(prog, sspec, arch, low.layout.out_offset, plan.acc_itemsize)
     if len(cuts) != j:
@@ -382,8 +476,11 @@ def _from_slice(spec: MatmulSpec, arch: Arch, mt: int, j: int,
     # no what-if re-runs: a prefix's what-if latencies would each need their own re-run,
     # and the extrapolated timing leaves them out (``what_if`` empty) rather than report
     # the slice's
+    led: list[int] | None = None if stat_slots is None else []
     cts = time_prefixes(prog, arch, (*full_cuts, len(prog)), fmt=sl.fmt,
-                        perf_mode=sl.perf_mode, what_if=False)
+                        perf_mode=sl.perf_mode, what_if=False, dep_led=led)
+    if led:
+        _check_slots(prog, arch, plan, led)
     sch = sl.schedule
     counts = [_counts(prog, c) for c in full_cuts]
     pre = [{**_core_numbers(ct), **_pe_prefix(sch, c, pack), **n}
@@ -427,14 +524,28 @@ def _assemble(s: _Slice) -> Report:
         program=None, slice_tiles=s.tiles, slice_k_tiles=s.k_tiles)
 
 
+def _check_slots(prog: Program, arch: Arch, plan: Any, led: list[int]) -> None:
+    """Raise _SlotBound when a DmaLoad into a stationary slot is among ``led``, the
+    transfers whose dependencies set their placement's start (time_prefixes' dep_led): a
+    stationary slot's only dependencies are its previous tile's DmaLoad and LoadStationary
+    (module docstring)."""
+    window = DenseState.for_plan(arch, plan).mov.base  # the stationary window's end
+    instructions = prog.instructions
+    for i in led:
+        ins = instructions[i]
+        if type(ins) is DmaLoad and ins.dst.space is Space.SBUF and ins.dst.offset < window:
+            raise _SlotBound(i)
+
+
 def _m_slices(spec: MatmulSpec, arch: Arch, mt: int,
-              label: MatmulSpec | None = None) -> _Slice | None:
+              label: MatmulSpec | None = None, stat_slots: int | None = None
+              ) -> _Slice | None:
     """The first steady slice of 3 (or 4, a ragged last tile) M tiles, growing by two up to
-    MAX_SLICE, or None."""
+    MAX_SLICE, or None (``stat_slots``: _from_slice's)."""
     full_last = tile(spec, arch).m_tiles[-1].size == arch.cols
     j = 3 if full_last else 4
     while j <= min(MAX_SLICE, mt - 1):
-        got = _from_slice(spec, arch, mt, j, label)
+        got = _from_slice(spec, arch, mt, j, label, stat_slots)
         if got is not None:
             return got
         j += 2

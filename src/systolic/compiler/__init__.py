@@ -62,8 +62,15 @@ def _check_mx(spec: MatmulSpec, arch: Arch) -> None:
         raise ArchError("the MX path has no perf mode (seed 000); use perf_mode none")
 
 
-def lower(spec: MatmulSpec, arch: Arch, *, check: bool = True) -> Lowered:
+def lower(spec: MatmulSpec, arch: Arch, *, check: bool = True,
+          _stat_slots: int | None = None) -> Lowered:
     """Lower ``spec`` for ``arch``; the Program is verified unless ``check`` is False.
+
+    ``_stat_slots`` (private, dense formats only) gives the dense codegen that many SBUF
+    slots for stationary tiles instead of a quarter of SBUF's worth
+    (:meth:`~systolic.compiler.codegen.DenseState.for_plan`): systolic.extrapolate times
+    the K stand-ins of a product whose stationary tiles thrash that cache from a compile
+    whose stand-ins thrash it too (its module docstring says when that is exact).
 
     Raises :class:`~systolic.errors.ShapeError` for a product past :data:`MAX_MATMULS`
     (before any tile is built) and :class:`~systolic.errors.ArchError` for an MX format on an
@@ -71,11 +78,16 @@ def lower(spec: MatmulSpec, arch: Arch, *, check: bool = True) -> Lowered:
     mx = is_mx(spec)
     if mx:
         _check_mx(spec, arch)
+        if _stat_slots is not None:
+            raise ValueError("_stat_slots applies to the dense codegen only")
     check_size(spec, arch)
     plan = tile(spec, arch)
     steps = order_for_reuse(plan, arch)
     steps = mark_group_ends(steps, plan)
-    insts, layout = CODEGEN[mx](arch, plan, steps)
+    if _stat_slots is None:
+        insts, layout = CODEGEN[mx](arch, plan, steps)
+    else:
+        insts, layout = codegen.emit(arch, plan, steps, stat_slots=_stat_slots)
     program = Program(insts)
     if check:
         # imported here: a caller that passes check=False (systolic.matmul, the matmul

@@ -290,13 +290,23 @@ class DenseState:
         return _shared(self.patterns, space, partitions, offset, dims, dtype, partition_step)
 
     @classmethod
-    def for_plan(cls, arch: Arch, plan: TilePlan) -> DenseState:
+    def for_plan(cls, arch: Arch, plan: TilePlan, *, stat_slots: int | None = None
+                 ) -> DenseState:
+        """The state for ``plan``: a quarter of SBUF for stationary tiles, the rest for
+        moving ones. ``stat_slots`` (private: systolic.extrapolate's K stand-ins) uses only
+        that many stationary slots, the first of the window (at least 2, at most the
+        window's); nothing else changes: the moving window, the slot size and the keys."""
         isz = plan.itemsize
         fold = max(k.fold for k in plan.k_tiles)
         stat_slot = align(fold * arch.cols * isz)
         mov_slot = align(fold * max(n.size for n in plan.n_tiles) * isz)
         stat_window = arch.sbuf_bytes // 4
-        return cls(SlotCache(0, stat_slot, max(2, stat_window // stat_slot)),
+        count = max(2, stat_window // stat_slot)
+        if stat_slots is not None:
+            if not 2 <= stat_slots <= count:
+                raise ValueError(f"stat_slots must be 2 .. {count}, not {stat_slots}")
+            count = stat_slots
+        return cls(SlotCache(0, stat_slot, count),
                    SlotCache(stat_window, mov_slot,
                              max(2, (arch.sbuf_bytes - stat_window) // mov_slot)),
                    patterns=_PATTERNS)
@@ -379,11 +389,12 @@ def _moving(st: DenseState, plan: TilePlan, lay: Layout, k: KTile, n: Span
     return sb, None
 
 
-def emit(arch: Arch, plan: TilePlan, steps: list[Step | ReadStep]
-         ) -> tuple[list[Instruction], Layout]:
-    """Pass 4 for the dense formats: the instructions of ``steps`` and the DRAM layout."""
+def emit(arch: Arch, plan: TilePlan, steps: list[Step | ReadStep], *,
+         stat_slots: int | None = None) -> tuple[list[Instruction], Layout]:
+    """Pass 4 for the dense formats: the instructions of ``steps`` and the DRAM layout
+    (``stat_slots``: :meth:`DenseState.for_plan`'s, private)."""
     lay = plan_layout(plan)
-    st = DenseState.for_plan(arch, plan)
+    st = DenseState.for_plan(arch, plan, stat_slots=stat_slots)
     out: list[Instruction] = []
     spec = plan.spec
     for step in steps:

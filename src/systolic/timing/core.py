@@ -159,18 +159,26 @@ def time_program(program: Program, arch: Arch | str, *, fmt: str | None = None,
 
 def time_prefixes(program: Program, arch: Arch | str, cuts: tuple[int, ...], *,
                   fmt: str | None = None, perf_mode: str | None = None,
-                  schedule: str = "list", what_if: bool = True) -> list[CoreTiming]:
+                  schedule: str = "list", what_if: bool = True,
+                  dep_led: list[int] | None = None) -> list[CoreTiming]:
     """One schedule of ``program``, summarised for each prefix ``program[:cut]``.
 
     Every decision depends only on earlier instructions, so the prefix's summary is exactly
     what :func:`time_program` gives for the prefix alone (tested); extrapolating a long
-    regular program from its first blocks uses this (systolic.extrapolate)."""
+    regular program from its first blocks uses this (systolic.extrapolate).
+
+    ``dep_led``, when given, gets the instruction index of every transfer whose
+    dependencies set the time its placement starts from: it has dependencies and no
+    earlier transfer of its DMA queue on its engines ends later than they let it start
+    (a tie counts as set by them). A transfer not listed would be placed the same with
+    dependencies that end no later (systolic.extrapolate's K stand-ins check this)."""
     if schedule not in SCHEDULES:
         raise SystolicError(f"schedule must be one of {', '.join(SCHEDULES)}, not "
                             f"{schedule!r}")
     with paused():  # ints in lists and a few objects per region, none cyclic
         arch = get_arch(arch)
         sch = _Scheduler(arch, schedule, what_if)
+        sch.dep_led = dep_led
         sch.run(program, cuts)
         if fmt is None:
             fmt, mode = _program_format(program)
@@ -291,6 +299,9 @@ class _Scheduler:
         # (macs2, DMA bytes, HBM bytes) after the first ``cut`` instructions, for each cut
         # run() was given
         self.totals: dict[int, tuple[int, int, int]] = {0: (0, 0, 0)}
+        # the transfers whose dependencies set their placement's start (time_prefixes'
+        # dep_led), when asked for
+        self.dep_led: list[int] | None = None
 
     # -- helpers ----------------------------------------------------------------------
     def _reg(self, ap: AccessPattern) -> int:
@@ -553,6 +564,8 @@ class _Scheduler:
                 if fends[e] > t:
                     t, fifo_op = fends[e], fops[e]
         fifo_t = t
+        if fifo_op < 0 and db >= 0 and self.dep_led is not None:
+            self.dep_led.append(i)  # its dependencies, not its queue, set fifo_t
         # the engines' timelines, a run of engines sharing one timeline as one: fitting a
         # timeline again right after fitting it (or its twin) moves nothing
         one = self.dma_one
