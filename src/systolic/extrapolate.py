@@ -177,23 +177,32 @@ def _preset(arch: Arch) -> bool:
 def _k_start(spec: MatmulSpec, arch: Arch) -> int | None:
     """The K tiles of the smallest K stand-in (module docstring), or None when ``spec`` is
     not timed from K stand-ins."""
-    plan = tile(spec, arch)
-    ks = plan.k_tiles
-    kt = len(ks)
-    if kt < 2 * K_SLICE or any((k.size, k.perf_mode) != (ks[0].size, ks[0].perf_mode)
-                               for k in ks[:-1]):
+    got = _k_regular(spec, arch)
+    if got is None:
         return None
-    # the SBUF tile caches must behave alike (module docstring): the moving tiles of one M
-    # tile fit (hits from the second M tile on) or not (LRU over a cycle: every access a
-    # miss), and likewise the stationary tiles of one M tile across its chunks
-    caps = _caps(arch, plan)
-    nt = len(plan.n_tiles)
+    kt, caps, nt = got
     # the fewest K tiles in the product's regime: past a cache's capacity if it is
     k0 = max(K_SLICE, caps[0] + 1 if kt > caps[0] else 0,
              caps[1] // nt + 1 if kt * nt > caps[1] else 0)
     if kt < 2 * k0:  # the stand-ins would cost about as much as the M slice
         return None
     return k0
+
+
+def _k_regular(spec: MatmulSpec, arch: Arch) -> tuple[int, tuple[int, int], int] | None:
+    """(K tiles, :func:`_caps`, N tiles) of a product with at least 2 K_SLICE K tiles all
+    alike but the last, else None (not timed from K stand-ins). The SBUF tile caches must
+    behave alike in the stand-ins and the product (module docstring): the moving tiles of
+    one M tile fit (hits from the second M tile on) or not (LRU over a cycle: every access
+    a miss), and likewise the stationary tiles of one M tile across its chunks; the callers
+    choose the stand-ins' K tiles from these counts."""
+    plan = tile(spec, arch)
+    ks = plan.k_tiles
+    kt = len(ks)
+    if kt < 2 * K_SLICE or any((k.size, k.perf_mode) != (ks[0].size, ks[0].perf_mode)
+                               for k in ks[:-1]):
+        return None
+    return kt, _caps(arch, plan), len(plan.n_tiles)
 
 
 def _caps(arch: Arch, plan: Any) -> tuple[int, int]:
@@ -213,16 +222,12 @@ def _k_fewer_slots(spec: MatmulSpec, arch: Arch) -> tuple[int, int] | None:
     """(K tiles of the smallest K stand-in, stationary slots of their compile) when the
     product's stationary tiles thrash the compiler's stationary slots and its K stand-ins
     may be compiled with fewer slots (module docstring), else None."""
-    plan = tile(spec, arch)
-    ks = plan.k_tiles
-    kt = len(ks)
-    if kt < 2 * K_SLICE or any((k.size, k.perf_mode) != (ks[0].size, ks[0].perf_mode)
-                               for k in ks[:-1]):
+    got = _k_regular(spec, arch)
+    if got is None:
         return None
-    caps = _caps(arch, plan)
+    kt, caps, nt = got
     if kt <= caps[0]:  # the stationary tiles of a chunk fit: today's K stand-ins
         return None
-    nt = len(plan.n_tiles)
     # the moving slots' regime as in _k_start; the stand-ins' own stationary slots are one
     # fewer than their K tiles, so that they thrash too
     k0 = max(K_SLICE, caps[1] // nt + 1 if kt * nt > caps[1] else 0)
