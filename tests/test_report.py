@@ -23,7 +23,8 @@ from systolic.arch import get_arch
 from systolic.compiler import MatmulSpec, lower
 from systolic.geometry import interval_union as _merge
 from systolic.isa import PerfMode, Program
-from systolic.views.report import CAUSES, build_report, report_fields, timeline_svg
+from systolic.views.notebook import timeline_svg
+from systolic.views.report import CAUSES, build_report, report_fields
 
 
 def report_of(spec: MatmulSpec, arch=TRN2):

@@ -149,7 +149,7 @@ class MatmulResult:
                 f"out {self.out.shape} {self.out.dtype}; {counts}>")
 
     def _repr_html_(self) -> str:
-        from .views.report import result_html
+        from .views.notebook import result_html
 
         return result_html(self)
 

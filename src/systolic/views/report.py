@@ -41,7 +41,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..arch import Arch, get_arch
-from ..geometry import interval_union
 from ..isa import MatMul, MatmultMx, Program
 from ..timing.core import CAUSES as CORE_CAUSES
 from ..timing.core import CoreTiming, time_program
@@ -50,10 +49,9 @@ from ..timing.tensor_engine import Cause, Schedule, schedule
 if TYPE_CHECKING:
     from fractions import Fraction
 
-    from ..api import MatmulResult
     from ..compiler import MatmulSpec
 
-__all__ = ["CAUSES", "FIELDS", "Report", "build_report", "report_fields", "result_html"]
+__all__ = ["CAUSES", "FIELDS", "Report", "build_report", "report_fields"]
 
 # Breakdown keys, in display order, with their labels.
 CAUSES: dict[str, str] = {
@@ -392,71 +390,3 @@ def report_fields(report: Report) -> dict[str, Any]:
     """The keys ``systolic matmul --json`` merges (:data:`FIELDS`)."""
     d = report.to_dict()
     return {k: d[k] for k in FIELDS}
-
-
-_SVG_COLOURS = {"tensor": "#0072b2", "vector": "#009e73", "scalar": "#cc79a7",
-                "gpsimd": "#e69f00"}
-_DMA_COLOUR = "#d55e00"
-
-
-def timeline_svg(core: CoreTiming, width: int = 720, bins: int = 360) -> str:
-    """An inline-SVG timeline of the whole core: the profile's rows (Tensor (LDWEIGHTS),
-    TensorMatrix (MATMUL), Vector, Scalar, GpSimd, the DMA queues; idle rows left out), the
-    same rows as the trace and ``--timeline`` (:mod:`systolic.views.profile_rows`).
-
-    Up to ``bins`` intervals per row are drawn as they are (at least half a pixel wide); more
-    are drawn as ``bins`` columns shaded by the fraction of the column the row is busy."""
-    import html  # see Report.exact_breakdown (issue 20)
-
-    from .profile_rows import profile_rows
-
-    rows = [r for r in profile_rows(core) if len(r.ops)]
-    span = max(core.latency, 1)
-    left, lane = 150, 22
-    scale = (width - left) / span
-    us = 1e6 / core.tick_hz
-    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' "
-             f"height='{lane * len(rows) + 18}' font-family='sans-serif' font-size='11'>"]
-    for r, row in enumerate(rows):
-        y = r * lane + 2
-        colour = "#56b4e9" if row.what == "LDWEIGHTS" else _SVG_COLOURS.get(row.queue,
-                                                                             _DMA_COLOUR)
-        parts.append(f"<text x='2' y='{y + 14}'>{html.escape(row.label)}</text>")
-        lo, hi = interval_union(row.starts, row.ends)
-        if len(lo) <= bins:
-            parts.extend(f"<rect x='{left + a * scale:.2f}' y='{y}' "
-                         f"width='{max((b - a) * scale, 0.5):.2f}' height='{lane - 6}' "
-                         f"fill='{colour}'><title>{html.escape(row.label)} "
-                         f"{a * us:,.3f}-{b * us:,.3f} us</title></rect>"
-                         for a, b in zip(lo.tolist(), hi.tolist(), strict=True))
-            continue
-        edges = np.linspace(0, span, bins + 1)
-        covered = np.concatenate([[0], np.cumsum(hi - lo)])
-        busy = np.diff(_covered_before(edges, lo, hi, covered)) / np.diff(edges)
-        w = (width - left) / bins
-        parts.extend(f"<rect x='{left + j * w:.2f}' y='{y}' width='{w:.2f}' "
-                     f"height='{lane - 6}' fill='{colour}' fill-opacity='{f:.2f}'/>"
-                     for j, f in enumerate(busy.tolist()) if f > 0.005)
-    parts.append(f"<text x='{left}' y='{lane * len(rows) + 14}'>0</text>"
-                 f"<text x='{width - 4}' y='{lane * len(rows) + 14}' text-anchor='end'>"
-                 f"{core.latency_us:,.2f} us</text></svg>")
-    return "".join(parts)
-
-
-def _covered_before(t: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                    covered: np.ndarray) -> np.ndarray:
-    """Busy length in [0, t) of disjoint sorted intervals, for each t."""
-    k = np.searchsorted(lo, t, side="right")  # intervals starting before t
-    prev = np.maximum(k - 1, 0)
-    inside = np.where(k > 0, np.clip(t - lo[prev], 0, hi[prev] - lo[prev]), 0)
-    return covered[prev] * (k > 0) + inside
-
-
-def result_html(result: MatmulResult) -> str:
-    """Notebook view of a :class:`~systolic.api.MatmulResult`: report table and the
-    whole-core timeline."""
-    import html  # see Report.exact_breakdown (issue 20)
-
-    rep = result.report
-    return (f"<div><p><code>{html.escape(repr(result))}</code></p>{rep.to_html()}"
-            f"{timeline_svg(rep.core)}</div>")
