@@ -140,6 +140,20 @@ def k(a):
 '''
 
 
+@pytest.mark.parametrize(("mask", "made"), [("False", False), ("True", True)])
+def test_a_transpose_under_a_mask_of_nothing_is_not_made(tmp_path, mask, made) -> None:
+    # mask=False selects nothing: no instruction (as every masked call; it was ignored)
+    body = VECTOR_TRANSPOSE.replace(
+        "    tt = nl.ndarray((F, P), dtype=a.dtype, buffer=nl.sbuf)\n",
+        "    tt = nl.zeros((F, P), dtype=a.dtype, buffer=nl.sbuf)\n").replace(
+        "engine=nisa.vector_engine)", f"engine=nisa.vector_engine, mask={mask})")
+    a = np.arange(1, 65, dtype=np.float32).reshape(8, 8)
+    out = _run(tmp_path, body, a)
+    np.testing.assert_array_equal(out, a.T if made else np.zeros_like(a))
+    rec = _rec(tmp_path, body, ["fp32[8,8]"])
+    assert any(isinstance(i, Transpose) for i in rec.program) == made
+
+
 @pytest.mark.parametrize("shape", [(32, 2), (32, 32), (5, 17)])
 def test_vector_transpose_moves_bits_and_costs_max_min_ii_n(tmp_path, shape) -> None:
     a = np.random.default_rng(5).normal(0, 1, shape).astype(np.float32)

@@ -212,5 +212,5 @@ def test_a_partial_mask_on_a_gather_is_refused_not_ignored() -> None:
     """Before, the mask was checked and dropped: every partition was gathered."""
     data = np.zeros((32, 64), np.float32)
     idx = np.zeros((32, 10), np.uint32)
-    with pytest.raises(SystolicError, match="mask= that leaves out elements"):
+    with pytest.raises(SystolicError, match="a mask that leaves out part of the tile"):
         simulate_kernel(_gather_masked, data, idx)

@@ -347,7 +347,7 @@ def _bad(call: str):
     ("nisa.tensor_copy_dynamic_dst(t[ix, o[0, 0] + iy], src[ix, iy])", "must be an SBUF or PSUM"),
     ("nisa.tensor_copy_dynamic_dst(t[ix, o[0, 0] + iy])", "missing argument(s) src"),
     ("nisa.tensor_copy_dynamic_dst(t[ix, o[0, 0] + iy], s[ix, iy], mask=(ix < 64))",
-     "mask= that leaves out elements"),
+     "a mask that leaves out part of the tile"),
     ("nisa.tensor_copy_dynamic_dst(t[ix, o[0, 0] + iy], s[ix, iy], fancy=1)",
      "fancy not modelled"),
     ("nisa.tensor_copy(t[ix, o[0, 0] + iy], s[ix, iy])", "destination of "
@@ -359,6 +359,18 @@ def test_bad_calls_are_one_line_errors(call: str, message: str) -> None:
         simulate_kernel(_bad(call), src, np.zeros((1, 2), np.int32))
     assert message in str(e.value), str(e.value)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize(("mask", "copied"), [("False", False), ("True", True),
+                                               ("(ix < 128)", True)])
+def test_a_mask_of_all_or_nothing_copies_all_or_nothing(mask: str, copied: bool) -> None:
+    # a mask that selects nothing makes no instruction (nki/index.py check_mask), as for
+    # every masked call; one that selects everything is no mask. Before, False was refused
+    # as a partial mask
+    call = f"nisa.tensor_copy_dynamic_dst(t[ix, o[0, 0] + iy], s[ix, iy], mask={mask})"
+    got = simulate_kernel(_bad(call), np.ones((128, 8), np.float32), np.zeros((1, 2), np.int32))
+    assert bool((got[:, 0] == 1).all()) == copied
+    assert not got[:, 1:].any()
 
 
 def test_psum_destination_on_the_vector_engine() -> None:

@@ -21,7 +21,7 @@ from ..isa import AluOp, Engine
 from .calls import RecordFn, current_api, emit, take
 from .index import check_mask, whole
 from .lazy import LazyKind, Pending
-from .mask import applying
+from .mask import NOT_CUT, applying, whole_only
 from .opkind import (
     DynamicCopyArgs,
     DynamicCopyDstArgs,
@@ -88,9 +88,7 @@ def local_gather(*args: Any, **kw: Any) -> Pending | None:
     (GpSimd)."""
     where = here()
     what = "local_gather"
-    if check_mask(kw.pop("mask", None), what, where) is not None:
-        raise fail(f"{what}: mask= is not modelled (its index tile is refused anyway)",
-                   where)
+    m = whole_only(check_mask(kw.pop("mask", None), what, where), what, where, NOT_CUT)
     a = take(args, kw, ("src_buffer", "index", "num_elem_per_idx", "num_valid_indices",
                         "dst"), what, where, 2)
     src, idx = as_view(a["src_buffer"]), as_view(a["index"])
@@ -110,7 +108,8 @@ def local_gather(*args: Any, **kw: Any) -> Pending | None:
                    f"one core's 16 partitions, at most 4096), not {valid!r}", where)
     if idx.dtype.nki != "uint16":
         raise fail(f"{what} index must be a uint16 tile (NKI docs), not {idx.dtype}", where)
-    args_ = {"src": a["src_buffer"], "index": a["index"], "k": int(k), "valid": int(valid)}
+    args_ = {"src": a["src_buffer"], "index": a["index"], "k": int(k), "valid": int(valid),
+             "mask": m}
     return emit(LazyKind.LOCAL_GATHER, a.get("dst"), args_, where, _record_local_gather)
 
 
@@ -224,7 +223,7 @@ def tensor_copy_dynamic_src(*args: Any, **kw: Any) -> Pending | None:
     nki.isa.tensor_copy_dynamic_src)."""
     where = here()
     what = "tensor_copy_dynamic_src"
-    _no_partial_mask(kw, what, where)
+    m = whole_only(check_mask(kw.pop("mask", None), what, where), what, where, NOT_CUT)
     kw.pop("name", None)
     eng = kw.pop("engine", None)
     if current_api(args, kw, 2, at=1):  # (dst, src); the older (src, dtype) returns a tile
@@ -235,7 +234,8 @@ def tensor_copy_dynamic_src(*args: Any, **kw: Any) -> Pending | None:
     if not isinstance(src, DynamicView):
         raise fail(f"{what}: src is a tile indexed by an offset read from SBUF "
                    f"(x[i_p, offsets[0, i] + i_f])", where)
-    args_ = {"src": src, "dtype": a.get("dtype"), "engine": _copy_engine(eng, what, where)}
+    args_ = {"src": src, "dtype": a.get("dtype"), "engine": _copy_engine(eng, what, where),
+             "mask": m}
     return emit(LazyKind.TENSOR_COPY_DYNAMIC, a.get("dst"), args_, where, _record_dynamic)
 
 
@@ -280,7 +280,7 @@ def tensor_copy_dynamic_dst(*args: Any, **kw: Any) -> None:
     (unsure what the compiler does with a dtype unlike dst's)."""
     where = here()
     what = "tensor_copy_dynamic_dst"
-    _no_partial_mask(kw, what, where)
+    m = whole_only(check_mask(kw.pop("mask", None), what, where), what, where, NOT_CUT)
     eng = kw.pop("engine", None)
     kw.pop("dtype", None)
     a = take(args, kw, ("dst", "src"), what, where, 2)
@@ -297,8 +297,9 @@ def tensor_copy_dynamic_dst(*args: Any, **kw: Any) -> None:
     _on_chip(src, "src", what, where)
     _same_elems(src, w, what, where)
     _gpsimd(e, (src, dst.region), what, where)
-    _add(DynamicCopyDstArgs(e, dst.step, dst.lo, dst.hi), dst.region,
-         (src, dst.offset_tile), where, (w,))
+    with applying(m, what, where):  # False: no instruction
+        _add(DynamicCopyDstArgs(e, dst.step, dst.lo, dst.hi), dst.region,
+             (src, dst.offset_tile), where, (w,))
 
 
 def gather_flattened(*args: Any, **kw: Any) -> Pending | None:
@@ -307,7 +308,7 @@ def gather_flattened(*args: Any, **kw: Any) -> Pending | None:
     nki.language.gather_flattened)."""
     where = here()
     what = "gather_flattened"
-    _no_partial_mask(kw, what, where)
+    m = whole_only(check_mask(kw.pop("mask", None), what, where), what, where, NOT_CUT)
     a = take(args, kw, ("data", "indices", "axis", "dtype"), what, where, 2)
     data, idx = as_view(a["data"]), as_view(a["indices"])
     if a.get("axis") not in (None, 0, -1):
@@ -318,16 +319,8 @@ def gather_flattened(*args: Any, **kw: Any) -> Pending | None:
                    f"{data.partitions} vs {idx.partitions}", where)
     if idx.dtype.fmt not in ("uint32", "int32"):
         raise fail(f"{what}: indices are uint32 (NKI docs), not {idx.dtype}", where)
-    args_ = {"data": a["data"], "indices": a["indices"], "dtype": a.get("dtype")}
+    args_ = {"data": a["data"], "indices": a["indices"], "dtype": a.get("dtype"), "mask": m}
     return emit(LazyKind.GATHER_FLATTENED, None, args_, where, _record_gather_flattened)
-
-
-def _no_partial_mask(kw: dict[str, Any], what: str, where: Where) -> None:
-    """A ``mask=`` that leaves elements out is refused (not ignored): these copies are not
-    cut by mask (nki/mask.py)."""
-    if check_mask(kw.pop("mask", None), what, where) is not None:
-        raise fail(f"{what}: a mask= that leaves out elements is not modelled; index the "
-                   f"tiles to the part to copy", where)
 
 
 def _flattened_tile(a: dict[str, Any], where: Where) -> Tensor:

@@ -10,7 +10,7 @@ from ..isa import ActivationFunc, AluOp
 from . import ops as _isa
 from .direct import pin
 from .index import Expr, Grid, check_mask, reduce_axis, whole
-from .mask import applying, whole_only
+from .mask import TRANSPOSED, applying, whole_only
 from .record import current, fail, here
 from .tensor import LazyKind, NlOp, Pending, Tensor, View, as_view, binary
 from .types import BUFFERS, DTYPE_ALIASES, DTYPES, Buffer, ParDim, TileSize, to_dtype
@@ -235,7 +235,7 @@ def load_transpose2d(src: Any, mask: Any = None, dtype: Any = None, **kw: Any) -
     (nki/transpose.py record_dma_transpose), any dtype."""
     where = here()
     m = whole_only(check_mask(mask, "nl.load_transpose2d", where), "nl.load_transpose2d",
-                   where)
+                   where, TRANSPOSED)
     kw.pop("name", None)
     if kw:
         raise fail(f"nl.load_transpose2d: argument(s) {', '.join(sorted(kw))} not modelled",
@@ -379,7 +379,7 @@ def transpose(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Pending
     from .transpose import transpose_pending
 
     where = here()
-    whole_only(check_mask(mask, "nl.transpose", where), "nl.transpose", where)
+    whole_only(check_mask(mask, "nl.transpose", where), "nl.transpose", where, TRANSPOSED)
     if kw:
         raise fail(f"nl.transpose: argument(s) {', '.join(sorted(kw))} not modelled", where)
     return transpose_pending(x, None, dtype, "sbuf", where)

@@ -44,7 +44,7 @@ from .opkind import IndirectDmaArgs, IotaArgs, OpArgs, OpKind
 from .record import Op, Where, current, fail
 from .tensor import Axis, Outside, View
 
-__all__ = ["applying", "boxes", "split", "whole_only"]
+__all__ = ["NOT_CUT", "TRANSPOSED", "applying", "boxes", "split", "whole_only"]
 
 Box = tuple[tuple[int, int] | None, ...]  # per mask position: [lo, hi), None = all
 
@@ -93,12 +93,19 @@ def _applying(rec: Any, mask: Mask | bool | None, what: str, where: Where
         rec.mask = before
 
 
-def whole_only(mask: Mask | bool | None, what: str, where: Where) -> Mask | bool | None:
-    """A call whose views do not line up with its mask position by position (a transpose):
-    a mask selecting all or nothing, else one line."""
+# why whole_only refuses a partial mask, by the kind of call
+TRANSPOSED = "a transpose's axes do not line up with its result's"
+NOT_CUT = "these copies are not cut by a mask; index the tiles to the part to copy"
+
+
+def whole_only(mask: Mask | bool | None, what: str, where: Where, why: str
+               ) -> Mask | bool | None:
+    """A call whose views a mask does not cut position by position (a transpose, a gather,
+    a dynamic copy): a mask selecting all (None) or nothing (False: the caller makes no
+    instruction, :func:`applying`), else one line saying ``why``."""
     if isinstance(mask, Mask):
         raise fail(f"{what}: a mask that leaves out part of the tile is not modelled here "
-                   f"(a transpose's axes do not line up with its result's)", where)
+                   f"({why})", where)
     return mask
 
 

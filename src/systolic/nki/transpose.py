@@ -34,7 +34,7 @@ from ..isa import ActivationFunc, AluOp, Engine
 from .calls import current_api, named, need, no_extra
 from .index import check_mask
 from .lazy import LazyKind, NlOp
-from .mask import whole_only
+from .mask import TRANSPOSED, applying, whole_only
 from .opkind import IotaArgs, VectorTransposeArgs
 from .ops import (
     _add,
@@ -282,14 +282,15 @@ def nc_transpose(*args: Any, **kw: Any) -> Pending | None:
     Vector). dst[F, P] = data[P, F] (nki/transpose.py)."""
     where = here()
     kw.pop("name", None)
-    whole_only(check_mask(kw.pop("mask", None), "nc_transpose", where), "nc_transpose",
-               where)
+    m = whole_only(check_mask(kw.pop("mask", None), "nc_transpose", where), "nc_transpose",
+                   where, TRANSPOSED)
     eng = kw.pop("engine", None)
     if current_api(args, kw, 2):
-        vals = named(args, kw, ("dst", "data"))
+        vals = named(args, kw, ("dst", "data"), "nc_transpose")
         no_extra(kw, "nc_transpose", where)
         need(vals, ("dst", "data"), "nc_transpose", where)
-        record_transpose(as_view(vals["dst"]), as_view(vals["data"]), eng, where)
+        with applying(m, "nc_transpose", where):  # False: no instruction
+            record_transpose(as_view(vals["dst"]), as_view(vals["data"]), eng, where)
         return None
     data = args[0] if args else kw.pop("data", None)
     dtype = kw.pop("dtype", None)
@@ -310,7 +311,7 @@ def dma_transpose(*args: Any, **kw: Any) -> Pending | None:
         if kw.pop(opt, None) is not None:
             raise fail(f"dma_transpose {opt}= is not modelled", where)
     if current_api(args, kw, 2):
-        vals = named(args, kw, ("dst", "src"))
+        vals = named(args, kw, ("dst", "src"), "dma_transpose")
         no_extra(kw, "dma_transpose", where)
         need(vals, ("dst", "src"), "dma_transpose", where)
         record_dma_transpose(as_view(vals["dst"]), as_view(vals["src"]), where)
