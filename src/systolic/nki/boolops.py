@@ -70,16 +70,13 @@ def and_(first: Any, *rest: Callable[[], Any]) -> Any:
 def or_(first: Any, *rest: Callable[[], Any]) -> Any:
     """``first or rest[0]() or ...`` (Python's rule); a mask joined so is one line."""
     value = first
-    for i, thunk in enumerate(rest):
+    for thunk in rest:
         if isinstance(value, Mask):
             raise fail("masks joined with `or` are not modelled: NKI joins mask "
                        "comparisons with & (or `and`) only")
         if value:
             return value
-        value = thunk()
-        if isinstance(value, Mask) and i + 1 < len(rest):
-            raise fail("masks joined with `or` are not modelled: NKI joins mask "
-                       "comparisons with & (or `and`) only")
+        value = thunk()  # a mask here, with more to come, is refused at the loop's top
     return value
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .lazy import LazyKind
+from .mask import applying
 from .record import Where, fail
 from .tensor import Pending, Tensor, View, as_view
 
@@ -43,7 +44,7 @@ def need(vals: dict[str, Any], names: tuple[str, ...], what: str, where: Where) 
 
 
 def named(args: tuple[Any, ...], kw: dict[str, Any], names: tuple[str, ...],
-          what: str = "this call") -> dict[str, Any]:
+          what: str) -> dict[str, Any]:
     """The call's arguments in ``names``, by position in that order or by keyword (popped
     from ``kw``); the caller reads its options from ``kw`` next, then :func:`no_extra`.
     More positional arguments than ``names`` is one line (they were dropped silently)."""
@@ -77,8 +78,6 @@ def emit(kind: LazyKind, dst: Any, args: dict[str, Any], where: Where,
     in nki/results.py). A ``mask`` in ``args`` (the call's ``mask=``) applies to the record
     here, and a lazy result keeps it to apply when it is written (results.write)."""
     if dst is not None:
-        from .mask import applying
-
         with applying(args.get("mask"), args.get("what") or kind.value, where):
             record(as_view(dst), args, where)
         return None

@@ -75,7 +75,9 @@ class _Loader(importlib.abc.Loader):
 
 
 class NkiFinder(importlib.abc.MetaPathFinder):
-    """Resolves the names of :data:`ALIASES` to the front end; every other name passes."""
+    """Resolves the names of :data:`ALIASES` to the front end and those of ``_SHIMS`` to
+    the framework stand-ins (nki/frameworks.py); refuses neuronxcc's bundled examples
+    (``neuronxcc.nki.docs``) in one line; every other name passes."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None = None,
                   target: types.ModuleType | None = None

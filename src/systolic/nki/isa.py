@@ -115,7 +115,7 @@ def tensor_copy(*args: Any, **kw: Any) -> Pending | None:
     m = check_mask(kw.pop("mask", None), "tensor_copy", where)
     eng = kw.pop("engine", None)
     if len(args) == 2 or "dst" in kw:
-        vals = named(args, kw, ("dst", "src"))
+        vals = named(args, kw, ("dst", "src"), "tensor_copy")
         kw.pop("dtype", None)  # the current API casts to dst's dtype
         no_extra(kw, "tensor_copy", where)
         need(vals, ("dst", "src"), "tensor_copy", where)
@@ -137,7 +137,7 @@ def tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
     eng = kw.pop("engine", None)
     if len(args) == 4 or "dst" in kw:
         names: tuple[str, ...] = ("dst", "data1", "data2", "op")
-        vals = named(args, kw, names)
+        vals = named(args, kw, names, "tensor_tensor")
         kw.pop("dtype", None)
         no_extra(kw, "tensor_tensor", where)
         need(vals, names, "tensor_tensor", where)
@@ -147,7 +147,7 @@ def tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
                                  as_view(vals["data2"]), vals["op"], eng, where)
         return None
     names = ("data1", "data2", "op")
-    vals = named(args, kw, names)
+    vals = named(args, kw, names, "tensor_tensor")
     dtype = kw.pop("dtype", None)
     no_extra(kw, "tensor_tensor", where)
     need(vals, names, "tensor_tensor", where)
@@ -189,7 +189,7 @@ def memset(*args: Any, **kw: Any) -> Tensor | None:
     eng = kw.pop("engine", None)
     m = check_mask(kw.pop("mask", None), "memset", where)
     if (args and isinstance(args[0], tuple | list)) or "shape" in kw:
-        vals = named(args, kw, ("shape", "value", "dtype"))
+        vals = named(args, kw, ("shape", "value", "dtype"), "memset")
         buf = kw.pop("buffer", BUFFERS["sbuf"])
         no_extra(kw, "memset", where)
         need(vals, ("shape", "value", "dtype"), "memset", where)
@@ -202,7 +202,7 @@ def memset(*args: Any, **kw: Any) -> Tensor | None:
         with applying(m, "memset", where):
             record_memset(t.full, value, eng, where)
         return t
-    vals = named(args, kw, ("dst", "value"))
+    vals = named(args, kw, ("dst", "value"), "memset")
     kw.pop("dtype", None)
     no_extra(kw, "memset", where)
     need(vals, ("dst", "value"), "memset", where)
@@ -262,7 +262,7 @@ def _activation(args: tuple[Any, ...], kw: dict[str, Any], reduce: bool) -> Pend
         raise fail("activation_reduce needs reduce_res (a [P, 1] tile)", where)
     if (args and isinstance(args[0], Tensor | View)) or "dst" in kw:
         names: tuple[str, ...] = ("dst", "op", "data")
-        vals = named(args, kw, names)
+        vals = named(args, kw, names, "activation_reduce" if reduce else "activation")
         kw.pop("dtype", None)
         no_extra(kw, "activation", where)
         need(vals, names, "activation", where)
@@ -272,7 +272,7 @@ def _activation(args: tuple[Any, ...], kw: dict[str, Any], reduce: bool) -> Pend
                               extra["reduce_res"])
         return None
     names = ("op", "data")
-    vals = named(args, kw, names)
+    vals = named(args, kw, names, "activation_reduce" if reduce else "activation")
     dtype = kw.pop("dtype", None)
     no_extra(kw, "activation", where)
     need(vals, names, "activation", where)
@@ -292,7 +292,7 @@ def tensor_scalar(*args: Any, **kw: Any) -> Pending | None:
     new_api = current_api(args, kw, 2, at=1)
     names: tuple[str, ...] = (("dst",) if new_api else ()) + (
         "data", "op0", "operand0", "reverse0", "op1", "operand1", "reverse1")
-    vals = named(args, kw, names)
+    vals = named(args, kw, names, "tensor_scalar")
     dtype = kw.pop("dtype", None)
     no_extra(kw, "tensor_scalar", where)
     need(vals, names[:4] if new_api else names[:3], "tensor_scalar", where)
@@ -332,7 +332,7 @@ def tensor_scalar_reduce(*args: Any, **kw: Any) -> Pending | None:
     new_api = current_api(args, kw, 2)
     names: tuple[str, ...] = (("dst",) if new_api else ()) + (
         "data", "op0", "operand0", "reduce_op", "reduce_res", "reverse0")
-    vals = named(args, kw, names)
+    vals = named(args, kw, names, "tensor_scalar_reduce")
     dtype = kw.pop("dtype", None)
     no_extra(kw, what, where)
     need(vals, names[:-1], what, where)
@@ -360,7 +360,7 @@ def tensor_reduce(*args: Any, **kw: Any) -> Pending | None:
     new_api = current_api(args, kw, 1)
     names: tuple[str, ...] = (("dst",) if new_api else ()) + ("op", "data", "axis",
                                                                    "negate", "keepdims")
-    vals = named(args, kw, names)
+    vals = named(args, kw, names, "tensor_reduce")
     dtype = kw.pop("dtype", None)
     no_extra(kw, "tensor_reduce", where)
     need(vals, names[:3] if new_api else names[:2], "tensor_reduce", where)

@@ -56,7 +56,7 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
     m = check_mask(kw.pop("mask", None), "nc_matmul", where)
     if len(args) == 3 or "dst" in kw:
         names: tuple[str, ...] = ("dst", "stationary", "moving")
-        vals = named(args, kw, names)
+        vals = named(args, kw, names, "nc_matmul")
         need(vals, names, "nc_matmul", where)
         pos = _pair(kw.pop("tile_position", ()), "tile_position", where)
         size = _pair(kw.pop("tile_size", ()), "tile_size", where)
@@ -64,16 +64,12 @@ def nc_matmul(*args: Any, **kw: Any) -> Pending | None:
         acc = kw.pop("accumulate", None)
         no_extra(kw, "nc_matmul", where)
         # is_transpose: the PE transpose, the same matmul in transpose mode (nki/lower.py)
-        if m is None and current().mask is None:  # nearly every call: no mask to apply
-            record_matmul(as_view(vals["dst"]), as_view(vals["stationary"]),
-                          as_view(vals["moving"]), acc, pos, size, perf, where, transpose)
-            return None
-        with applying(m, "nc_matmul", where):
+        with applying(m, "nc_matmul", where):  # no mask: a shared no-op
             record_matmul(as_view(vals["dst"]), as_view(vals["stationary"]),
                           as_view(vals["moving"]), acc, pos, size, perf, where, transpose)
         return None
     names = ("stationary", "moving")
-    vals = named(args, kw, names)
+    vals = named(args, kw, names, "nc_matmul")
     need(vals, names, "nc_matmul", where)
     pos = _pair(kw.pop("tile_position", ()), "tile_position", where)
     size = _pair(kw.pop("tile_size", ()), "tile_size", where)

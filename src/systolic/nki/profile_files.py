@@ -31,14 +31,14 @@ from typing import TYPE_CHECKING, Any
 
 from ..artifacts import ArtifactError, check_artifact_path, write_text, wrote_line
 from ..errors import SystolicError
-from .timing import longest_core, time_cores
+from .timing import longest_core, time_cores, timing_fields
 
 if TYPE_CHECKING:
     from ..isa import Program
     from ..timing.core import CoreTiming
     from .build import Recorded
 
-__all__ = ["ProfileOptions", "trace_names", "write_neff",
+__all__ = ["ProfileOptions", "trace_names", "write_benchmark_files", "write_neff",
            "write_profile", "write_report", "write_trace_file"]
 
 TRACE_WHAT = "the model's Perfetto trace: Chrome trace-event JSON, not NTFF"
@@ -71,8 +71,6 @@ def write_neff(program: Program, path: str | Path) -> Path:
 
 def write_report(core: CoreTiming, path: str | Path, kernel: str) -> Path:
     """Write one JSON profile summary (``systolic kernel --json``'s whole-core keys)."""
-    from .timing import timing_fields
-
     body = {"kernel": kernel, "format": REPORT_WHAT, **timing_fields(core)}
     out = write_text(path, json.dumps(body, indent=2) + "\n", "profile summary")
     _say(out, REPORT_WHAT)

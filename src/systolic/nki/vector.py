@@ -287,7 +287,7 @@ def _stats(kind: str, args: tuple[Any, ...], kw: dict[str, Any]) -> Pending | No
     m = check_mask(kw.pop("mask", None), kind, where)
     eng = kw.pop("engine", None)
     if current_api(args, kw, 2):
-        vals = named(args, kw, ("dst", "data"))
+        vals = named(args, kw, ("dst", "data"), kind)
         no_extra(kw, kind, where)
         need(vals, ("dst", "data"), kind, where)
         if eng not in (None, Engine.VECTOR):
@@ -326,13 +326,13 @@ def iota(*args: Any, **kw: Any) -> Pending | None:
     m = check_mask(kw.pop("mask", None), "iota", where)
     kw.pop("engine", None)
     if current_api(args, kw, 2):
-        vals = named(args, kw, ("dst", "expr"))
+        vals = named(args, kw, ("dst", "expr"), "iota")
         no_extra(kw, "iota", where)
         need(vals, ("dst", "expr"), "iota", where)
         with applying(m, "iota", where):
             record_iota(as_view(vals["dst"]), vals["expr"], where)
         return None
-    vals = named(args, kw, ("expr", "dtype"))
+    vals = named(args, kw, ("expr", "dtype"), "iota")
     no_extra(kw, "iota", where)
     need(vals, ("expr", "dtype"), "iota", where)
     p = iota_pending(vals["expr"], vals["dtype"], where)
@@ -347,7 +347,7 @@ def reciprocal(*args: Any, **kw: Any) -> Pending | None:
     kw.pop("name", None)
     m = check_mask(kw.pop("mask", None), "reciprocal", where)
     if current_api(args, kw, 2):
-        vals = named(args, kw, ("dst", "data"))
+        vals = named(args, kw, ("dst", "data"), "reciprocal")
         kw.pop("dtype", None)
         no_extra(kw, "reciprocal", where)
         need(vals, ("dst", "data"), "reciprocal", where)
@@ -374,7 +374,7 @@ def tensor_tensor_scan(*args: Any, **kw: Any) -> Pending | None:
     new_api = current_api(args, kw, 3, at=2)
     names: tuple[str, ...] = (("dst",) if new_api else ()) + (
         "data0", "data1", "initial", "op0", "op1", "reverse0", "reverse1")
-    vals = named(args, kw, names)
+    vals = named(args, kw, names, "tensor_tensor_scan")
     dtype = kw.pop("dtype", None)
     no_extra(kw, "tensor_tensor_scan", where)
     need(vals, names[:6] if new_api else names[:5], "tensor_tensor_scan", where)
@@ -410,7 +410,7 @@ def scalar_tensor_tensor(*args: Any, **kw: Any) -> Pending | None:
     new_api = current_api(args, kw, 2)
     names: tuple[str, ...] = (("dst",) if new_api else ()) + (
         "data", "op0", "operand0", "op1", "operand1", "reverse0", "reverse1")
-    vals = named(args, kw, names)
+    vals = named(args, kw, names, "scalar_tensor_tensor")
     dtype = kw.pop("dtype", None)
     no_extra(kw, what, where)
     need(vals, names[:-2], what, where)
