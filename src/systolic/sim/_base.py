@@ -203,7 +203,7 @@ def dram_rows_overlap(a: AccessPattern, b: AccessPattern) -> bool:
     step = a.partition_step
     if step == b.partition_step:  # the tiles of one matrix: closed form, no arrays
         return _rows_meet(step, a.partitions, b.partitions, blo - ahi, bhi - alo)
-    sa = alo + a.partition_step * np.arange(a.partitions, dtype=np.int64)
+    sa = alo + step * np.arange(a.partitions, dtype=np.int64)
     order = np.argsort(sa, kind="stable")
     sa = sa[order]
     top = np.maximum.accumulate(sa + (ahi - alo))  # the furthest end of a's rows so far

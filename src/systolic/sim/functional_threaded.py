@@ -1,7 +1,7 @@
 """The functional simulator's fast path: the same per-instruction products, on threads.
 
 :func:`run_threaded` gives the bits of :func:`systolic.sim.functional.run_reference` (tests
-check it bit for bit) and is faster in three ways:
+check it bit for bit) and is faster in five ways:
 
 * **Threads own PSUM.** Each MatMul's product and its PSUM add run on the worker that owns
   the destination's PSUM bank (one of the ``workers - 1`` pool threads, bank mod their
@@ -65,6 +65,7 @@ from .products import moving_values, product, split_fp32, stationary_operand, ti
 from .threaded_caches import DecodeCache, Keys, PendingLoads
 
 __all__ = ["default_workers", "run_threaded"]
+
 
 def default_workers() -> int:
     """The calling thread plus one computing thread per core (at most 8), or the calling

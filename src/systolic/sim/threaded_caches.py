@@ -27,6 +27,18 @@ _BLOCK = 1024  # bytes of a partition per decode-cache bucket
 _DRAM_CACHE_BYTES = 256 << 20
 
 
+def _file(blocks: dict[int, set[int]], k: int, lo: int, hi: int) -> None:
+    """File key ``k`` under the 1 KiB blocks its bytes [lo, hi) of a partition touch."""
+    for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
+        blocks.setdefault(b, set()).add(k)
+
+
+def _unfile(blocks: dict[int, set[int]], k: int, lo: int, hi: int) -> None:
+    """Undo :func:`_file`."""
+    for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
+        blocks[b].discard(k)
+
+
 class Keys:
     """Each pattern object of one run, by its ``id``: an int key shared by equal patterns,
     the partitions and bytes it covers in a row, and for a device-memory pattern the bytes
@@ -102,8 +114,7 @@ class DecodeCache:
             bound = blas.max_abs(values)
         if hit is None:
             hit = (values, p0, p1, lo, hi)
-            for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
-                self.blocks.setdefault(b, set()).add(k)
+            _file(self.blocks, k, lo, hi)
         self.tiles[k] = (values, *hit[1:])
         self.bounds[k] = bound
         return values, bound
@@ -119,8 +130,7 @@ class DecodeCache:
         k, p0, p1, lo, hi = self.keys.of(ap)[:5]
         if k not in self.tiles:  # registered by its bytes, so that forget() finds it
             self.tiles[k] = (None, p0, p1, lo, hi)
-            for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
-                self.blocks.setdefault(b, set()).add(k)
+            _file(self.blocks, k, lo, hi)
         self.weights.setdefault(k, {})[fp32_pass] = tile
 
     def _decode_dram(self, src: AccessPattern, dk: int) -> np.ndarray:
@@ -149,8 +159,7 @@ class DecodeCache:
         k, p0, p1, lo, hi = dst[:5]
         self.source[k] = src[7]
         self.tiles[k] = (None, p0, p1, lo, hi)
-        for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
-            self.blocks.setdefault(b, set()).add(k)
+        _file(self.blocks, k, lo, hi)
 
     def dram_written(self, lo: int, hi: int) -> None:
         """Device-memory bytes [lo, hi) will change: forget every source that reads them."""
@@ -160,7 +169,7 @@ class DecodeCache:
             sk, *_, a, z, _ = self.keys.of(src)
             if a < hi and lo < z:
                 del self.source[dst]
-                self._evict_dram(sk)  # its bytes left the count too (they stayed before)
+                self._evict_dram(sk)  # its bytes left the count too
                 if self.tiles[dst][0] is None:
                     self._drop(dst)
 
@@ -181,8 +190,7 @@ class DecodeCache:
         self.source.pop(k, None)
         self.weights.pop(k, None)
         self.bounds.pop(k, None)
-        for c in range(a // _BLOCK, (z - 1) // _BLOCK + 1):
-            self.blocks[c].discard(k)
+        _unfile(self.blocks, k, a, z)
 
     def clear(self) -> None:
         self.tiles.clear()
@@ -223,8 +231,7 @@ class PendingLoads:
         else:
             self._flush(dst)
             self.loads[k] = (dma, p0, p1, lo, hi)
-            for b in range(lo // _BLOCK, (hi - 1) // _BLOCK + 1):
-                self.blocks.setdefault(b, set()).add(k)
+            _file(self.blocks, k, lo, hi)
         a, z = src[5:7]
         self.hull = (min(a, self.hull[0]), max(z, self.hull[1])) if len(self.loads) > 1 \
             else (a, z)
@@ -272,6 +279,5 @@ class PendingLoads:
 
     def _land(self, d: int) -> None:
         dma, _, _, a, z = self.loads.pop(d)
-        for c in range(a // _BLOCK, (z - 1) // _BLOCK + 1):
-            self.blocks[c].discard(d)
+        _unfile(self.blocks, d, a, z)
         self.execute(self.state, dma)
