@@ -40,3 +40,23 @@ def test_generation_gates() -> None:
     assert not get_arch("trn2").supports_format("fp8_e4m3fn")
     with pytest.raises(ArchError, match="unknown arch 'trn4'"):
         get_arch("trn4")
+
+
+def test_an_arch_unpickled_in_another_process_hashes_as_that_process_makes_it(tmp_path):
+    # Arch keeps its hash (issue 20); the hash covers strings, whose hashes differ between
+    # processes, so an Arch sent to a sweep worker must hash there as one made there
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    blob = tmp_path / "arch.pkl"
+    blob.write_bytes(pickle.dumps(get_arch("trn2")))
+    code = ("import pickle, sys; from systolic.arch import get_arch; "
+            "b = pickle.load(open(sys.argv[1], 'rb')); a = get_arch('trn2'); "
+            "print(a == b, hash(a) == hash(b), {a: 1}.get(b))")
+    for seed in ("1", "2"):
+        out = subprocess.run([sys.executable, "-c", code, str(blob)], capture_output=True,
+                             text=True, check=True,
+                             env={**os.environ, "PYTHONHASHSEED": seed}).stdout.split()
+        assert out == ["True", "True", "1"], seed

@@ -193,6 +193,15 @@ class Arch:
     def __hash__(self) -> int:
         return self._hash
 
+    def __setstate__(self, state: list[object]) -> None:
+        # what dataclass unpickles (its __getstate__ writes every field, the hash too), then
+        # the hash made again: string hashes differ between processes (sweep workers and
+        # Dask receive Archs by pickle)
+        for f, value in zip(fields(self), state, strict=True):
+            object.__setattr__(self, f.name, value)
+        object.__setattr__(self, "_hash", hash(tuple(
+            getattr(self, f.name) for f in fields(self) if f.compare)))
+
     # -- derived -----------------------------------------------------------------------
     @property
     def pes(self) -> int:
