@@ -80,8 +80,8 @@ def test_stand_ins_whose_increments_differ_are_not_extrapolated(monkeypatch):
     real = ex._m_slices
     calls: list[int] = []
 
-    def bent(s: MatmulSpec, arch, mt, label=None):
-        got = real(s, arch, mt, label=label)
+    def bent(s: MatmulSpec, arch, mt, label=None, stat_slots=None):
+        got = real(s, arch, mt, label=label, stat_slots=stat_slots)
         calls.append(s.k)
         if got is not None and len(calls) == 3:
             key = next(iter(got.q))

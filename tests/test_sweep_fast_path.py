@@ -43,7 +43,7 @@ def _plain(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(evaluate, "_timed", _full)
     monkeypatch.setattr(tcore, "BUSY_NUMPY", -1)
     monkeypatch.setattr(vreport, "BREAKDOWN_NUMPY", -1)
-    for mod, name in [(tcore, "_REGIONS"), (tcore, "_REGION_OF"), (tcore, "_DMA_OF"),
+    for mod, name in [(tcore, "_REGIONS"), (tcore, "_DMA_OF"),
                       (tcore, "_DMA_COSTS"), (codegen, "_PATTERNS")]:
         monkeypatch.setattr(mod, name, {})
     for memo in (tcore._arch_tables, costs._cached, tiling.tile):  # by value: emptied

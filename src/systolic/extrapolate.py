@@ -104,7 +104,8 @@ from .compiler import Lowered, MatmulSpec, lower
 from .compiler.codegen import DenseState
 from .compiler.tiling import check_size, matmul_count, tile
 from .errors import ShapeError, SystolicError
-from .isa import OPCODES, DmaLoad, Program, ReadOut, Space
+from .isa import DmaLoad, Program, ReadOut, Space
+from .isa.program import count_opcodes, in_opcode_order
 from .timing.core import CoreTiming, time_prefixes
 from .timing.tensor_engine import ComputeCosts, Kind, Schedule
 from .views.report import Report, _breakdown_units, build_report
@@ -269,8 +270,7 @@ def _k_stand_ins(spec: MatmulSpec, arch: Arch, mt: int, label: MatmulSpec | None
     got = []
     for k in sizes:
         sub = _k_spec(spec, arch, k)
-        sl = (_m_slices(sub, arch, mt, label=label or spec) if stat_slots is None else
-              _m_slices(sub, arch, mt, label=label or spec, stat_slots=stat_slots))
+        sl = _m_slices(sub, arch, mt, label=label or spec, stat_slots=stat_slots)
         if sl is None:
             return None
         got.append(sl)
@@ -468,8 +468,7 @@ def _from_slice(spec: MatmulSpec, arch: Arch, mt: int, j: int,
     m_slice = (j - 1) * arch.cols + plan.m_tiles[-1].size
     sspec = dataclasses.replace(spec, m=m_slice)
     # the compiler's own code: verified on full runs
-    low = (lower(sspec, arch, check=False) if stat_slots is None else
-           lower(sspec, arch, check=False, _stat_slots=stat_slots))
+    low = lower(sspec, arch, check=False, _stat_slots=stat_slots)
     prog = low.program
     cuts = _blocks(prog, sspec, arch, low.layout.out_offset, plan.acc_itemsize)
     if len(cuts) != j:
@@ -524,7 +523,7 @@ def _assemble(s: _Slice) -> Report:
     return dataclasses.replace(
         s.report, cycles=q["cycles"], readout_tail=q["readout_tail"],
         useful_macs=q["macs2"] // 2,
-        counts=_in_opcode_order({k[2:]: q[k] for k in q if k.startswith("c_")}),
+        counts=in_opcode_order({k[2:]: q[k] for k in q if k.startswith("c_")}),
         units={k[2:]: q[k] for k in q if k.startswith("u_")}, core_timing=core,
         program=None, slice_tiles=s.tiles, slice_k_tiles=s.k_tiles)
 
@@ -557,15 +556,5 @@ def _m_slices(spec: MatmulSpec, arch: Arch, mt: int,
     return None
 
 
-def _in_opcode_order(counts: dict[str, int]) -> dict[str, int]:
-    """``counts`` in :meth:`Program.counts`' order (opcode order), as a product timed whole
-    reports them: the text report's "program" row and the JSON list them in that order."""
-    return {op.__name__: counts[op.__name__] for op in OPCODES if op.__name__ in counts}
-
-
 def _counts(program: Program, cut: int) -> dict[str, Any]:
-    out: dict[str, int] = {}
-    for ins in program.instructions[:cut]:
-        name = type(ins).__name__
-        out[name] = out.get(name, 0) + 1
-    return {"c_" + k: v for k, v in out.items()}
+    return {"c_" + k: v for k, v in count_opcodes(program.instructions[:cut]).items()}

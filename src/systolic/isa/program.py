@@ -3,12 +3,12 @@ reads (DESIGN.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from .instructions import OPCODES, Instruction
 
-__all__ = ["Program"]
+__all__ = ["Program", "count_opcodes", "in_opcode_order"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,11 +31,7 @@ class Program:
 
     def counts(self) -> dict[str, int]:
         """Number of instructions per opcode name, in opcode order."""
-        out: dict[str, int] = {}
-        for ins in self.instructions:
-            name = type(ins).__name__
-            out[name] = out.get(name, 0) + 1
-        return {op.__name__: out[op.__name__] for op in OPCODES if op.__name__ in out}
+        return count_opcodes(self.instructions)
 
     def text(self) -> str:
         """The text form (:mod:`systolic.asm`), one instruction a line."""
@@ -55,3 +51,18 @@ class Program:
     def __repr__(self) -> str:
         counts = ", ".join(f"{k}={v}" for k, v in self.counts().items())
         return f"Program({len(self)} instructions: {counts})"
+
+
+def count_opcodes(instructions: Iterable[Instruction]) -> dict[str, int]:
+    """Number of ``instructions`` per opcode name, in opcode order (:meth:`Program.counts`;
+    systolic.extrapolate counts a prefix of a Program with it)."""
+    out: dict[str, int] = {}
+    for ins in instructions:
+        name = type(ins).__name__
+        out[name] = out.get(name, 0) + 1
+    return in_opcode_order(out)
+
+
+def in_opcode_order(counts: dict[str, int]) -> dict[str, int]:
+    """``counts`` (by opcode name) in opcode order: how every report lists them."""
+    return {op.__name__: counts[op.__name__] for op in OPCODES if op.__name__ in counts}

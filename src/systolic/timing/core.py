@@ -111,6 +111,8 @@ def _kind(tp: type) -> int:
         if issubclass(tp, base):
             return kind
     return _K_ENGINE
+
+
 # a transfer as the scheduler places it: its DMA engines, the first and (consecutive engines)
 # one past the last or 0, ticks on each engine, ticks of HBM, bytes moved, bytes of HBM, its
 # queue by the model's rule (timing/dma.py queue_for: a function of the two spaces)
@@ -120,14 +122,14 @@ _DmaPlan = tuple[tuple[int, ...], int, int, int, int, int, int, int]
 # made of the same few transfer shapes. Cleared when full.
 _DMA_COSTS: dict[tuple[object, ...], _DmaPlan] = {}
 _DMA_COSTS_MAX = 1 << 16
-# The region of an access pattern, by value, kept across programs as _DMA_COSTS (a sweep's
-# products share most of their SBUF slots and PSUM banks). Cleared when full.
-_REGIONS: dict[tuple[object, ...], Region] = {}
-# The same two memos by pattern object (by id, the objects kept in the entry so that the ids
-# stay theirs), across programs: the compiler shares its patterns between products
-# (compiler/codegen.py's _PATTERNS), so a sweep's next product finds most of its patterns
-# here without building and hashing their seven fields (issue 20). Cleared when full.
-_REGION_OF: dict[int, tuple[AccessPattern, Region]] = {}
+# The region of an access pattern, kept across programs as _DMA_COSTS (a sweep's products
+# share most of their SBUF slots and PSUM banks, and the compiler shares the pattern objects
+# themselves, compiler/codegen.py's _PATTERNS; a pattern keeps its hash, isa/fields.py).
+# Cleared when full.
+_REGIONS: dict[AccessPattern, Region] = {}
+# A transfer's DMA plan by its two pattern objects (by id, the objects kept in the entry so
+# that the ids stay theirs), across programs: a key of the two patterns and the Arch would
+# run three equality checks a lookup (issue 20). Cleared when full.
 _DMA_OF: dict[tuple[int, int], tuple[AccessPattern, AccessPattern, Arch, _DmaPlan]] = {}
 # Up to this many ops the queues' busy times are found in plain Python (timing/busy.py
 # busy_small), past it with numpy (busy_grouped): the same integers either way
@@ -241,8 +243,6 @@ def _arch_tables(arch: Arch) -> _ArchTables:
     return base
 
 
-
-
 class _Scheduler:
     """One pass over a Program (module docstring). Per op it keeps ints in flat lists, no
     object (133,120 instructions make 133,120 ops, and objects that outlive the pass are
@@ -305,31 +305,20 @@ class _Scheduler:
 
     # -- helpers ----------------------------------------------------------------------
     def _reg(self, ap: AccessPattern) -> int:
-        """The tracker's id of the region an access pattern touches, memoised on the
-        pattern object (by id, the pattern kept in the entry so that its id stays its own:
-        hashing a frozen pattern's seven fields at every lookup cost more than the rest of
-        a small program's lookups), then on its value (an equal pattern made again, as a
-        Program built in a loop makes them: no region to compute and intern)."""
+        """The tracker's id of the region an access pattern touches, memoised for this
+        pass on the pattern object (by id, the pattern kept in the entry so that its id
+        stays its own: an int key, where the pattern's own ``__hash__`` is a Python call;
+        run() looks it up inline too), then across programs on its value (``_REGIONS``: an
+        equal pattern made again, as a Program built in a loop makes them, needs no region
+        computed)."""
         got = self.region_ids.get(id(ap))
         if got is not None and got[0] is ap:
             return got[1]
-        known = _REGION_OF.get(id(ap))
-        if known is not None and known[0] is ap:
-            reg = known[1]
-        else:
-            # every field: two dtypes of one offset and dims touch different bytes (a tuple:
-            # the pattern's own hash and equality are Python functions; a tuple's are not)
-            key = (ap.space, ap.partition, ap.partitions, ap.offset, ap.dims, ap.dtype,
-                   ap.partition_step)
-            found = _REGIONS.get(key)
-            if found is None:
-                if len(_REGIONS) >= _DMA_COSTS_MAX:
-                    _REGIONS.clear()
-                found = _REGIONS[key] = region(ap)
-            reg = found
-            if len(_REGION_OF) >= _DMA_COSTS_MAX:
-                _REGION_OF.clear()
-            _REGION_OF[id(ap)] = (ap, reg)
+        reg = _REGIONS.get(ap)  # by value: every field, as two dtypes touch different bytes
+        if reg is None:
+            if len(_REGIONS) >= _DMA_COSTS_MAX:
+                _REGIONS.clear()
+            reg = _REGIONS[ap] = region(ap)
         # the tracker's id by region object (kept in the entry: its id stays its own); an
         # equal region met as another object is found equal by intern
         hit = self.region_vals.get(id(reg))
@@ -469,7 +458,7 @@ class _Scheduler:
         """What placing a transfer needs (:data:`_DmaPlan`), memoised on the two pattern
         objects (by id, as :meth:`_reg`) and its cost, across programs, on its shape."""
         ids = (id(src), id(dst))
-        known = _DMA_OF.get(ids)  # across programs (see _REGION_OF)
+        known = _DMA_OF.get(ids)  # across programs (see _DMA_OF)
         if known is not None and known[0] is src and known[1] is dst and \
                 known[2] is self.arch:
             return known[3]

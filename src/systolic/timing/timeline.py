@@ -55,9 +55,7 @@ class Timeline:
                 if s + d <= his[i]:
                     return s, (self.gap_op[i] if s > t else -1)
                 i += 1
-        if self.end > t:
-            return self.end, self.last
-        return t, -1
+        return self.end, self.last  # after the last reservation (t < end, above)
 
     def copy(self) -> Timeline:
         """A timeline with the same reservations, booked apart from now on."""
