@@ -373,7 +373,7 @@ def test_a_mask_of_all_or_nothing_copies_all_or_nothing(mask: str, copied: bool)
     assert not got[:, 1:].any()
 
 
-def test_psum_destination_on_the_vector_engine() -> None:
+def test_psum_destination_on_the_scalar_engine() -> None:
     """Both tiles may be in PSUM (NKI docs): an SBUF source into a PSUM tile, read back."""
     def kernel(src, offsets):
         out = nl.ndarray([128, 8], dtype=src.dtype, buffer=nl.shared_hbm)

@@ -7,18 +7,22 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
-import jax
-import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-import torch
-from helpers import write_kernel
+from helpers import require_module, write_kernel
 
 import systolic.nki as snki
 from systolic.errors import KernelError, SystolicError
 from systolic.nki.frameworks import from_numpy, to_numpy
+
+# the [test] extra's frameworks: skipped where missing on a developer's machine, a failure
+# in CI (helpers.missing_extra)
+torch: Any = require_module("torch", "torch (the PyTorch callers' tests)")
+jax: Any = require_module("jax", "jax (the JAX callers' tests)")
+jnp: Any = require_module("jax.numpy", "jax (the JAX callers' tests)")
 
 BF16 = ml_dtypes.bfloat16
 

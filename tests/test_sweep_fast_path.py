@@ -104,9 +104,9 @@ def test_breakdown_in_python_equals_numpy(monkeypatch, m: int, k: int, n: int, d
         # independent of either way of summing: the causes share out every cycle of the
         # schedule, each cycle worth 2 * rows * cols * pack units (the module docstring)
         assert sum(small.values()) == sch.cycles * 2 * a.rows * a.cols * pack
-        monkeypatch.setattr(vreport, "BREAKDOWN_NUMPY", -1)
-        assert vreport._breakdown_units(sch, pack) == small
-        monkeypatch.setattr(vreport, "BREAKDOWN_NUMPY", 256)
+        with monkeypatch.context() as mp:  # the numpy path, then the module's own limit
+            mp.setattr(vreport, "BREAKDOWN_NUMPY", -1)
+            assert vreport._breakdown_units(sch, pack) == small
 
 
 def test_breakdown_floats_are_the_nearest_to_the_exact_fractions() -> None:

@@ -508,27 +508,33 @@ def test_the_written_hull_answers_as_a_lookup_at_every_read(
     _trackers_agree(_NoHull, flat, ops)
 
 
-def test_a_read_past_the_written_hull_finds_no_writer_and_one_inside_finds_it() -> None:
+def test_a_read_past_the_written_hull_finds_no_writer_and_one_inside_finds_it(
+        tracker_mode: str) -> None:
     """Two device-memory tensors: a store into the second, then reads of each. The read of
-    the first (outside the hull) has no dependency; a read of the store's last byte (inside
-    it, a pattern of another pitch) waits for the store."""
+    the first (outside the hull) has no dependency and is answered without a scan of the
+    records; a read of the store's last byte (inside it, a pattern of another pitch) is
+    scanned and waits for the store. Flat and with buckets (conftest's tracker_mode)."""
     def dram(off: int, rows: int, cols: int, pitch: int, dtype: str = "bf16") -> AccessPattern:
         return AccessPattern(Space.DRAM, 0, rows, off, ((1, cols),), dtype,
                              partition_step=pitch)
 
     c = 1 << 20
-    for flat in (0, deps.FLAT_REGIONS):
-        old = deps.FLAT_REGIONS
-        deps.FLAT_REGIONS = flat
-        try:
-            tr = deps.Tracker([1, 0, 0, 0])
-            store = tr.intern(region(dram(c, 128, 512, 4096)))
-            tr.deps((), (store,))
-            tr.commit(0, (), (store,))
-            a = tr.intern(region(dram(0, 128, 512, 4096)))
-            # the store's very last byte (an 8-bit element)
-            tail = tr.intern(region(dram(c + 127 * 4096 + 1023, 1, 1, 0, "fp8_e4m3")))
-            assert tr.deps((a,), ()) == (set(), set())
-            assert tr.deps((tail,), ()) == ({0}, set())
-        finally:
-            deps.FLAT_REGIONS = old
+    tr = deps.Tracker([1, 0, 0, 0])
+    store = tr.intern(region(dram(c, 128, 512, 4096)))
+    tr.deps((), (store,))
+    tr.commit(0, (), (store,))
+    a = tr.intern(region(dram(0, 128, 512, 4096)))
+    # the store's very last byte (an 8-bit element)
+    tail = tr.intern(region(dram(c + 127 * 4096 + 1023, 1, 1, 0, "fp8_e4m3")))
+    scanned: list[int] = []
+    scan = tr._scan
+
+    def spy(rid: int, written: bool = False) -> list:
+        scanned.append(rid)
+        return scan(rid, written)
+
+    tr._scan = spy  # type: ignore[method-assign]
+    assert tr.deps((a,), ()) == (set(), set())
+    assert a not in scanned  # the hull answered: no lookup of the records
+    assert tr.deps((tail,), ()) == ({0}, set())
+    assert tail in scanned
