@@ -127,3 +127,59 @@ def k(x):
     nisa.dma_copy(dst=s_out, src=s)
     return q_out, s_out
 '''
+
+
+def operands(m: int, k: int, n: int, dtype: str, seed: int = 0
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Random a [M, K] and b [K, N]: integers in [-100, 100) for the integer formats, else
+    standard normal float32."""
+    rng = np.random.default_rng(seed)
+    if dtype.startswith("int"):
+        return rng.integers(-100, 100, (m, k)), rng.integers(-100, 100, (k, n))
+    return (rng.standard_normal((m, k)).astype(np.float32),
+            rng.standard_normal((k, n)).astype(np.float32))
+
+
+def run_lowered(spec: object, a: np.ndarray, b: np.ndarray, workers: int,
+                arch_name: str = "trn2", patch: dict[tuple[int, int], int] | None = None
+                ) -> object:
+    """The product ``spec`` lowered and run on the functional simulator with ``workers``
+    threads (0: the reference loop), a and b in device memory; ``patch`` sets raw 16-bit
+    words of a, (row, column) -> bits (NaN payloads that encoding would not write)."""
+    from systolic import FunctionalSimulator, get_arch
+    from systolic.compiler import lower
+
+    arch = get_arch(arch_name)
+    low = lower(spec, arch)  # type: ignore[arg-type]
+    sim = FunctionalSimulator(arch, dram_bytes=low.layout.dram_bytes, workers=workers)
+    sim.write_dram(low.layout.a_offset, a, spec.dtype)  # type: ignore[attr-defined]
+    sim.write_dram(low.layout.b_offset, b, spec.dtype)  # type: ignore[attr-defined]
+    if patch:
+        raw = sim.read_dram(low.layout.a_offset, a.shape,
+                            spec.dtype).view(np.uint16)  # type: ignore[attr-defined]
+        for (r, c), bits in patch.items():
+            raw[r, c] = bits
+    sim.run(low.program)
+    return sim
+
+
+def same_state(got: object, ref: object) -> None:
+    """Two simulators ended alike: SBUF, PSUM and device memory byte for byte, and the same
+    weight tiles latched, bit for bit."""
+    for space in ("sbuf", "psum", "dram"):
+        g, r = getattr(got.memory, space), getattr(ref.memory, space)  # type: ignore[attr-defined]
+        assert np.array_equal(g, r), f"{space} differs from the reference loop's"
+    assert got.tiles.keys() == ref.tiles.keys()  # type: ignore[attr-defined]
+    for rect, values in ref.tiles.items():  # type: ignore[attr-defined]
+        np.testing.assert_array_equal(
+            np.ascontiguousarray(got.tiles[rect]).view(np.uint8),  # type: ignore[attr-defined]
+            np.ascontiguousarray(values).view(np.uint8))
+
+
+def first_op_spans(timing: object) -> dict[int, tuple[int, int]]:
+    """Instruction index -> (start, end) of its first op in a whole-core timing (a ReadOut
+    is two ops; the first is its PSUM evacuation)."""
+    instr = np.asarray(timing.op_instr)  # type: ignore[attr-defined]
+    idx, first = np.unique(instr, return_index=True)
+    starts, ends = timing.starts[first], timing.ends[first]  # type: ignore[attr-defined]
+    return {int(i): (int(s), int(e)) for i, s, e in zip(idx, starts, ends, strict=True)}

@@ -18,6 +18,7 @@ import threading
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import operands, run_lowered, same_state
 
 from systolic import FunctionalSimulator, Program, SystolicError, get_arch
 from systolic.compiler import MatmulSpec, lower
@@ -36,36 +37,6 @@ from systolic.isa import (
 SS = CalcFlags.START | CalcFlags.STOP
 
 
-def _operands(m: int, k: int, n: int, dtype: str, seed: int = 0
-              ) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    if dtype.startswith("int"):
-        return rng.integers(-100, 100, (m, k)), rng.integers(-100, 100, (k, n))
-    return (rng.standard_normal((m, k)).astype(np.float32),
-            rng.standard_normal((k, n)).astype(np.float32))
-
-
-def _run(spec: MatmulSpec, a: np.ndarray, b: np.ndarray, workers: int,
-         arch_name: str = "trn2") -> FunctionalSimulator:
-    arch = get_arch(arch_name)
-    low = lower(spec, arch)
-    sim = FunctionalSimulator(arch, dram_bytes=low.layout.dram_bytes, workers=workers)
-    sim.write_dram(low.layout.a_offset, a, spec.dtype)
-    sim.write_dram(low.layout.b_offset, b, spec.dtype)
-    sim.run(low.program)
-    return sim
-
-
-def _same_state(got: FunctionalSimulator, ref: FunctionalSimulator) -> None:
-    for space in ("sbuf", "psum", "dram"):
-        g, r = getattr(got.memory, space), getattr(ref.memory, space)
-        assert np.array_equal(g, r), f"{space} differs from the reference loop's"
-    assert got.tiles.keys() == ref.tiles.keys()
-    for rect, values in ref.tiles.items():
-        np.testing.assert_array_equal(np.ascontiguousarray(got.tiles[rect]).view(np.uint8),
-                                      np.ascontiguousarray(values).view(np.uint8))
-
-
 @pytest.mark.parametrize("workers", [1, 3])
 @pytest.mark.parametrize(("dtype", "zero_points"), [("bf16", (0, 0)), ("fp32", (0, 0)),
                                                     ("fp8_e4m3", (0, 0)), ("int8", (3, -2))])
@@ -74,18 +45,18 @@ def test_stationary_tiles_latched_from_their_loads_match_the_reference(
     # 300 x 200 x 700: ragged M, K and N tiles, several a.T tiles per product; fp32 latches
     # its two bf16 halves (fp32_pass hi and lo) from the same loaded bytes
     m, k, n = 300, 200, 700
-    a, b = _operands(m, k, n, dtype)
+    a, b = operands(m, k, n, dtype)
     spec = MatmulSpec(m, k, n, dtype, zp_a=zero_points[0], zp_b=zero_points[1])
-    ref = _run(spec, a, b, 0)
-    got = _run(spec, a, b, workers)
-    _same_state(got, ref)
+    ref = run_lowered(spec, a, b, 0)
+    got = run_lowered(spec, a, b, workers)
+    same_state(got, ref)
 
 
 def test_a_latched_tile_is_the_rounded_operand_transposed() -> None:
     # independent of the simulator: the one weight tile of a 100 x 60 x 8 bf16 product is
     # a.T rounded by ml_dtypes, [K, M]
-    a, b = _operands(100, 60, 8, "bf16")
-    sim = _run(MatmulSpec(100, 60, 8, "bf16"), a, b, 1)
+    a, b = operands(100, 60, 8, "bf16")
+    sim = run_lowered(MatmulSpec(100, 60, 8, "bf16"), a, b, 1)
     (values,) = sim.tiles.values()
     want = a.T.astype(ml_dtypes.bfloat16).astype(np.float32)
     np.testing.assert_array_equal(values, want)
@@ -98,7 +69,7 @@ def test_stationary_loads_evicted_from_a_small_sbuf_match_the_reference() -> Non
 
     arch = dataclasses.replace(get_arch("trn2"), sbuf_bytes=16 * 1024)
     spec = MatmulSpec(640, 1024, 2048, "bf16")
-    a, b = _operands(640, 1024, 2048, "bf16")
+    a, b = operands(640, 1024, 2048, "bf16")
     sims = []
     for workers in (0, 3):
         low = lower(spec, arch)
@@ -107,7 +78,7 @@ def test_stationary_loads_evicted_from_a_small_sbuf_match_the_reference() -> Non
         sim.write_dram(low.layout.b_offset, b, "bf16")
         sim.run(low.program)
         sims.append(sim)
-    _same_state(sims[1], sims[0])
+    same_state(sims[1], sims[0])
 
 
 def test_a_weight_tile_latched_again_sees_every_change_of_its_bytes() -> None:
@@ -164,7 +135,7 @@ def test_a_weight_tile_latched_again_sees_every_change_of_its_bytes() -> None:
         sim.write_dram(x_dram.offset, x, "bf16")
         sim.run(prog)
         sims.append(sim)
-    _same_state(sims[1], sims[0])
+    same_state(sims[1], sims[0])
     xb = x.astype(ml_dtypes.bfloat16).astype(np.float64)
     for out, w in zip(outs, want, strict=True):
         got = sims[1].read_dram(out.offset, (128, 64), "fp32")
@@ -267,8 +238,8 @@ def test_a_repeated_product_reuses_its_lowering_with_new_values(
     from systolic import matmul
 
     monkeypatch.setattr(api, "_lowered", type(api._lowered)())
-    a1, b1 = _operands(200, 300, 600, "bf16", seed=1)
-    a2, b2 = _operands(200, 300, 600, "bf16", seed=2)
+    a1, b1 = operands(200, 300, 600, "bf16", seed=1)
+    a2, b2 = operands(200, 300, 600, "bf16", seed=2)
     r1 = matmul(a1, b1)
     out1 = r1.out.copy()
     r2 = matmul(a2, b2)
@@ -282,7 +253,7 @@ def test_a_repeated_product_reuses_its_lowering_with_new_values(
     # the budget: a product of more instructions than it is lowered at every call, and
     # what is kept never exceeds it
     monkeypatch.setattr(api, "LOWERED_CACHE_INSTRUCTIONS", len(r1.program) + 5)
-    big_a, big_b = _operands(300, 300, 1200, "bf16")
+    big_a, big_b = operands(300, 300, 1200, "bf16")
     assert matmul(big_a, big_b).program is not matmul(big_a, big_b).program
     matmul(a1[:100], b1)
     assert sum(len(v.program) for v in api._lowered.values()) <= len(r1.program) + 5
@@ -297,8 +268,8 @@ def test_a_kept_simulator_starts_the_next_call_as_a_fresh_one(
     from systolic import matmul
 
     monkeypatch.setattr(api, "_sims", {})
-    a1, b1 = _operands(300, 200, 700, "bf16", seed=4)
-    a2, b2 = _operands(300, 200, 700, "bf16", seed=5)
+    a1, b1 = operands(300, 200, 700, "bf16", seed=4)
+    a2, b2 = operands(300, 200, 700, "bf16", seed=5)
     matmul(a1, b1)
     (kept,) = api._sims.values()
     m = kept.memory

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import operands, run_lowered, same_state
 from threadpoolctl import threadpool_limits
 
-from systolic import FunctionalSimulator, get_arch
+from systolic import get_arch
 from systolic.compiler import MatmulSpec, lower
 from systolic.sim import blas
 
@@ -129,29 +130,6 @@ def _bf16_nan(payload: int) -> np.uint16:
     return np.uint16(0x7F80 | payload)
 
 
-def _run(spec: MatmulSpec, a: np.ndarray, b: np.ndarray, workers: int,
-         patch: dict[tuple[int, int], int] | None = None) -> FunctionalSimulator:
-    """The lowered product on ``workers`` threads; ``patch`` sets raw bf16 bits of a
-    (row, column) -> bits, NaN payloads that encoding would not write."""
-    arch = get_arch("trn2")
-    low = lower(spec, arch)
-    sim = FunctionalSimulator(arch, dram_bytes=low.layout.dram_bytes, workers=workers)
-    sim.write_dram(low.layout.a_offset, a, spec.dtype)
-    sim.write_dram(low.layout.b_offset, b, spec.dtype)
-    if patch:
-        raw = sim.read_dram(low.layout.a_offset, a.shape, spec.dtype).view(np.uint16)
-        for (r, c), bits in patch.items():
-            raw[r, c] = bits
-    sim.run(low.program)
-    return sim
-
-
-def _same_memories(got: FunctionalSimulator, ref: FunctionalSimulator) -> None:
-    for space in ("sbuf", "psum", "dram"):
-        g, r = getattr(got.memory, space), getattr(ref.memory, space)
-        assert np.array_equal(g, r), f"{space} differs from the reference loop's"
-
-
 @pytest.fixture
 def count_fused(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many accumulating products took the fused call in this test."""
@@ -174,16 +152,11 @@ def test_accumulation_groups_with_ragged_k_end_as_the_reference_loop(
     # K = 300: groups of three MatMuls (K tiles 128, 128, 44); M 130 and N 700 ragged; fp32
     # adds its two bf16 passes in PSUM; int8 with zero points (exact in fp32)
     m, k, n = 130, 300, 700
-    rng = np.random.default_rng(3)
-    if dtype == "int8":
-        a, b = rng.integers(-100, 100, (m, k)), rng.integers(-100, 100, (k, n))
-    else:
-        a = rng.standard_normal((m, k)).astype(np.float32)
-        b = rng.standard_normal((k, n)).astype(np.float32)
+    a, b = operands(m, k, n, dtype, seed=3)
     spec = MatmulSpec(m, k, n, dtype, zp_a=zero_points[0], zp_b=zero_points[1])
-    ref = _run(spec, a, b, 0)
-    got = _run(spec, a, b, 3)
-    _same_memories(got, ref)
+    ref = run_lowered(spec, a, b, 0)
+    got = run_lowered(spec, a, b, 3)
+    same_state(got, ref)
     if blas.available() and dtype != "int8":  # integers widen to int64: numpy's own matmul
         assert count_fused[0] > 0  # the fused path ran
 
@@ -202,9 +175,9 @@ def test_nan_payloads_and_overflow_in_groups_end_as_the_reference_loop(
     patch = {(r, 5): int(_bf16_nan(0x41 + r % 60)) for r in range(0, m, 3)}
     patch.update({(r, 400): int(_bf16_nan(0x05 + r % 50)) | 0x8000 for r in range(0, m, 2)})
     spec = MatmulSpec(m, k, n, "bf16")
-    ref = _run(spec, a, b, 0, patch)
-    got = _run(spec, a, b, 3, patch)
-    _same_memories(got, ref)
+    ref = run_lowered(spec, a, b, 0, patch=patch)
+    got = run_lowered(spec, a, b, 3, patch=patch)
+    same_state(got, ref)
     out = ref.read_dram(lower(spec, get_arch("trn2")).layout.out_offset, (m, n), "fp32")
     assert np.isnan(out[0]).all() and np.isinf(out[61]).all()
     if blas.available():
@@ -218,14 +191,14 @@ def test_without_the_symbol_or_after_a_failed_probe_the_two_calls_run(
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     spec = MatmulSpec(m, k, n, "bf16")
-    ref = _run(spec, a, b, 0)
+    ref = run_lowered(spec, a, b, 0)
     for sgemm, probe in (([None], True), (None, False)):
         monkeypatch.setattr(blas, "_proven", {})
         if sgemm is not None:
             monkeypatch.setattr(blas, "_sgemm", sgemm)  # another numpy build: no symbol
         monkeypatch.setattr(blas, "_probe", lambda key, ok=probe: ok)
-        got = _run(spec, a, b, 3)
-        _same_memories(got, ref)
+        got = run_lowered(spec, a, b, 3)
+        same_state(got, ref)
         assert blas._proven and not any(blas._proven.values())
     monkeypatch.setenv("SYSTOLIC_FUSED_SGEMM", "0")
     assert blas._load() is None

@@ -490,12 +490,18 @@ def test_transpose():
     a = np.arange(128 * 64, dtype=np.float32).reshape(128, 64) / 7
     assert np.allclose(k(a), a.T)
 ''')
-    src = str(Path(snki.__file__).resolve().parent.parent.parent)
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-p", "systolic.nki.pytest_plugin", str(tmp_path / "test_user.py")],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                         env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})
+    res = _pytest_with_plugin(tmp_path, "test_user.py")
     assert "1 passed" in res.stdout, res.stdout + res.stderr
+
+
+def _pytest_with_plugin(tmp_path: Path, name: str) -> subprocess.CompletedProcess[str]:
+    """A user's test file ``tmp_path / name`` run by pytest under systolic's NKI plugin, in
+    a fresh process that sees only this tree (the vendor's own ``pytest -p`` line)."""
+    src = str(Path(snki.__file__).resolve().parent.parent.parent)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "systolic.nki.pytest_plugin", str(tmp_path / name)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})
 
 
 def test_pytest_plugin_lets_the_test_judge_a_partly_written_store(tmp_path) -> None:
@@ -523,10 +529,6 @@ def test_half():
     b = k(a)
     assert np.array_equal(b[:64], a[:64]) and np.isnan(b[64:]).all()
 ''')
-    src = str(Path(snki.__file__).resolve().parent.parent.parent)
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-p", "systolic.nki.pytest_plugin", str(tmp_path / "test_half.py")],
-                         capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                         env={"PYTHONPATH": src, "PATH": "/usr/bin:/bin"})
+    res = _pytest_with_plugin(tmp_path, "test_half.py")
     assert "1 passed" in res.stdout, res.stdout + res.stderr
     assert "UnwrittenWarning" in res.stdout and "test_half.py:13" in res.stdout

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import first_op_spans
 
 from systolic.arch import get_arch
 from systolic.errors import SystolicError
@@ -133,9 +134,7 @@ def test_a_copy_waits_for_the_load_of_its_offsets() -> None:
     rec = snki.record(_copy_2d, [src, offs])
     prog = list(rec.program)
     timing = time_recorded(rec)
-    first: dict[int, int] = {}
-    for j, i in enumerate(timing.op_instr.tolist()):
-        first.setdefault(i, j)
+    span = first_op_spans(timing)
     loads = [i for i, ins in enumerate(prog) if isinstance(ins, DmaCopy)
              and ins.dst.space is Space.SBUF]
     copies = [i for i, ins in enumerate(prog) if isinstance(ins, TensorCopyDynamic)]
@@ -143,9 +142,9 @@ def test_a_copy_waits_for_the_load_of_its_offsets() -> None:
     offset_load = next(i for i in loads if prog[i].dst.dtype == "int32")
     data_load = next(i for i in loads if i != offset_load)
     for c in copies:
-        start = int(timing.starts[first[c]])
-        assert start >= int(timing.ends[first[offset_load]])
-        assert start >= int(timing.ends[first[data_load]])
+        start = span[c][0]
+        assert start >= span[offset_load][1]
+        assert start >= span[data_load][1]
 
 
 def _copy_on(engine):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import first_op_spans
 
 from systolic.arch import get_arch
 from systolic.errors import KernelError, SystolicError, VerifyError
@@ -235,9 +236,7 @@ def test_the_store_waits_for_every_copy_and_each_copy_for_its_offsets() -> None:
                                     np.zeros((128, 3), np.float32), offs])
     prog = list(rec.program)
     timing = time_recorded(rec)
-    first: dict[int, int] = {}
-    for j, i in enumerate(timing.op_instr.tolist()):
-        first.setdefault(i, j)
+    span = first_op_spans(timing)
     loads = [i for i, ins in enumerate(prog) if isinstance(ins, DmaCopy)
              and ins.dst.space is Space.SBUF]
     stores = [i for i, ins in enumerate(prog) if isinstance(ins, DmaCopy)
@@ -245,10 +244,10 @@ def test_the_store_waits_for_every_copy_and_each_copy_for_its_offsets() -> None:
     copies = [i for i, ins in enumerate(prog) if isinstance(ins, TensorCopyDynamicDst)]
     assert len(loads) == 3 and len(stores) == 1 and len(copies) == 3
     for c in copies:
-        start = int(timing.starts[first[c]])
+        start = span[c][0]
         for ld in loads:
-            assert start >= int(timing.ends[first[ld]])
-        assert int(timing.starts[first[stores[0]]]) >= int(timing.ends[first[c]])
+            assert start >= span[ld][1]
+        assert span[stores[0]][0] >= span[c][1]
 
 
 # -- the unwritten-memory rules ----------------------------------------------------------------
@@ -427,10 +426,8 @@ def test_a_read_away_from_the_window_at_offset_0_still_waits() -> None:
     rec = snki.record(_copy_then_read_far, [base, src, offs])
     prog = list(rec.program)
     timing = time_recorded(rec)
-    first: dict[int, int] = {}
-    for j, i in enumerate(timing.op_instr.tolist()):
-        first.setdefault(i, j)
+    span = first_op_spans(timing)
     (c,) = [i for i, ins in enumerate(prog) if isinstance(ins, TensorCopyDynamicDst)]
     (r,) = [i for i, ins in enumerate(prog) if isinstance(ins, TensorCopy)]
     assert prog[c].dst.offset != prog[r].src.offset  # the read is away from offset 0
-    assert int(timing.starts[first[r]]) >= int(timing.ends[first[c]])
+    assert span[r][0] >= span[c][1]
