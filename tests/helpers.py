@@ -183,3 +183,29 @@ def first_op_spans(timing: object) -> dict[int, tuple[int, int]]:
     idx, first = np.unique(instr, return_index=True)
     starts, ends = timing.starts[first], timing.ends[first]  # type: ignore[attr-defined]
     return {int(i): (int(s), int(e)) for i, s, e in zip(idx, starts, ends, strict=True)}
+
+
+def kernel_values(tmp_path: object, body: str, *arrays: np.ndarray, name: str = "k",
+                  **params: object) -> object:
+    """The outputs of kernel ``name`` of the NKI source ``body`` (written under
+    ``tmp_path``), run on the model with ``arrays`` (and ``params`` as its keywords)."""
+    import systolic.nki as snki
+
+    k = snki.load_kernel(str(write_kernel(tmp_path, body)), name)  # type: ignore[arg-type]
+    return snki.values(k, list(arrays), params or None)
+
+
+# The vendor's masking example (nki.api.shared.rst "NKI API Masking"), reworded: a square
+# over the part of a [128, 512] tile that MASK selects, stored through an index past the
+# [64, 256] output; the tests put in the mask (``SQUARE_MASKED.replace("MASK", ...)``)
+SQUARE_MASKED = '''
+@nki.jit
+def k(x):
+    out = nl.ndarray([64, 256], dtype=x.dtype, buffer=nl.shared_hbm)
+    i_p = nl.arange(128)[:, None]
+    i_f = nl.arange(512)[None, :]
+    t = nl.load(x[i_p, i_f])
+    sq = nl.square(t, mask=MASK)
+    nl.store(out[i_p, i_f], sq[i_p, i_f], mask=MASK)
+    return out
+'''

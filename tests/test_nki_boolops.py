@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import record_source, write_kernel
+from helpers import SQUARE_MASKED, kernel_values, record_source
 
 import systolic.nki as snki
 from systolic.errors import KernelError
@@ -25,22 +25,7 @@ def _hook() -> None:
     snki.install("trn2")
 
 
-def _values(tmp_path: Path, body: str, *arrays: np.ndarray) -> Any:
-    k = snki.load_kernel(str(write_kernel(tmp_path, body)), "k")
-    return snki.values(k, list(arrays))
-
-
-SQUARE = '''
-@nki.jit
-def k(x):
-    out = nl.ndarray([64, 256], dtype=x.dtype, buffer=nl.shared_hbm)
-    i_p = nl.arange(128)[:, None]
-    i_f = nl.arange(512)[None, :]
-    t = nl.load(x[i_p, i_f])
-    sq = nl.square(t, mask=MASK)
-    nl.store(out[i_p, i_f], sq[i_p, i_f], mask=MASK)
-    return out
-'''
+SQUARE = SQUARE_MASKED
 
 
 @pytest.mark.parametrize("mask", ["(i_p < 64 and i_f < 256)",
@@ -49,7 +34,7 @@ def k(x):
 def test_and_joins_two_comparisons_into_one_mask(tmp_path: Path, mask: str) -> None:
     x = (np.arange(128 * 512) % 17 - 8).astype(np.float32).reshape(128, 512)
     body = SQUARE.replace("MASK", mask)
-    got = np.asarray(_values(tmp_path, body, x), np.float64)
+    got = np.asarray(kernel_values(tmp_path, body, x), np.float64)
     assert np.array_equal(got, x[:64, :256].astype(np.float64) ** 2)
     act = [i for i in record_source(tmp_path, body, ["fp32[128,512]"]).program
            if isinstance(i, Activation)]
@@ -168,7 +153,7 @@ def k(x):
 
 def test_a_mask_on_the_top8_instructions_applies_to_data(tmp_path: Path) -> None:
     x = np.random.default_rng(3).permutation(128 * 64).astype(np.float32).reshape(128, 64)
-    vals, out, idx = (np.asarray(a) for a in _values(tmp_path, TOP8, x))
+    vals, out, idx = (np.asarray(a) for a in kernel_values(tmp_path, TOP8, x))
     part = x[:64, :32]
     order = np.argsort(-part, axis=1)[:, :8]
     assert np.array_equal(vals[:64], np.take_along_axis(part, order, axis=1))
@@ -195,9 +180,9 @@ def k(x):
 
 def test_a_false_mask_on_a_selection_makes_no_instruction(tmp_path: Path) -> None:
     x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
-    got = np.asarray(_values(tmp_path, SELECT.replace("MASK", "(1 > 2)"), x))
+    got = np.asarray(kernel_values(tmp_path, SELECT.replace("MASK", "(1 > 2)"), x))
     assert np.array_equal(got, x + 1)  # skipped, as the docs' mask says; it ran before
-    got = np.asarray(_values(tmp_path, SELECT.replace("MASK", "(2 > 1)"), x))
+    got = np.asarray(kernel_values(tmp_path, SELECT.replace("MASK", "(2 > 1)"), x))
     want = np.where(np.arange(128)[:, None] >= np.arange(64)[None, :], x, -5.0)
     assert np.array_equal(got, want)
 

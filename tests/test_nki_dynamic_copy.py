@@ -17,16 +17,23 @@ from systolic.nki import simulate_kernel
 from systolic.timing.costs import engine_cycles
 
 
-def _copy_2d(src, offsets):
-    out = nl.ndarray([128, offsets.shape[1]], dtype=src.dtype, buffer=nl.shared_hbm)
-    s = nl.load(src)
-    o = nl.load(offsets)
-    t = nl.ndarray([128, offsets.shape[1]], dtype=src.dtype, buffer=nl.sbuf)
-    ix, iy = nl.mgrid[0:128, 0:1]
-    for i in nl.affine_range(offsets.shape[1]):
-        t[ix, i] = nisa.tensor_copy_dynamic_src(s[ix, o[0, i] + iy])
-    nl.store(out, value=t)
-    return out
+def _copy_2d_with(*extra):
+    """Column offsets[0, i] of src into column i, ``tensor_copy_dynamic_src(src, *extra)``
+    (the older API: the copy is returned)."""
+    def kernel(src, offsets):
+        out = nl.ndarray([128, offsets.shape[1]], dtype=src.dtype, buffer=nl.shared_hbm)
+        s = nl.load(src)
+        o = nl.load(offsets)
+        t = nl.ndarray([128, offsets.shape[1]], dtype=src.dtype, buffer=nl.sbuf)
+        ix, iy = nl.mgrid[0:128, 0:1]
+        for i in nl.affine_range(offsets.shape[1]):
+            t[ix, i] = nisa.tensor_copy_dynamic_src(s[ix, o[0, i] + iy], *extra)
+        nl.store(out, value=t)
+        return out
+    return kernel
+
+
+_copy_2d = _copy_2d_with()
 
 
 def _copy_3d(src, offsets):
@@ -178,24 +185,12 @@ def test_the_engine_asked_for_is_the_engine_used() -> None:
     assert "\n" not in str(exc.value)
 
 
-def _copy_2d_positional_dtype(src, offsets):
-    out = nl.ndarray([128, offsets.shape[1]], dtype=nl.float32, buffer=nl.shared_hbm)
-    s = nl.load(src)
-    o = nl.load(offsets)
-    t = nl.ndarray([128, offsets.shape[1]], dtype=nl.float32, buffer=nl.sbuf)
-    ix, iy = nl.mgrid[0:128, 0:1]
-    for i in nl.affine_range(offsets.shape[1]):
-        t[ix, i] = nisa.tensor_copy_dynamic_src(s[ix, o[0, i] + iy], nl.float32)
-    nl.store(out, value=t)
-    return out
-
-
 def test_the_older_call_takes_its_dtype_by_position() -> None:
     """``tensor_copy_dynamic_src(src, nl.float32)`` returns a tile (the older API); it was
     read as the current ``(dst, src)`` because it has two arguments."""
     src = np.arange(128 * 40, dtype=np.float32).reshape(128, 40)
     offs = np.array([[3, 17, 39]], dtype=np.int32)
-    got = simulate_kernel(_copy_2d_positional_dtype, src, offs)
+    got = simulate_kernel(_copy_2d_with(nl.float32), src, offs)  # src is fp32 too
     np.testing.assert_array_equal(got, src[:, [3, 17, 39]])
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import record_source, write_kernel
+from helpers import SQUARE_MASKED, kernel_values, record_source, write_kernel
 
 import systolic.nki as snki
 from systolic.errors import KernelError
@@ -23,29 +23,13 @@ def _hook() -> None:
     snki.install("trn2")
 
 
-def _values(tmp_path: Path, body: str, *arrays: np.ndarray, **params: object) -> object:
-    k = snki.load_kernel(str(write_kernel(tmp_path, body)), "k")
-    return snki.values(k, list(arrays), params or None)
-
-
-# the vendor's own example (nki.api.shared.rst "NKI API Masking"), reworded: a square over
-# [0:64, 0:256] of a [128, 512] tile, stored through an index past the [64, 256] output
-SQUARE = '''
-@nki.jit
-def k(x):
-    out = nl.ndarray([64, 256], dtype=x.dtype, buffer=nl.shared_hbm)
-    i_p = nl.arange(128)[:, None]
-    i_f = nl.arange(512)[None, :]
-    t = nl.load(x[i_p, i_f])
-    sq = nl.square(t, mask=((i_p < 64) & (i_f < 256)))
-    nl.store(out[i_p, i_f], sq[i_p, i_f], mask=((i_p < 64) & (i_f < 256)))
-    return out
-'''
+# the vendor's own example with its mask: [0:64, 0:256]
+SQUARE = SQUARE_MASKED.replace("MASK", "((i_p < 64) & (i_f < 256))")
 
 
 def test_a_rectangle_mask_is_one_smaller_instruction(tmp_path: Path) -> None:
     x = (np.arange(128 * 512) % 17 - 8).astype(np.float32).reshape(128, 512)
-    got = np.asarray(_values(tmp_path, SQUARE, x), np.float64)
+    got = np.asarray(kernel_values(tmp_path, SQUARE, x), np.float64)
     assert np.array_equal(got, x[:64, :256].astype(np.float64) ** 2)
     rec = record_source(tmp_path, SQUARE, ["fp32[128,512]"])
     act = [i for i in rec.program if isinstance(i, Activation)]
@@ -78,7 +62,7 @@ def k(x):
 @pytest.mark.parametrize("n", [100, 128, 300])
 def test_a_tail_of_rows_is_left_out(tmp_path: Path, n: int) -> None:
     x = (np.arange(n * 64) % 9).astype(np.float32).reshape(n, 64)
-    got = np.asarray(_values(tmp_path, TAIL, x), np.float64)
+    got = np.asarray(kernel_values(tmp_path, TAIL, x), np.float64)
     assert np.array_equal(got, 2 * x.astype(np.float64))
     rec = record_source(tmp_path, TAIL, [f"fp32[{n},64]"])
     tts = [i for i in rec.program if isinstance(i, TensorTensor)]
@@ -102,7 +86,7 @@ def k(x, n):
 
 def test_a_mask_over_two_axes_is_cut_into_rectangles(tmp_path: Path) -> None:
     x = (np.arange(128 * 64) % 5 + 1).astype(np.float32).reshape(128, 64)
-    got = np.asarray(_values(tmp_path, FLAT, x, n=1000), np.float64).reshape(-1)
+    got = np.asarray(kernel_values(tmp_path, FLAT, x, n=1000), np.float64).reshape(-1)
     want = x.astype(np.float64).reshape(-1).copy()
     want[:1000] *= 3
     assert np.array_equal(got, want)
@@ -130,7 +114,7 @@ def k(x):
 
 def test_two_index_expressions_compared_select_a_triangle(tmp_path: Path) -> None:
     x = (np.arange(32 * 32) % 7 + 1).astype(np.float32).reshape(32, 32)
-    got = np.asarray(_values(tmp_path, TRIANGLE, x))
+    got = np.asarray(kernel_values(tmp_path, TRIANGLE, x))
     assert np.array_equal(got, np.tril(x))
 
 
@@ -159,7 +143,7 @@ def k(x):
 
 def test_a_false_mask_makes_no_instruction(tmp_path: Path) -> None:
     x = np.zeros((128, 64), np.float32)
-    assert np.array_equal(np.asarray(_values(tmp_path, BOOL, x)), x + 1)
+    assert np.array_equal(np.asarray(kernel_values(tmp_path, BOOL, x)), x + 1)
 
 
 REDUCE = '''
@@ -178,7 +162,7 @@ def k(x):
 
 def test_a_row_mask_on_a_reduction(tmp_path: Path) -> None:
     x = np.random.default_rng(2).standard_normal((100, 64)).astype(np.float32)
-    got = np.asarray(_values(tmp_path, REDUCE.replace("MASK", "(ix < n)"), x))
+    got = np.asarray(kernel_values(tmp_path, REDUCE.replace("MASK", "(ix < n)"), x))
     assert np.array_equal(got, x.max(axis=1, keepdims=True))
 
 
