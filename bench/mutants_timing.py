@@ -34,8 +34,13 @@ MUTANTS: tuple[Mutant, ...] = (
       "sh, hbind = hbm.fit(max(0, t - self.fixed), hb) if hb else (t, -1)", T,
       "HBM bytes served during the DMA fixed latency"),
     M("core-region-memo-no-dtype", "timing/core.py",
-      "        key = (ap.space, ap.partition, ap.partitions, ap.offset, ap.dims, ap.dtype,\n",
-      "        key = (ap.space, ap.partition, ap.partitions, ap.offset, ap.dims,\n",
+      "        reg = _REGIONS.get(ap)  # by value: every field, as two dtypes touch different "
+      "bytes\n        if reg is None:\n            if len(_REGIONS) >= _DMA_COSTS_MAX:\n"
+      "                _REGIONS.clear()\n            reg = _REGIONS[ap] = region(ap)\n",
+      "        key = (ap.space, ap.partition, ap.partitions, ap.offset, ap.dims)\n"
+      "        reg = _REGIONS.get(key)  # type: ignore[call-overload]\n        if reg is None:\n"
+      "            if len(_REGIONS) >= _DMA_COSTS_MAX:\n                _REGIONS.clear()\n"
+      "            reg = _REGIONS[key] = region(ap)  # type: ignore[index]\n",
       ("tests/test_reference_scheduler.py::"
        "test_a_bf16_read_waits_for_the_fp32_dma_writing_those_bytes", *T),
       "the region memo keyed without the dtype: a bf16 read misses the fp32 write"),

@@ -48,25 +48,31 @@ def busy_grouped(starts: np.ndarray, ends: np.ndarray, queue: np.ndarray, nqs: n
     sig_sorted = sig[order]
     cut = np.flatnonzero(sig_sorted[1:] != sig_sorted[:-1]) + 1
     bounds = [0, *cut.tolist(), len(order)]
-    held: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(nq)]
+    held: list[list[int]] = [[] for _ in range(nq)]  # the groups holding each queue
+    unions: list[tuple[np.ndarray, np.ndarray]] = []  # each group's merged intervals
     for a, b in pairwise(bounds):
         grp = order[a:b]
         q0, n = int(queue[grp[0]]), int(nqs[grp[0]])
-        merged = interval_union(starts[grp], ends[grp])
-        qids = _held(q0, n, n_dma)
-        for qid in qids:
-            held[qid].append(merged)
+        unions.append(interval_union(starts[grp], ends[grp]))
+        for qid in _held(q0, n, n_dma):
+            held[qid].append(len(unions) - 1)
             counts[qid] += b - a
-    for qid, parts in enumerate(held):
-        if len(parts) == 1:
-            lo, hi = parts[0]
-        elif parts:
-            lo, hi = interval_union(np.concatenate([p[0] for p in parts]),
-                                    np.concatenate([p[1] for p in parts]))
-        else:
+    # queues held by the same groups have the same union, found once (as busy_small)
+    done: dict[tuple[int, ...], int] = {}
+    for qid, gs in enumerate(held):
+        if not gs:
             continue
-        busy[qid] = int(np.sum(hi - lo))
+        size = done.get(key := tuple(gs), -1)
+        if size < 0:
+            if len(gs) == 1:
+                lo, hi = unions[gs[0]]
+            else:
+                lo, hi = interval_union(np.concatenate([unions[g][0] for g in gs]),
+                                        np.concatenate([unions[g][1] for g in gs]))
+            size = done[key] = int(np.sum(hi - lo))
+        busy[qid] = size
     return busy, counts
+
 
 def busy_small(starts: list[int], ends: list[int], queue: list[int], nqs: list[int], nq: int,
                n_dma: int) -> tuple[list[int], list[int]]:
@@ -109,6 +115,7 @@ def busy_small(starts: list[int], ends: list[int], queue: list[int], nqs: list[i
                 done[held_by] = size
             busy[qid] = size
     return busy, counts
+
 
 def busy_each(starts: np.ndarray, ends: np.ndarray, queue: np.ndarray, nqs: np.ndarray,
               nq: int, n_dma: int) -> tuple[list[int], list[int]]:
