@@ -635,7 +635,7 @@ def k(a):
     nl.store(out, r)
     return out
 '''
-    with pytest.raises(KernelError, match=r"k\.py:10: this call takes at most 2 positional "
+    with pytest.raises(KernelError, match=r"k\.py:10: reciprocal takes at most 2 positional "
                                           r"arguments \(dst, data\), not 3") as e:
         record_source(tmp_path, body, ["fp32[128,64]"])
     assert "\n" not in str(e.value)
