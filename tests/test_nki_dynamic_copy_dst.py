@@ -22,17 +22,28 @@ from systolic.verify import verify
 TRN2 = get_arch("trn2")
 
 
-def _scatter_2d(base, src, offsets):
-    """Column i of src into column offsets[0, i] of a copy of base (the current API)."""
-    out = nl.ndarray(base.shape, dtype=base.dtype, buffer=nl.shared_hbm)
-    t = nl.load(base)
-    s = nl.load(src)
-    o = nl.load(offsets)
+def _onto_base(copy):
+    """A kernel (base, src, offsets): the three loaded, ``copy(t, s, o)`` writes into the
+    base's tile t, t stored."""
+    def kernel(base, src, offsets):
+        out = nl.ndarray(base.shape, dtype=base.dtype, buffer=nl.shared_hbm)
+        t = nl.load(base)
+        s = nl.load(src)
+        o = nl.load(offsets)
+        copy(t, s, o)
+        nl.store(out, value=t)
+        return out
+    return kernel
+
+
+def _columns(t, s, o):
+    """Column i of src into column offsets[0, i] (the current API)."""
     ix, iy = nl.mgrid[0:128, 0:1]
-    for i in nl.affine_range(offsets.shape[1]):
+    for i in nl.affine_range(o.shape[1]):
         nisa.tensor_copy_dynamic_dst(t[ix, o[0, i] + iy], s[ix, i])
-    nl.store(out, value=t)
-    return out
+
+
+_scatter_2d = _onto_base(_columns)
 
 
 def _scatter_3d_older(base, src, offsets):
@@ -78,16 +89,13 @@ def test_values_3d_older_api_keywords() -> None:
     np.testing.assert_array_equal(got, want)
 
 
-def _window_of_two(base, src, offsets):
+def _two_columns(t, s, o):
     """A window of 2 columns with a static part (o + (iy + 3)): offsets -3..5 keep it in."""
-    out = nl.ndarray(base.shape, dtype=base.dtype, buffer=nl.shared_hbm)
-    t = nl.load(base)
-    s = nl.load(src)
-    o = nl.load(offsets)
     ix, iy = nl.mgrid[0:128, 0:2]
     nisa.tensor_copy_dynamic_dst(dst=t[ix, o[0, 0] + (iy + 3)], src=s[ix, iy])
-    nl.store(out, value=t)
-    return out
+
+
+_window_of_two = _onto_base(_two_columns)
 
 
 @pytest.mark.parametrize("o", [-3, 0, 2, 5])
@@ -105,16 +113,11 @@ def test_cast_into_a_bf16_destination() -> None:
     """Cast as tensor_copy: fp32 src rounded to the bf16 dst tile (RNE)."""
     import ml_dtypes
 
-    def kernel(base, src, offsets):
-        out = nl.ndarray(base.shape, dtype=base.dtype, buffer=nl.shared_hbm)
-        t = nl.load(base)
-        s = nl.load(src)
-        o = nl.load(offsets)
+    def whole_src(t, s, o):
         ix, iy = nl.mgrid[0:128, 0:1]
         nisa.tensor_copy_dynamic_dst(t[ix, o[0, 0] + iy], s)
-        nl.store(out, value=t)
-        return out
 
+    kernel = _onto_base(whole_src)
     bf16 = ml_dtypes.bfloat16
     base = np.zeros((128, 6), bf16)
     src = (np.arange(128, dtype=np.float32).reshape(128, 1) + 1) / 3
@@ -393,19 +396,16 @@ def test_psum_destination_on_the_scalar_engine() -> None:
     np.testing.assert_array_equal(got, want)
 
 
-def _copy_then_read_far(base, src, offsets):
+def _then_read_far(t, s, o):
     """The dynamic copy's window at offset 0 is column 0; then column 7 is copied into
     column 6 of the same tile on another engine (no fresh tile: nothing but the copy's
     region orders the two)."""
-    out = nl.ndarray(base.shape, dtype=base.dtype, buffer=nl.shared_hbm)
-    t = nl.load(base)
-    s = nl.load(src)
-    o = nl.load(offsets)
     ix, iy = nl.mgrid[0:128, 0:1]
     nisa.tensor_copy_dynamic_dst(t[ix, o[0, 0] + iy], s[ix, iy], engine=nisa.engine.gpsimd)
     t[ix, 6 + iy] = nisa.tensor_copy(t[ix, 7 + iy], engine=nisa.engine.scalar)
-    nl.store(out, value=t)
-    return out
+
+
+_copy_then_read_far = _onto_base(_then_read_far)
 
 
 def test_a_read_away_from_the_window_at_offset_0_still_waits() -> None:
