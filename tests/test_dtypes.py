@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from systolic import FORMATS, FormatError, decode, encode, get_format, round_to
+from systolic.dtypes import encode_into, surely_in_range
 
 FLOATS = [n for n, f in FORMATS.items() if f.kind == "float"]
 INTS = [n for n, f in FORMATS.items() if f.kind == "int"]
@@ -274,3 +275,26 @@ def test_decode_widens_without_rounding_steps() -> None:
     # 300 bf16 ones summed in bf16 give 256 (FACTS trap); widened first, 300.
     ones = encode(np.ones(300, dtype=np.float32), "bf16")
     assert decode(ones, "bf16").sum() == 300.0
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp4_e2m1"])
+def test_the_in_place_cast_takes_only_values_that_surely_encode(name: str) -> None:
+    """surely_in_range is a shortcut past encode's overflow masks: True only where encode
+    raises nothing and changes nothing; encode_into writes nothing where it is False."""
+    f = get_format(name)
+    t = np.float32(f.overflow_bound[0])
+    below = np.nextafter(t, np.float32(0))  # the largest float32 under the bound
+    ok = np.array([0.5, -below, below, 0.0, -0.0], np.float32)
+    assert surely_in_range(ok, name)
+    out = np.zeros(ok.shape, f.storage)
+    assert encode_into(ok, name, out)
+    assert np.array_equal(out.view(np.uint8), encode(ok, name).view(np.uint8))
+    for bad in ([0.5, t], [np.nan, 1.0], [np.inf, 1.0], [-np.inf], []):
+        x = np.array(bad, np.float32)
+        assert not surely_in_range(x, name)
+        out = np.full(x.size * f.storage.itemsize, 7, np.uint8).view(f.storage)
+        out = out.reshape(x.shape)
+        assert not encode_into(x, name, out)
+        assert (out.view(np.uint8) == 7).all()  # nothing written
+    assert not surely_in_range(ok.astype(np.float64), name)  # float32 only
+    assert not surely_in_range(np.array([1, 2], np.float32), "int8")  # float formats only
