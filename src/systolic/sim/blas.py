@@ -41,11 +41,13 @@ import math
 import os
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-__all__ = ["FINITE_BOUND", "accumulate", "available", "max_abs"]
+__all__ = ["FINITE_BOUND", "accumulate", "available", "max_abs", "one_thread"]
 
 # K * max|wt| * max|x| at most this (2^127, half of fp32's largest value ~3.4e38): every
 # partial sum of the K products is at most that in magnitude, times (1 + 2^-24)^(K + 1) < 2
@@ -57,6 +59,7 @@ _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112  # cblas.h's enum values
 _SgemmFn = Callable[..., None]
 _lock = threading.Lock()
 _sgemm: list[_SgemmFn | None] = []  # [] before the lookup, then [the function or None]
+_controller: list[Any] = []  # [] before the first one_thread(), then [its controller]
 # operand layout -> whether the fused call gave every probe's bits (one probe set per layout)
 _proven: dict[tuple[int, ...], bool] = {}
 
@@ -86,6 +89,21 @@ def _load() -> _SgemmFn | None:
         fn.restype = None
         return fn  # type: ignore[no-any-return]
     return None
+
+
+def one_thread() -> AbstractContextManager[object]:
+    """BLAS held to one thread while the context lasts (a product's bits depend on the
+    thread count), as ``threadpool_limits(limits=1, user_api="blas")``, with the loaded
+    libraries found once per process: threadpool_limits looks them up again at every call
+    (0.26 ms, on the path of every run). numpy's BLAS is loaded with numpy, before the first
+    call; a BLAS loaded later is not held, and no product here calls one."""
+    if not _controller:
+        from threadpoolctl import ThreadpoolController
+
+        with _lock:
+            if not _controller:
+                _controller.append(ThreadpoolController())
+    return _controller[0].limit(limits=1, user_api="blas")  # type: ignore[no-any-return]
 
 
 def available() -> bool:

@@ -49,7 +49,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from ..arch import Arch, get_arch
 from ..dtypes import decode
@@ -69,6 +68,7 @@ from ..isa import (
 )
 from ..memory import Memory
 from ..verify import verify
+from . import blas
 from ._base import Executor, MachineState, Order, Run, read_dram, wrap48, write_dram
 from .functional_engines import HANDLERS as ENGINE_HANDLERS
 from .functional_mx import load_mx, matmul_mx
@@ -193,7 +193,7 @@ def run_reference(state: MachineState, program: Program,
     """The living definition: every instruction in program order through its handler.
 
     BLAS runs on one thread: its result bits depend on the thread count."""
-    with threadpool_limits(limits=1, user_api="blas"):
+    with blas.one_thread():
         for i, ins in enumerate(program.instructions):
             execute(state, ins)
             if progress is not None and (i + 1) % 256 == 0:

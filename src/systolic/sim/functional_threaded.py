@@ -42,7 +42,6 @@ from collections.abc import Callable
 from typing import cast
 
 import numpy as np
-from threadpoolctl import threadpool_limits
 
 from ..dtypes import decode
 from ..errors import SystolicError
@@ -253,7 +252,7 @@ def run_threaded(state: MachineState, program: Program, workers: int,
 
     finished = False
     try:
-        with threadpool_limits(limits=1, user_api="blas"):
+        with blas.one_thread():
             done = 0
             for i, ins in enumerate(instrs):
                 kind = type(ins)
