@@ -52,6 +52,25 @@ def test_stationary_tiles_latched_from_their_loads_match_the_reference(
     same_state(got, ref)
 
 
+@pytest.mark.parametrize("workers", [1, 3])
+def test_without_sbuf_after_the_run_device_memory_and_psum_are_the_same(
+        workers: int) -> None:
+    # sbuf=False (systolic.matmul's run): the DMA copies into SBUF that no instruction
+    # needed are dropped at the end; everything else ends as the reference leaves it
+    m, k, n = 300, 200, 700
+    a, b = operands(m, k, n, "bf16", seed=6)
+    spec = MatmulSpec(m, k, n, "bf16")
+    ref = run_lowered(spec, a, b, 0)
+    low = lower(spec, get_arch("trn2"))
+    sim = FunctionalSimulator("trn2", dram_bytes=low.layout.dram_bytes, workers=workers)
+    sim.write_dram(low.layout.a_offset, a, "bf16")
+    sim.write_dram(low.layout.b_offset, b, "bf16")
+    sim.run(low.program, sbuf=False)
+    for space in ("dram", "psum"):
+        assert np.array_equal(getattr(sim.memory, space), getattr(ref.memory, space)), space
+    assert not np.array_equal(sim.memory.sbuf, ref.memory.sbuf)  # the copies were dropped
+
+
 def test_a_latched_tile_is_the_rounded_operand_transposed() -> None:
     # independent of the simulator: the one weight tile of a 100 x 60 x 8 bf16 product is
     # a.T rounded by ml_dtypes, [K, M]

@@ -246,9 +246,12 @@ class FunctionalSimulator(Executor):
 
     # -- execution ------------------------------------------------------------------------
     def run(self, program: Program, *, check: bool = True,
-            progress: Callable[[int], None] | None = None) -> Run:
+            progress: Callable[[int], None] | None = None, sbuf: bool = True) -> Run:
         """Execute ``program``; ``check`` runs :func:`verify` first (leave it on unless the
-        Program was just verified). ``progress(n)`` is called every 256 instructions."""
+        Program was just verified). ``progress(n)`` is called every 256 instructions.
+        ``sbuf=False`` says nothing will read SBUF after the run: the threaded path may
+        then leave it without the DMA copies no instruction needed (device memory and PSUM
+        are the same either way)."""
         if check:
             verify(program, self.arch, self.memory.dram.size)
         if self.workers == 0:
@@ -256,7 +259,8 @@ class FunctionalSimulator(Executor):
         else:
             run_threaded(self.state, program, self.workers, execute, progress,
                          plain_dma=HANDLERS.get(DmaLoad) is dma_load,
-                         plain_stationary=HANDLERS.get(LoadStationary) is load_stationary)
+                         plain_stationary=HANDLERS.get(LoadStationary) is load_stationary,
+                         sbuf=sbuf)
         return Run(executor=self.name, instructions=len(program), memory=self.memory)
 
     def execute(self, ins: Instruction) -> None:
