@@ -41,6 +41,27 @@ MUTANTS: tuple[Mutant, ...] = (
       "    if not (order == \"fast\" and view.ndim == 3 and view.shape[0] == shape[0]",
       FAST, "a PSUM region of two free dims takes the direct path (a reshaped write into a "
             "copy, lost)"),
+    M("surely_in_range_takes_the_edge", "dtypes.py",
+      "    return float(np.maximum(x32.max(), -x32.min())) < f.overflow_bound[0]",
+      "    return float(np.maximum(x32.max(), -x32.min())) <= f.overflow_bound[0]",
+      ("tests/test_dtypes.py",), "a value exactly at the overflow bound (which rounds out of "
+                                 "range) takes the in-place cast and is written as inf"),
+    M("encode_into_takes_tf32", "dtypes.py",
+      '    if f.name in ("tf32", "fp32r") or out.dtype != f.storage',
+      "    if out.dtype != f.storage",
+      ("tests/test_write_dram.py",), "tf32 and fp32r, rounded on their bits, are copied "
+                                     "unrounded into device memory"),
+    M("second_operands_error_first", "api.py",
+      "    try:\n        sim.write_dram(a_offset, a, dtype)\n    finally:\n        other.join()"
+      "\n    if failed:\n        raise failed[0]",
+      "    other.join()\n    if failed:\n        raise failed[0]\n"
+      "    sim.write_dram(a_offset, a, dtype)",
+      ("tests/test_write_dram.py",), "with both operands bad, b's error (written on the second "
+                                     "thread) is raised, not a's as one after the other"),
+    M("sbuf_flag_not_passed", "sim/functional.py",
+      "                         sbuf=sbuf)",
+      "                         sbuf=True)",
+      FAST, "run(sbuf=False) still lands every deferred SBUF copy (the flag is lost)"),
     M("codegen_never_stops_a_group", "compiler/codegen.py",
       "got = _FLAGS[key] = rules(arch.generation).calc_flags(first, last, arch.arch_level)",
       "got = _FLAGS[key] = rules(arch.generation).calc_flags(first, False, arch.arch_level)",
