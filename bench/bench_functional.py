@@ -22,7 +22,9 @@ BLAS threads are set explicitly: numpy's ``a @ b`` gets every core (``--numpy-th
 default the CPU count); the simulator and the floor hold BLAS to one thread per GEMM (the
 bits of a GEMM depend on its thread count) and use Python threads instead. The functions
 take turns so load drift hits all alike; the best of ``--repeat`` wall-clock and CPU times
-(all threads' CPU seconds: the work done, less disturbed by other processes).
+(all threads' CPU seconds: the work done, less disturbed by other processes), and the
+median over the rounds of each wall time over numpy's in the same round (the machine's
+speed drifts by 5-10% within a run, and the two bests may come from different minutes).
 
 Targets (issue 13 section 1, issue 20): ``systolic.matmul`` within 1.5x numpy at 2048^3 and
 4096^3, 2x at 1024^3; peak memory under 3x the bytes of the bf16 inputs plus the fp32 output.
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import threading
 import time
 import tracemalloc
@@ -90,19 +93,26 @@ def floor_loop(a: np.ndarray, b: np.ndarray, workers: int, fused: bool = False
 
 
 def best_wall_and_cpu(fns: list[Callable[[], object]], repeat: int
-                      ) -> list[tuple[float, float]]:
+                      ) -> tuple[list[tuple[float, float]], list[float]]:
     """Best wall-clock and best process CPU seconds of each function, taking turns (as
-    timer.best_interleaved). CPU time counts every thread's work and moves less than wall
-    time when other processes share the cores."""
+    timer.best_interleaved), and the median over the rounds of each function's wall time
+    over the first function's in the same round. CPU time counts every thread's work and
+    moves less than wall time when other processes share the cores; the per-round ratio
+    moves less than either best when the machine's speed drifts during the run (the
+    best of numpy and the best of ours may come from different minutes)."""
     best = [(float("inf"), float("inf"))] * len(fns)
+    rounds: list[list[float]] = [[] for _ in fns]
     for _ in range(repeat):
         for i, fn in enumerate(fns):
             w, c, _ = wall_and_cpu(fn)
             best[i] = (min(best[i][0], w), min(best[i][1], c))
+            rounds[i].append(w)
             # OpenBLAS's threads spin for ~0.1 s after a multithreaded call (numpy's): they
             # took a core from whatever ran next, 380 ms of CPU for 270 ms of a 1-thread loop
             time.sleep(0.2)
-    return best
+    ratios = [statistics.median(w / w0 for w, w0 in zip(r, rounds[0], strict=True))
+              for r in rounds]
+    return best, ratios
 
 
 def bench(n: int, repeat: int, numpy_threads: int, arch_name: str) -> None:
@@ -134,7 +144,7 @@ def bench(n: int, repeat: int, numpy_threads: int, arch_name: str) -> None:
     names = ["numpy float32 a @ b", "floor 1T (GEMM/instr)", "floor 2T (GEMM/instr)",
              "floor 2T fused (beta=1)", "sim.run (fast order)", "systolic.matmul",
              "matmul, 1st of a shape"]
-    times = best_wall_and_cpu(fns, repeat)
+    times, per_round = best_wall_and_cpu(fns, repeat)
 
     got = systolic.matmul(a, b, dtype="bf16", arch=arch).out
     floor = floor_loop(ar, br, 2)
@@ -153,10 +163,11 @@ def bench(n: int, repeat: int, numpy_threads: int, arch_name: str) -> None:
 
     print(f"{n}^3 bf16 on {arch.name} ({lowered.program.counts()['MatMul']} MatMuls), "
           f"numpy BLAS threads {numpy_threads}, load {os.getloadavg()[0]:.2f}")
-    print(f"  {'':24s} {'wall ms':>9s}  {'ratio':>6s}  {'CPU ms':>9s}  {'ratio':>6s}")
-    for name, (w, c) in zip(names, times, strict=True):
+    print(f"  {'':24s} {'wall ms':>9s}  {'ratio':>6s}  {'CPU ms':>9s}  {'ratio':>6s}  "
+          f"{'median of rounds':>16s}")
+    for name, (w, c), r in zip(names, times, per_round, strict=True):
         print(f"  {name:24s} {w * 1e3:9.1f}  {w / times[0][0]:5.2f}x  {c * 1e3:9.1f}  "
-              f"{c / times[0][1]:5.2f}x")
+              f"{c / times[0][1]:5.2f}x  {r:15.2f}x")
     print(f"  systolic.matmul peak     {peak / 2**20:9.1f} MiB = {peak / io_bytes:4.2f}x the "
           f"{io_bytes / 2**20:.0f} MiB of bf16 inputs + fp32 output")
     print(f"  bits equal to floor 2T   {same_floor} (floor 2T fused: {same_fused}); max rel "
