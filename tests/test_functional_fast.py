@@ -289,8 +289,11 @@ def test_a_kept_simulator_starts_the_next_call_as_a_fresh_one(
     monkeypatch.setattr(api, "_sims", {})
     a1, b1 = operands(300, 200, 700, "bf16", seed=4)
     a2, b2 = operands(300, 200, 700, "bf16", seed=5)
+    monkeypatch.setattr(api, "_zeroing", {})
     matmul(a1, b1)
     (kept,) = api._sims.values()
+    (zeroing,) = api._zeroing.values()  # zeroing its memories after the call returned
+    zeroing.join()
     m = kept.memory
     assert not m.sbuf.any() and not m.psum.any() and not m.dram.any() and not kept.tiles
     r2 = matmul(a2, b2)
