@@ -62,6 +62,11 @@ MUTANTS: tuple[Mutant, ...] = (
       "                         sbuf=sbuf)",
       "                         sbuf=True)",
       FAST, "run(sbuf=False) still lands every deferred SBUF copy (the flag is lost)"),
+    M("kept_simulator_taken_while_zeroing", "api.py",
+      "    if zeroing is not None:\n        zeroing.join()",
+      "    if zeroing is not None and not zeroing:\n        zeroing.join()",
+      FAST, "a call takes the kept simulator while its memories are still being zeroed: "
+            "the memset lands on the new operands"),
     M("codegen_never_stops_a_group", "compiler/codegen.py",
       "got = _FLAGS[key] = rules(arch.generation).calc_flags(first, last, arch.arch_level)",
       "got = _FLAGS[key] = rules(arch.generation).calc_flags(first, False, arch.arch_level)",

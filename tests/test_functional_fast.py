@@ -316,6 +316,28 @@ def test_a_kept_simulator_starts_the_next_call_as_a_fresh_one(
     assert api._sims == {}
 
 
+def test_the_next_call_waits_for_the_kept_simulators_zeroing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the kept simulator's memories are zeroed on a thread after the call returns: a call
+    # made at once takes the simulator only when that is done (else the memset lands on
+    # its operands)
+    import systolic.api as api
+    from systolic import matmul
+
+    monkeypatch.setattr(api, "_sims", {})
+    monkeypatch.setattr(api, "_zeroing", {})
+    a1, b1 = operands(512, 512, 1024, "bf16", seed=7)
+    a2, b2 = operands(512, 512, 1024, "bf16", seed=8)
+    ar = a2.astype(ml_dtypes.bfloat16).astype(np.float64)
+    br = b2.astype(ml_dtypes.bfloat16).astype(np.float64)
+    from helpers import fp32_bound
+
+    for _ in range(3):
+        matmul(a1, b1)
+        r2 = matmul(a2, b2)  # at once: the first call's zeroing may still be running
+        assert np.all(np.abs(r2.out - ar @ br) <= fp32_bound(ar, br))
+
+
 def _bytes_touched(ap: AccessPattern) -> set[int]:
     """Every device-memory byte ``ap`` touches, element by element (the slow reference)."""
     isz = ap.itemsize
