@@ -12,9 +12,9 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import kernel_values, write_kernel
 from helpers import opcodes as _opcodes
 from helpers import record_source as _rec
-from helpers import write_kernel
 
 import systolic.nki as snki
 from systolic.arch import get_arch
@@ -34,10 +34,6 @@ U32 = 2.0 ** -24  # fp32 unit roundoff
 @pytest.fixture(autouse=True)
 def _hook():
     snki.install("trn2")
-
-
-def _run(tmp_path: Path, body: str, *arrays: np.ndarray, name: str = "k") -> object:
-    return snki.values(snki.load_kernel(str(write_kernel(tmp_path, body)), name), list(arrays))
 
 
 
@@ -63,7 +59,7 @@ def k(a):
 @pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, np.float16, ml_dtypes.float8_e4m3])
 def test_pe_transpose_is_exact_for_16_and_8_bit_floats(tmp_path, shape, dtype) -> None:
     a = np.random.default_rng(1).normal(0, 3, shape).astype(dtype)
-    out = _run(tmp_path, PE_TRANSPOSE, a)
+    out = kernel_values(tmp_path, PE_TRANSPOSE, a)
     # x * 1 and + 0 are exact in the fp32 accumulator, and the result fits the dtype again
     assert np.array_equal(out.astype(np.float64), a.T.astype(np.float64))
 
@@ -80,7 +76,7 @@ def test_pe_transpose_of_fp32_is_the_two_pass_matmul_on_gen2(tmp_path) -> None:
 
 def test_pe_transpose_of_fp32_is_bit_exact_from_gen3(tmp_path) -> None:
     a = np.random.default_rng(2).normal(0, 3, (128, 96)).astype(np.float32)
-    out = _run(tmp_path, PE_TRANSPOSE, a)
+    out = kernel_values(tmp_path, PE_TRANSPOSE, a)
     # trn2 (NeuronCore-v3): the transpose mode passes the fp32 bits through
     assert np.array_equal(out.view(np.uint32), np.ascontiguousarray(a.T).view(np.uint32))
 
@@ -103,7 +99,7 @@ def test_pe_transpose_is_one_matmul_against_one_identity(tmp_path) -> None:
         assert mm.dst.partitions == 64 and mm.dst.free_elems == 128
     assert loads[0].src.partitions == 128 and loads[0].src.dims[-1][1] == 64
     a = np.random.default_rng(3).normal(0, 1, (128, 64)).astype(ml_dtypes.bfloat16)
-    out = _run(tmp_path, body, a)
+    out = kernel_values(tmp_path, body, a)
     np.testing.assert_array_equal(out.astype(np.float64), 2 * a.T.astype(np.float64))
 
 
@@ -122,7 +118,7 @@ def k(a):
     return out
 '''
     a = np.random.default_rng(4).normal(0, 1, (128, 32)).astype(ml_dtypes.bfloat16)
-    out = _run(tmp_path, body, a)
+    out = kernel_values(tmp_path, body, a)
     np.testing.assert_array_equal(out.astype(np.float64), a[64:96].T.astype(np.float64))
 
 
@@ -148,7 +144,7 @@ def test_a_transpose_under_a_mask_of_nothing_is_not_made(tmp_path, mask, made) -
         "    tt = nl.zeros((F, P), dtype=a.dtype, buffer=nl.sbuf)\n").replace(
         "engine=nisa.vector_engine)", f"engine=nisa.vector_engine, mask={mask})")
     a = np.arange(1, 65, dtype=np.float32).reshape(8, 8)
-    out = _run(tmp_path, body, a)
+    out = kernel_values(tmp_path, body, a)
     np.testing.assert_array_equal(out, a.T if made else np.zeros_like(a))
     rec = _rec(tmp_path, body, ["fp32[8,8]"])
     assert any(isinstance(i, Transpose) for i in rec.program) == made
@@ -158,7 +154,7 @@ def test_a_transpose_under_a_mask_of_nothing_is_not_made(tmp_path, mask, made) -
 def test_vector_transpose_moves_bits_and_costs_max_min_ii_n(tmp_path, shape) -> None:
     a = np.random.default_rng(5).normal(0, 1, shape).astype(np.float32)
     a[0, 0] = np.nan  # a transpose moves bytes: NaN survives (the PE's may not on gen2)
-    out = _run(tmp_path, VECTOR_TRANSPOSE, a)
+    out = kernel_values(tmp_path, VECTOR_TRANSPOSE, a)
     np.testing.assert_array_equal(out, a.T)
     rec = _rec(tmp_path, VECTOR_TRANSPOSE, [f"fp32[{shape[0]},{shape[1]}]"])
     (tr,) = [i for i in rec.program if isinstance(i, Transpose)]
@@ -206,11 +202,11 @@ def k(a):
 @pytest.mark.parametrize("shape", [(128, 48), (16, 8)])
 def test_nl_transpose_and_store_from_psum(tmp_path, shape) -> None:
     a = np.random.default_rng(6).normal(0, 1, shape).astype(ml_dtypes.bfloat16)
-    out = _run(tmp_path, LEGACY_TRANSPOSE, a)
+    out = kernel_values(tmp_path, LEGACY_TRANSPOSE, a)
     np.testing.assert_array_equal(out.astype(np.float64), a.T.astype(np.float64))
     # the older nisa.nc_transpose(data) returns a PSUM tile; nl.store copies it to SBUF first
     body = LEGACY_TRANSPOSE.replace("nl.transpose(t)", "nisa.nc_transpose(t)")
-    out = _run(tmp_path, body, a)
+    out = kernel_values(tmp_path, body, a)
     np.testing.assert_array_equal(out.astype(np.float64), a.T.astype(np.float64))
 
 
@@ -245,7 +241,7 @@ def _halves(x: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("shape", [(128, 128), (128, 1024), (64, 7)])
 def test_bn_stats_and_bn_aggr_match_float64(tmp_path, shape) -> None:
     x = np.random.default_rng(7).normal(0.5, 2, shape).astype(np.float32)
-    stats, mv = _run(tmp_path, BN, x)
+    stats, mv = kernel_values(tmp_path, BN, x)
     x64 = x.astype(np.float64)
     n = max(1, shape[1] // 512)
     ref = np.concatenate([_halves(s) for s in np.split(x64, n, axis=1)], axis=1)
@@ -300,7 +296,7 @@ def k():
 
 
 def test_iota_values_and_cost(tmp_path) -> None:
-    a, d = _run(tmp_path, IOTA)
+    a, d = kernel_values(tmp_path, IOTA)
     np.testing.assert_array_equal(a, (7 - 3 * np.arange(512))[None, :])
     np.testing.assert_array_equal(d, (5 + 2 * np.arange(128))[:, None])
     rec = _rec(tmp_path, IOTA, [])
@@ -318,7 +314,7 @@ def k(a):
     return out
 '''
     a = np.arange(128 * 256, dtype=np.float32).reshape(128, 256)
-    np.testing.assert_array_equal(_run(tmp_path, body, a), a[:, 64:128])
+    np.testing.assert_array_equal(kernel_values(tmp_path, body, a), a[:, 64:128])
 
 
 def test_numpy_ufuncs_are_operators(tmp_path) -> None:
@@ -336,7 +332,7 @@ def k(a):
 '''
     a = np.random.default_rng(8).normal(0, 1, (128, 16)).astype(np.float32)
     ref = (a.astype(np.float64) - 1) * 3
-    np.testing.assert_allclose(_run(tmp_path, body, a), ref, rtol=2 * U32)
+    np.testing.assert_allclose(kernel_values(tmp_path, body, a), ref, rtol=2 * U32)
 
 
 # -- SPMD --------------------------------------------------------------------------------------
@@ -358,7 +354,7 @@ def k(a):
 
 
 def test_spmd_instances_see_their_program_ids(tmp_path) -> None:
-    out = _run(tmp_path, IDS, np.zeros((1, 1), np.float32))
+    out = kernel_values(tmp_path, IDS, np.zeros((1, 1), np.float32))
     i, j = np.meshgrid(np.arange(4), np.arange(3), indexing="ij")
     ref = 10 * i + j + 200 + 3000 + 120000
     np.testing.assert_array_equal(out[..., 0, 0], ref)
@@ -389,7 +385,7 @@ def test_spmd_refusals(tmp_path) -> None:
 def test_program_id_outside_a_launch_is_zero(tmp_path) -> None:
     body = IDS.replace("return ids[4, 3](a)", "return ids(a)").replace(
         "out[nl.program_id(0), nl.program_id(1)]", "out[0, 0]")
-    out = _run(tmp_path, body, np.zeros((1, 1), np.float32))
+    out = kernel_values(tmp_path, body, np.zeros((1, 1), np.float32))
     assert out[0, 0, 0, 0] == 1000 + 10000  # ids 0, ndim 0, one program along every axis
 
 

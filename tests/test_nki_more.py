@@ -10,9 +10,9 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import kernel_values
 from helpers import opcodes as _opcodes
 from helpers import record_source as _rec
-from helpers import write_kernel
 
 import systolic.nki as snki
 import systolic.nki.timing as ntiming
@@ -24,10 +24,6 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "systolic" / "nki"
 @pytest.fixture(autouse=True)
 def _hook():
     snki.install("trn2")
-
-
-def _run(tmp_path: Path, body: str, *arrays: np.ndarray, name: str = "k") -> object:
-    return snki.values(snki.load_kernel(str(write_kernel(tmp_path, body)), name), list(arrays))
 
 
 
@@ -107,7 +103,7 @@ def test_transpose_mode_passes_fp32_through_bit_exactly(tmp_path, shape) -> None
     rng = np.random.default_rng(5)
     a = (rng.normal(0, 1, shape) * np.exp2(rng.integers(-60, 60, shape))).astype(np.float32)
     eye = np.eye(shape[0], dtype=np.float32)
-    out = _run(tmp_path, TRANSPOSE_MODE.replace("DST", "nl.float32"), a, eye)
+    out = kernel_values(tmp_path, TRANSPOSE_MODE.replace("DST", "nl.float32"), a, eye)
     # trn2 is NeuronCore-v3: transpose mode is bit-accurate (trainium2_arch.rst); every
     # one of the 24 significant bits survives, where the fp32 matmul keeps 16
     assert np.array_equal(_bits(out), _bits(np.ascontiguousarray(a.T)))
@@ -144,14 +140,14 @@ def test_transpose_mode_on_gen2_is_the_ordinary_matmul(tmp_path) -> None:
 def test_transpose_mode_of_8_and_16_bit_floats_is_exact(tmp_path, dtype, dst) -> None:
     a = np.random.default_rng(6).normal(0, 4, (128, 72)).astype(dtype)
     eye = np.eye(128).astype(dtype)
-    out = _run(tmp_path, TRANSPOSE_MODE.replace("DST", dst), a, eye)
+    out = kernel_values(tmp_path, TRANSPOSE_MODE.replace("DST", dst), a, eye)
     assert out.dtype == (np.float32 if dst == "nl.float32" else dtype)
     np.testing.assert_array_equal(out.astype(np.float64), a.T.astype(np.float64))
 
 
 def test_transpose_mode_in_the_older_api(tmp_path) -> None:
     a = np.random.default_rng(7).normal(0, 1, (128, 128)).astype(np.float32)
-    out = _run(tmp_path, LEGACY_TRANSPOSE, a, np.eye(128, dtype=np.float32))
+    out = kernel_values(tmp_path, LEGACY_TRANSPOSE, a, np.eye(128, dtype=np.float32))
     assert np.array_equal(_bits(out), _bits(np.ascontiguousarray(a.T)))
 
 
@@ -195,7 +191,7 @@ def k(a):
 def test_dma_transpose_moves_bits(tmp_path, body, shape, dtype, name) -> None:
     """Any dtype: nki.isa.dma_transpose at aws-neuron-sdk 7c165a3e names no dtype limit."""
     a = np.random.default_rng(8).normal(0, 1, shape).astype(dtype)
-    out = _run(tmp_path, body, a)
+    out = kernel_values(tmp_path, body, a)
     assert np.array_equal(_bits(out), _bits(np.ascontiguousarray(a.T)))
     rec = _rec(tmp_path, body, [f"{name}[{shape[0]},{shape[1]}]"])
     assert _opcodes(rec).count("DmaCopy") == 2  # one DMA in, one out: no engine touches it
@@ -247,7 +243,7 @@ def test_bool_arrays_are_bytes_of_0_and_1(tmp_path) -> None:
     rng = np.random.default_rng(9)
     pred = rng.integers(0, 2, (128, 64)).astype(np.bool_)
     a = rng.normal(0, 1, (128, 64)).astype(np.float32)
-    out = _run(tmp_path, BOOL_COPY, pred, a)
+    out = kernel_values(tmp_path, BOOL_COPY, pred, a)
     np.testing.assert_array_equal(out, np.where(pred, a, np.float32(0) * a))
 
 
@@ -259,7 +255,7 @@ def test_int32_and_uint32_tiles_move_exactly(tmp_path) -> None:
         info = np.iinfo(dt)
         x = np.array([info.min, info.max, 0, 1, info.max - 1, 12345] * (128 * 64 // 6 + 1),
                      dtype=dt)[:128 * 64].reshape(128, 64)
-        out = _run(tmp_path, body, x, x)
+        out = kernel_values(tmp_path, body, x, x)
         assert out.dtype == dt and np.array_equal(out, x)
 
 
@@ -273,7 +269,7 @@ def k(a):
 '''
     a = np.array([[1.0, -2.0, 0.5, 448.0]], dtype=ml_dtypes.float8_e4m3fn)
     a = np.repeat(a.astype(ml_dtypes.float8_e4m3), 4, axis=0)
-    out = _run(tmp_path, body, a)
+    out = kernel_values(tmp_path, body, a)
     assert np.array_equal(out, a.view(np.int8))  # the same bytes, read as int8
     with pytest.raises(KernelError, match="same size"):
         _rec(tmp_path, body.replace("nl.int8)", "nl.float32)"), ["fp8_e4m3[4,4]"])
@@ -283,7 +279,7 @@ def test_nki_trace_is_a_kernel_decorator(tmp_path) -> None:
     body = ADD.replace("@nki.jit", "@nki.trace")
     a, b = (np.random.default_rng(i).normal(0, 1, (128, 32)).astype(np.float32)
             for i in (1, 2))
-    np.testing.assert_array_equal(_run(tmp_path, body, a, b), a + b)
+    np.testing.assert_array_equal(kernel_values(tmp_path, body, a, b), a + b)
 
 
 def test_nl_broadcast_to_reads_one_row_on_every_partition(tmp_path) -> None:
@@ -296,7 +292,7 @@ def k(a):
     return out
 '''
     a = np.random.default_rng(3).normal(0, 1, (1, 64)).astype(np.float32)
-    np.testing.assert_array_equal(_run(tmp_path, body, a), np.repeat(a, 128, axis=0))
+    np.testing.assert_array_equal(kernel_values(tmp_path, body, a), np.repeat(a, 128, axis=0))
 
 
 def test_a_jitted_kernel_named_test_is_not_collected_by_pytest() -> None:

@@ -16,9 +16,9 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import kernel_values
 from helpers import opcodes as _opcodes
 from helpers import record_source as _rec
-from helpers import write_kernel
 
 import systolic.nki as snki
 from systolic.arch import get_arch
@@ -37,10 +37,6 @@ F32 = np.float32
 @pytest.fixture(autouse=True)
 def _hook():
     snki.install("trn2")
-
-
-def _run(tmp_path: Path, body: str, *arrays: np.ndarray) -> object:
-    return snki.values(snki.load_kernel(str(write_kernel(tmp_path, body)), "k"), list(arrays))
 
 
 def _ap(space: Space, p: int, f: int, dtype: str = "fp32", offset: int = 0) -> AccessPattern:
@@ -97,7 +93,7 @@ def test_older_api_tile_operand0_subtract_then_multiply(tmp_path: Path) -> None:
     x = rng.normal(0, 3, (128, 200)).astype(F32)
     v = rng.normal(0, 1, (128, 1)).astype(F32)
     w = rng.normal(0, 1, (128, 200)).astype(F32)
-    out = _run(tmp_path, "import numpy as np\n" + OLDER, x, v, w)
+    out = kernel_values(tmp_path, "import numpy as np\n" + OLDER, x, v, w)
     xd, vd, wd = (a.astype(np.float64) for a in (x, v, w))
     np.testing.assert_array_equal(np.asarray(out, np.float64), _f32(_f32(xd - vd) * wd))
 
@@ -128,7 +124,7 @@ def test_current_api_constant_operand0_and_the_reverse_flags(tmp_path: Path, op0
     w = rng.normal(0, 2, (64, 96)).astype(F32)
     body = (CURRENT.replace("OP0", op0).replace("OP1", op1)
             .replace("REV0", str(rev0)).replace("REV1", str(rev1)))
-    out = _run(tmp_path, body, x, w)
+    out = kernel_values(tmp_path, body, x, w)
     want = _want(x.astype(np.float64), 0.75, w.astype(np.float64), op0, op1, rev0, rev1)
     np.testing.assert_array_equal(np.asarray(out, np.float64), want)
 
@@ -153,7 +149,7 @@ def test_bf16_inputs_give_a_bf16_tile_rounded_once(tmp_path: Path) -> None:
     x = rng.normal(0, 4, (128, 64)).astype(ml_dtypes.bfloat16)
     v = rng.normal(0, 1, (128, 1)).astype(F32)
     w = rng.normal(0, 1, (128, 64)).astype(ml_dtypes.bfloat16)
-    out = _run(tmp_path, BF16, x, v, w)
+    out = kernel_values(tmp_path, BF16, x, v, w)
     assert np.asarray(out).dtype == ml_dtypes.bfloat16
     xd, vd, wd = (np.asarray(a, np.float64) for a in (x, v, w))
     want = _bf16(_f32(wd * _f32(xd - vd)))
@@ -177,7 +173,7 @@ def test_fp32_inputs_into_a_bf16_output(tmp_path: Path) -> None:
     rng = np.random.default_rng(4)
     x = rng.normal(0, 1, (32, 128)).astype(F32)
     w = rng.normal(0, 1, (32, 128)).astype(F32)
-    out = _run(tmp_path, "import numpy as np\n" + DTYPE, x, w)
+    out = kernel_values(tmp_path, "import numpy as np\n" + DTYPE, x, w)
     xd, wd = x.astype(np.float64), w.astype(np.float64)
     np.testing.assert_array_equal(np.asarray(out, np.float64),
                                   _bf16(_f32(_f32(xd * 1.5) + wd)))
@@ -204,7 +200,7 @@ def test_a_partial_mask_computes_only_its_rectangle(tmp_path: Path) -> None:
     rng = np.random.default_rng(5)
     x = rng.normal(0, 1, (128, 64)).astype(F32)
     w = rng.normal(0, 1, (128, 64)).astype(F32)
-    out = _run(tmp_path, MASKED, x, w)
+    out = kernel_values(tmp_path, MASKED, x, w)
     xd, wd = x.astype(np.float64), w.astype(np.float64)
     want = np.full((128, 64), 7.0)
     want[:100, :48] = _f32(_f32(xd[:100, :48] + 1.0) * wd[:100, :48])
@@ -354,7 +350,7 @@ def test_loop_reduce_is_a_tensor_tensor_into_its_destination(tmp_path: Path, op:
     x = np.random.default_rng(6).normal(0, 1, (3, 64, 32)).astype(np.float32).astype(
         ml_dtypes.bfloat16)
     body = "import numpy as np\n" + LOOP.replace("OP", op)
-    out = _run(tmp_path, body, x)
+    out = kernel_values(tmp_path, body, x)
     xd = np.asarray(x, np.float64)
     want = np.zeros((64, 32))
     for i in range(3):  # one fp32 operation per step
@@ -396,7 +392,7 @@ def test_a_p_tile_reduces_its_one_free_axis_as_the_p_by_1_tile_it_is(tmp_path: P
     # an on-chip [P] tile lies in memory as [P, 1] (nki/tensor.py): axis 1 is its one free
     # element, so the reduction is that element (flash attention backward, with sinks)
     x = np.random.default_rng(7).normal(0, 1, (128, 40)).astype(np.float32)
-    out = _run(tmp_path, "import numpy as np\n" + COLUMN, x)
+    out = kernel_values(tmp_path, "import numpy as np\n" + COLUMN, x)
     np.testing.assert_array_equal(out, x.max(axis=1) * np.float32(-2.0))
     with pytest.raises(KernelError, match=r"over axis \(2,\): a 2-d tile"):
         _rec(tmp_path, "import numpy as np\n" + COLUMN.replace("data=col, axis=(1,)",

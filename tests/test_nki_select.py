@@ -7,13 +7,11 @@ cost" formulas worked by hand; every new instruction through the text form."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from helpers import kernel_values, write_kernel
 from helpers import opcodes as _opcodes
 from helpers import record_source as _rec
-from helpers import write_kernel
 
 import systolic.nki as snki
 from systolic.arch import get_arch
@@ -38,10 +36,6 @@ def _hook():
     snki.install("trn2")
 
 
-def _run(tmp_path: Path, body: str, *arrays: np.ndarray, name: str = "k") -> object:
-    return snki.values(snki.load_kernel(str(write_kernel(tmp_path, body)), name), list(arrays))
-
-
 def _sb(p: int, f: int, dtype: str = "fp32", offset: int = 0, part: int = 0
         ) -> AccessPattern:
     return AccessPattern(Space.SBUF, part, p, offset, ((1, f),), dtype)
@@ -64,7 +58,7 @@ def k(a):
 
 def test_affine_select_is_a_causal_mask(tmp_path) -> None:
     a = np.random.default_rng(1).normal(0, 1, (256, 256)).astype(np.float32)
-    out = _run(tmp_path, AFFINE, a)
+    out = kernel_values(tmp_path, AFFINE, a)
     r, c = np.indices(a.shape)
     np.testing.assert_array_equal(out, np.where(r >= c, a, FP32_MIN))  # values are copied
     rec = _rec(tmp_path, AFFINE, ["fp32[256,256]"])
@@ -83,7 +77,7 @@ def test_affine_select_reads_psum_through_sbuf_and_refuses_two_clauses(tmp_path)
             "        nisa.tensor_copy(dst=xp, src=x)"))
     a = np.random.default_rng(12).normal(0, 1, (256, 256)).astype(np.float32)
     r, c = np.indices(a.shape)
-    np.testing.assert_array_equal(_run(tmp_path, body, a), np.where(r >= c, a, FP32_MIN))
+    np.testing.assert_array_equal(kernel_values(tmp_path, body, a), np.where(r >= c, a, FP32_MIN))
     ops = _opcodes(_rec(tmp_path, body, ["fp32[256,256]"]))
     # GpSimd cannot read PSUM: a Vector copy stages the tile in SBUF first
     assert ops[:5] == ["DmaCopy", "TensorCopy", "TensorCopy", "AffineSelect", "DmaCopy"]
@@ -122,7 +116,7 @@ def test_range_select_accumulates_across_instructions(tmp_path) -> None:
     x = rng.normal(0, 1, (64, 96)).astype(np.float32)
     b0 = rng.integers(0, 40, (64, 1)).astype(np.float32)
     b1 = b0 + rng.integers(1, 40, (64, 1)).astype(np.float32)
-    out, red = _run(tmp_path, "import numpy as np\n" + RANGE, x, b0, b1)
+    out, red = kernel_values(tmp_path, "import numpy as np\n" + RANGE, x, b0, b1)
     j = np.arange(96)[None, :]
     first = np.where((j + 10 >= b0) & (j + 10 < b1), x, FP32_MIN)
     x2 = (x.astype(np.float64) + 1).astype(np.float32)  # one fp32 add: correctly rounded
@@ -166,7 +160,7 @@ def test_select_reduce_and_where(tmp_path) -> None:
     p = rng.integers(0, 2, (32, 40)).astype(np.uint8)
     x = rng.normal(0, 1, (32, 40)).astype(np.float32)
     f = rng.normal(0, 1, (32, 1)).astype(np.float32)
-    out, red, w = _run(tmp_path, SELECT, p, x, f)
+    out, red, w = kernel_values(tmp_path, SELECT, p, x, f)
     ref = np.where(p == 0, x, f)  # reverse_pred: on_true where the predicate is 0
     np.testing.assert_array_equal(out, ref)
     np.testing.assert_array_equal(red[:, 0], ref.max(1))
@@ -188,7 +182,7 @@ def k(a, b):
     rng = np.random.default_rng(4)
     a = rng.integers(-20, 20, (16, 24)).astype(np.float32)
     b = (rng.integers(1, 7, (16, 24)) * rng.choice([-1, 1], (16, 24))).astype(np.float32)
-    e, m = _run(tmp_path, body, a, b)
+    e, m = kernel_values(tmp_path, body, a, b)
     np.testing.assert_array_equal(e, (a <= b).astype(np.uint8))
     np.testing.assert_array_equal(m, np.mod(a.astype(np.float64), b))  # Python's x % y
 
@@ -209,7 +203,7 @@ def k(p, x, y):
     rng = np.random.default_rng(5)
     x, y = (rng.normal(0, 1, (128, 64)).astype(np.float32) for _ in range(2))
     p = x <= 0.2  # a bool array, as the vendor's test passes
-    np.testing.assert_array_equal(_run(tmp_path, body, p, x, y), np.where(p, x, y))
+    np.testing.assert_array_equal(kernel_values(tmp_path, body, p, x, y), np.where(p, x, y))
     rec = _rec(tmp_path, body, ["uint8[128,64]", "fp32[128,64]", "fp32[128,64]"])
     cp = next(i for i in rec.program if isinstance(i, I.CopyPredicated))
     assert engine_cycles(cp, TRN2) == 2 * 64  # both in SBUF: max(MIN_II, 2N)
@@ -228,7 +222,7 @@ def k(a):
     return s, m
 '''
     a = np.random.default_rng(6).normal(0, 10, (128, 32, 4)).astype(np.float32)
-    s, m = _run(tmp_path, "import numpy as np\n" + body, a)
+    s, m = kernel_values(tmp_path, "import numpy as np\n" + body, a)
     exact = a.astype(np.float64).sum(0, keepdims=True)
     # 127 fp32 additions in sequence: |err| <= 127 u sum |a| (Higham, recursive summation)
     assert np.all(np.abs(s - exact) <= 127 * U32 * np.abs(a).astype(np.float64).sum(0))
@@ -258,7 +252,7 @@ def k(a):
 
 def test_max8_find_index8_match_replace8(tmp_path) -> None:
     a = np.random.default_rng(7).integers(0, 40, (16, 50)).astype(np.float32)  # with ties
-    top, rep, idx, fi = _run(tmp_path, TOP8, a)
+    top, rep, idx, fi = kernel_values(tmp_path, TOP8, a)
     want = -np.sort(-a, axis=1)[:, :8]
     np.testing.assert_array_equal(top, want)
     # an independent loop: each value's first occurrence not taken yet
@@ -285,7 +279,7 @@ def test_find_index8_defaults_to_uint32(tmp_path) -> None:
         "fi = nl.ndarray((a.shape[0], 8), dtype=nl.int16", "fi = nl.ndarray((a.shape[0], 8), "
         "dtype=nl.uint32")
     a = np.random.default_rng(8).integers(0, 40, (16, 50)).astype(np.float32)
-    *_, fi = _run(tmp_path, body, a)
+    *_, fi = kernel_values(tmp_path, body, a)
     assert fi.dtype == np.uint32
     want = -np.sort(-a, axis=1)[:, :8]
     ref = [[next(c for c in range(50) if a[r, c] == want[r, k]) for k in range(8)]
@@ -307,7 +301,7 @@ def k(a):
     return out
 '''
     a = np.random.default_rng(8).normal(0, 1, (64, 20)).astype(np.float32)
-    out = _run(tmp_path, body, a)
+    out = kernel_values(tmp_path, body, a)
     want = a.copy()
     for q in range(2):
         for i in range(31):
@@ -325,7 +319,7 @@ def k(ids):
     return out
 '''
     ids = np.array([[0, 1, 1, 2, 2, 2, 0, 3, 3, 5]], dtype=np.float32)
-    out = _run(tmp_path, body, ids)
+    out = kernel_values(tmp_path, body, ids)
     n = ids.shape[1]
     start, end = [], []
     for i, v in enumerate(ids[0]):
@@ -394,9 +388,9 @@ def k(a):
 
 def test_rand_and_dropout_are_seeded_and_uniform(tmp_path) -> None:
     a = np.random.default_rng(10).normal(0, 1, (128, 200)).astype(np.float32) + 10
-    r1, d1 = _run(tmp_path, RAND.replace("SEED", "7"), a)
-    r2, d2 = _run(tmp_path, RAND.replace("SEED", "7"), a)
-    r3, _ = _run(tmp_path, RAND.replace("SEED", "8"), a)
+    r1, d1 = kernel_values(tmp_path, RAND.replace("SEED", "7"), a)
+    r2, d2 = kernel_values(tmp_path, RAND.replace("SEED", "7"), a)
+    r3, _ = kernel_values(tmp_path, RAND.replace("SEED", "8"), a)
     np.testing.assert_array_equal(r1, r2)  # reproducible for a seed
     np.testing.assert_array_equal(d1, d2)
     assert not np.array_equal(r1, r3)
@@ -413,8 +407,8 @@ def test_a_numpy_number_is_a_number_not_a_tile(tmp_path) -> None:
     """``prob=np.float32(0.25)`` is the same number as ``prob=0.25`` (it was taken for a
     tile of probabilities and refused): the same seeded draws drop the same elements."""
     a = np.random.default_rng(11).normal(0, 1, (128, 200)).astype(np.float32) + 10
-    _, plain = _run(tmp_path, RAND.replace("SEED", "7"), a)
-    _, numpy_prob = _run(tmp_path, RAND.replace("SEED", "7").replace(
+    _, plain = kernel_values(tmp_path, RAND.replace("SEED", "7"), a)
+    _, numpy_prob = kernel_values(tmp_path, RAND.replace("SEED", "7").replace(
         "prob=0.25", "prob=np.float32(0.25)").replace("@nki.jit", "import numpy as np\n@nki.jit"),
         a)
     np.testing.assert_array_equal(numpy_prob, plain)
@@ -462,7 +456,7 @@ def test_spmd_on_two_cores_times_each_core_values_unchanged(tmp_path) -> None:
     rng = np.random.default_rng(11)
     a, b = (rng.normal(0, 1, (512, 1024)).astype(np.float32) for _ in range(2))
     body2 = SPMD.replace("GRID", "nl.spmd_dim(2, nl.nc(2)), 2")
-    out = _run(tmp_path, body2, a, b)
+    out = kernel_values(tmp_path, body2, a, b)
     np.testing.assert_array_equal(out, (a.astype(np.float64) + b).astype(np.float32))
     two = _rec(tmp_path, body2, ["fp32[512,1024]"] * 2)
     one = _rec(tmp_path, SPMD.replace("GRID", "4, 2"), ["fp32[512,1024]"] * 2)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import opcodes, record_source, write_kernel
+from helpers import kernel_values, opcodes, record_source, write_kernel
 
 import systolic.nki as snki
 from systolic.arch import get_arch
@@ -24,10 +24,6 @@ F32_EPS = 2.0 ** -24  # fp32 unit roundoff
 @pytest.fixture(autouse=True)
 def _hook():
     snki.install("trn2")
-
-
-def _run(tmp_path: Path, body: str, *arrays: np.ndarray, name: str = "k") -> object:
-    return snki.values(snki.load_kernel(str(write_kernel(tmp_path, body)), name), list(arrays))
 
 
 SCAN = '''
@@ -57,7 +53,7 @@ def test_tensor_tensor_scan_is_the_fp32_recurrence(tmp_path) -> None:
     a = rng.uniform(0.5, 1.0, (128, 512)).astype(np.float32)
     b = rng.normal(0, 1, (128, 512)).astype(np.float32)
     init = rng.normal(0, 1, (128, 1)).astype(np.float32)
-    got = np.asarray(_run(tmp_path, SCAN, a, b, init), dtype=np.float64)
+    got = np.asarray(kernel_values(tmp_path, SCAN, a, b, init), dtype=np.float64)
     y = init[:, 0].astype(np.float64)
     want = np.empty((128, 512))
     for j in range(512):  # the float64 reference recurrence, one column at a time
@@ -96,7 +92,7 @@ def k(a):
     return out
 '''
     x = (np.random.default_rng(0).random((128, 512)) * 100 + 0.01).astype(np.float32)
-    got = np.asarray(_run(tmp_path, body, x), dtype=np.float64)
+    got = np.asarray(kernel_values(tmp_path, body, x), dtype=np.float64)
     want = 1.0 / x.astype(np.float64)
     assert np.all(np.abs(got - want) <= F32_EPS * np.abs(want))
 
@@ -117,7 +113,7 @@ def k(a, b):
     rng = np.random.default_rng(5)
     a = rng.normal(0, 10, (128, 512)).astype(np.float32)
     b = rng.normal(0, 10, bshape).astype(np.float32)
-    got = np.asarray(_run(tmp_path, body, a, b), dtype=np.float64)
+    got = np.asarray(kernel_values(tmp_path, body, a, b), dtype=np.float64)
     want = a.astype(np.float64) + b
     assert np.all(np.abs(got - want) <= F32_EPS * np.abs(want))
 
@@ -134,7 +130,7 @@ def k(a, b):
     rng = np.random.default_rng(6)
     a = rng.normal(0, 1, (128, 1)).astype(np.float32)
     b = rng.normal(0, 1, (1, 512)).astype(np.float32)
-    got = np.asarray(_run(tmp_path, body, a, b), dtype=np.float64)
+    got = np.asarray(kernel_values(tmp_path, body, a, b), dtype=np.float64)
     want = a.astype(np.float64) + b
     assert np.all(np.abs(got - want) <= F32_EPS * np.abs(want))
 
@@ -170,7 +166,7 @@ def k(a):
     return out
 '''
     a = np.arange(5 * 12, dtype=np.float32).reshape(5, 12)
-    got = np.asarray(_run(tmp_path, body, a))
+    got = np.asarray(kernel_values(tmp_path, body, a))
     assert np.array_equal(got, a.reshape(5, 3, 4).transpose(0, 2, 1).reshape(5, 12))
 
 
@@ -185,7 +181,7 @@ def k():
     nl.store(out, e)
     return out
 '''
-    got = np.asarray(_run(tmp_path, body))
+    got = np.asarray(kernel_values(tmp_path, body))
     assert np.array_equal(got, 7 + 2 * np.arange(128)[:, None] + np.arange(64)[None, :])
 
 
@@ -307,7 +303,7 @@ def k(a):
     return out
 '''
     a = np.random.default_rng(2).normal(0, 2, (128, 64)).astype(np.float32)
-    got = np.asarray(_run(tmp_path, body, a), dtype=np.float64)
+    got = np.asarray(kernel_values(tmp_path, body, a), dtype=np.float64)
     w = np.exp(a.astype(np.float64) - a.max(axis=1, keepdims=True))
     want = w / w.sum(axis=1, keepdims=True)
     assert np.all(np.abs(got - want) <= 8 * F32_EPS * np.abs(want) + 64 * F32_EPS * want.max())
@@ -328,7 +324,7 @@ def k(a):
     return out
 '''
     a = np.random.default_rng(4).normal(0, 1, (128, 32)).astype(np.float32)
-    got = np.asarray(_run(tmp_path, body, a), dtype=np.float64)
+    got = np.asarray(kernel_values(tmp_path, body, a), dtype=np.float64)
     assert np.all(np.abs(got - (a.astype(np.float64) + 1)) <= F32_EPS * np.abs(a + 1.0))
 
 
@@ -416,7 +412,7 @@ def test_get_nc_version_is_the_target_s_generation(tmp_path: Path, arch: str,
     snki.install(arch)
     try:
         a = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
-        got = _run(tmp_path, VERSION, a)
+        got = kernel_values(tmp_path, VERSION, a)
         np.testing.assert_array_equal(got, factor * a)
     finally:
         snki.install("trn2")
@@ -452,7 +448,7 @@ def test_full_takes_the_format_s_own_scalar(tmp_path: Path) -> None:
     the limit is an ml_dtypes.bfloat16 scalar, a number; it was refused as 'not a number'."""
     import ml_dtypes
 
-    got = np.asarray(_run(tmp_path, FULL_MIN, np.zeros((1,), np.float32)), np.float64)
+    got = np.asarray(kernel_values(tmp_path, FULL_MIN, np.zeros((1,), np.float32)), np.float64)
     assert got.shape == (128, 4)
     assert np.all(got == float(ml_dtypes.finfo(ml_dtypes.bfloat16).min))
 
@@ -487,6 +483,6 @@ def k(a):
     return out
 '''
     a = np.arange(128 * 8, dtype=np.float32).reshape(128, 8)
-    got = _run(tmp_path, "import numpy as np\n" + body, a)
+    got = kernel_values(tmp_path, "import numpy as np\n" + body, a)
     i_p, i_f = np.mgrid[0:128, 0:8]
     assert np.array_equal(got, np.where(i_p >= i_f, a * 1.5 + 2, -1.0))

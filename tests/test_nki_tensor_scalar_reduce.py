@@ -11,9 +11,9 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import kernel_values
 from helpers import opcodes as _opcodes
 from helpers import record_source as _rec
-from helpers import write_kernel
 
 import systolic.nki as snki
 from systolic.arch import get_arch
@@ -30,10 +30,6 @@ U32 = 2.0 ** -24  # fp32 unit roundoff
 @pytest.fixture(autouse=True)
 def _hook():
     snki.install("trn2")
-
-
-def _run(tmp_path: Path, body: str, *arrays: np.ndarray) -> object:
-    return snki.values(snki.load_kernel(str(write_kernel(tmp_path, body)), "k"), list(arrays))
 
 
 def _sb(p: int, f: int, dtype: str = "fp32", offset: int = 0) -> AccessPattern:
@@ -64,7 +60,7 @@ def k(x):
 
 def test_older_api_constant_operand_and_max(tmp_path: Path) -> None:
     x = np.random.default_rng(1).normal(0, 3, (128, 200)).astype(np.float32)
-    out, red = _run(tmp_path, "import numpy as np\n" + OLDER, x)
+    out, red = kernel_values(tmp_path, "import numpy as np\n" + OLDER, x)
     want = x.astype(np.float64) * 1.5  # one fp32 product: correctly rounded
     np.testing.assert_array_equal(out, want.astype(np.float32))
     np.testing.assert_array_equal(red[:, 0], want.astype(np.float32).max(axis=1))
@@ -93,7 +89,7 @@ def test_current_api_tile_operand_reverse_and_add(tmp_path: Path, reverse: bool)
     x = rng.normal(0, 1, (96, 300)).astype(np.float32)
     v = rng.normal(0, 1, (96, 1)).astype(np.float32)
     body = CURRENT.replace("REV", "reverse0=True," if reverse else "")
-    out, red = _run(tmp_path, body, x, v)
+    out, red = kernel_values(tmp_path, body, x, v)
     xd, vd = x.astype(np.float64), v.astype(np.float64)
     exact = vd - xd if reverse else xd - vd
     y32 = exact.astype(np.float32)  # one fp32 subtraction: correctly rounded
@@ -122,7 +118,7 @@ def k(x):
 
 def test_bf16_output_is_the_fp32_result_rounded_once(tmp_path: Path) -> None:
     x = np.random.default_rng(3).normal(0, 4, (64, 128)).astype(np.float32)
-    out, red = _run(tmp_path, BF16, x)
+    out, red = kernel_values(tmp_path, BF16, x)
     # fp32 add of x and the fp32 constant 0.3, rounded once to bf16
     y32 = (x.astype(np.float64) + np.float64(np.float32(0.3))).astype(np.float32)
     want = _bf16(y32.astype(np.float64))
@@ -158,7 +154,7 @@ def k(x):
 
 def test_a_row_mask_leaves_the_other_partitions_alone(tmp_path: Path) -> None:
     x = np.random.default_rng(4).normal(0, 1, (128, 64)).astype(np.float32)
-    out, red = _run(tmp_path, MASKED, x)
+    out, red = kernel_values(tmp_path, MASKED, x)
     want = (x[:100].astype(np.float64) * -2.0).astype(np.float32)  # exact: times a power of 2
     np.testing.assert_array_equal(out[:100], want)
     np.testing.assert_array_equal(red[:100, 0], want.min(axis=1))
@@ -252,7 +248,7 @@ def test_floor_of_negative_positive_and_fractional_values(tmp_path: Path) -> Non
     x[0, :12] = [-3.2, -3.0, -0.5, -1e-8, -0.0, 0.0, 1e-8, 0.5, 2.9999998, 3.0, 3.7,
                  -2.5e7]
     x[1, :4] = [8388607.5, -8388607.5, 1e30, -1e30]
-    f, i = _run(tmp_path, FLOOR, x)
+    f, i = kernel_values(tmp_path, FLOOR, x)
     # the largest integer <= x, exactly (every fp32 integer is an fp32 value)
     want = np.floor(x.astype(np.float64))
     np.testing.assert_array_equal(np.asarray(f, np.float64), want)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import write_kernel
+from helpers import kernel_values
 
 import systolic.nki as snki
 from systolic.errors import KernelError
@@ -18,10 +18,6 @@ from systolic.errors import KernelError
 @pytest.fixture(autouse=True)
 def _hook() -> None:
     snki.install("trn2")
-
-
-def _values(tmp_path: Path, body: str, *arrays: np.ndarray) -> object:
-    return snki.values(snki.load_kernel(str(write_kernel(tmp_path, body)), "k"), list(arrays))
 
 
 PART_KEPT = '''
@@ -46,14 +42,14 @@ def test_a_partly_written_tile_may_be_computed_on_when_only_its_written_part_is_
     """Rows 100..127 are never written: squared, summed per row, added; rows 0..99 do not
     depend on them (each row's sum is its own), so they are stored."""
     x = np.arange(100 * 64, dtype=np.float32).reshape(100, 64) % 7 - 3
-    got = np.asarray(_values(tmp_path, PART_KEPT, x), np.float64)
+    got = np.asarray(kernel_values(tmp_path, PART_KEPT, x), np.float64)
     sq = x.astype(np.float64) ** 2
     assert np.array_equal(got, sq + sq.sum(axis=1, keepdims=True))  # small ints: exact
 
 
 def test_keeping_a_row_computed_from_the_unwritten_part_is_refused(tmp_path: Path) -> None:
     with pytest.raises(KernelError) as exc:
-        _values(tmp_path, PART_KEPT.replace("src=r[0:100, :]", "src=r[0:101, :]").replace(
+        kernel_values(tmp_path, PART_KEPT.replace("src=r[0:100, :]", "src=r[0:101, :]").replace(
             "(100, 64), dtype=nl.float32, buffer=nl.shared_hbm",
             "(101, 64), dtype=nl.float32, buffer=nl.shared_hbm"),
             np.ones((100, 64), np.float32))
@@ -86,10 +82,10 @@ def test_a_matmul_contracting_over_unwritten_partitions_taints_every_output(
 
     a = np.ones((128, 128), ml_dtypes.bfloat16)
     b = np.ones((128, 512), ml_dtypes.bfloat16)
-    got = _values(tmp_path, MATMUL_HALF.replace("KEEP", "128"), a, b)
+    got = kernel_values(tmp_path, MATMUL_HALF.replace("KEEP", "128"), a, b)
     assert np.array_equal(np.asarray(got), np.full((128, 512), 128.0, np.float32))
     with pytest.raises(KernelError, match="nothing wrote") as exc:
-        _values(tmp_path, MATMUL_HALF.replace("KEEP", "127"), a, b)
+        kernel_values(tmp_path, MATMUL_HALF.replace("KEEP", "127"), a, b)
     assert exc.value.line == 17 and "made at line 11" in str(exc.value)
     assert "read at line 14" in str(exc.value)  # the matmul
 
@@ -115,10 +111,10 @@ def test_device_memory_written_in_parts_then_read_back(tmp_path: Path) -> None:
     it (no element map for an output stored tile by tile); read back, the map made from
     them is exact: both halves written pass, a row left out is refused at the store."""
     x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
-    got = np.asarray(_values(tmp_path, SCRATCH.replace("HALF", "64:128"), x))
+    got = np.asarray(kernel_values(tmp_path, SCRATCH.replace("HALF", "64:128"), x))
     assert np.array_equal(got, x)
     with pytest.raises(KernelError, match="nothing wrote"):
-        _values(tmp_path, SCRATCH.replace("HALF", "64:127"), x)
+        kernel_values(tmp_path, SCRATCH.replace("HALF", "64:127"), x)
 
 
 def test_the_warn_policy_stores_the_fill_and_names_the_line(
@@ -131,6 +127,6 @@ def test_the_warn_policy_stores_the_fill_and_names_the_line(
     monkeypatch.setattr(valid, "POLICY", "warn")
     x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
     with pytest.warns(valid.UnwrittenWarning, match="garbage on hardware") as rec:
-        got = np.asarray(_values(tmp_path, SCRATCH.replace("HALF", "64:127"), x))
+        got = np.asarray(kernel_values(tmp_path, SCRATCH.replace("HALF", "64:127"), x))
     assert [(Path(w.filename).name, w.lineno) for w in rec] == [("k.py", 16)]
     assert np.array_equal(got[:127], x[:127]) and np.isnan(got[127]).all()

@@ -6,12 +6,10 @@ against the nki.isa "Estimated instruction cost" formulas worked by hand."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
+from helpers import kernel_values
 from helpers import record_source as _rec
-from helpers import write_kernel
 
 import systolic.nki as snki
 from systolic.arch import get_arch
@@ -25,10 +23,6 @@ TRN2 = get_arch("trn2")
 @pytest.fixture(autouse=True)
 def _hook():
     snki.install("trn2")
-
-
-def _run(tmp_path: Path, body: str, *arrays: np.ndarray, name: str = "k") -> object:
-    return snki.values(snki.load_kernel(str(write_kernel(tmp_path, body)), name), list(arrays))
 
 
 # -- iota over several free axes ----------------------------------------------------------
@@ -50,7 +44,7 @@ def k():
 def test_iota_of_a_dense_grid_expression(tmp_path) -> None:
     """nl.mgrid is dense (NKI docs, nki.language.mgrid): 7 * g.y - g.z + 2 is a
     [128, 5, 3, 4] tile, constant along the partition and x axes it does not name."""
-    a, b = _run(tmp_path, DENSE)
+    a, b = kernel_values(tmp_path, DENSE)
     p, x, y, z = np.mgrid[0:128, 0:5, 0:3, 0:4]
     np.testing.assert_array_equal(a, 7 * y - z + 2)
     p, x, y, z = np.mgrid[0:16, 0:5, 0:3, 0:4]
@@ -71,7 +65,7 @@ def k():
     return out
 '''
     i, j = np.mgrid[0:4, 0:5]
-    np.testing.assert_array_equal(_run(tmp_path, body), (1 - 3 * i + 2 * j)[None])
+    np.testing.assert_array_equal(kernel_values(tmp_path, body), (1 - 3 * i + 2 * j)[None])
 
 
 def test_masked_iota_keeps_each_element_value(tmp_path) -> None:
@@ -90,7 +84,7 @@ def k():
 '''
     p, x, y = np.mgrid[0:128, 0:6, 0:4]
     want = np.where((p >= 40) & (x < 5) & (y >= 1), p * 100 + x * 10 + y, -1)
-    np.testing.assert_array_equal(_run(tmp_path, body), want)
+    np.testing.assert_array_equal(kernel_values(tmp_path, body), want)
 
 
 def test_iota_into_a_tile_of_other_axes_is_refused(tmp_path) -> None:
@@ -122,7 +116,7 @@ def k(a):
     return out, eq
 '''
     a = np.random.default_rng(5).normal(0, 1, (64, 7, 3, 3)).astype(np.float32)
-    out, eq = _run(tmp_path, body, a)
+    out, eq = kernel_values(tmp_path, body, a)
     m = a.astype(np.float64).max(axis=(2, 3), keepdims=True)
     np.testing.assert_array_equal(out, (a - m).astype(np.float32))  # exact: one fp32 rounding
     np.testing.assert_array_equal(eq, (a == m).astype(np.uint8))
@@ -141,7 +135,7 @@ def k():
     return out
 '''
     p, f = np.mgrid[0:128, 0:8]
-    np.testing.assert_array_equal(_run(tmp_path, body),
+    np.testing.assert_array_equal(kernel_values(tmp_path, body),
                                   np.where((p >= 40) & (f >= 2), 3 * p + 5 * f + 1, -1))
 
 
@@ -185,12 +179,12 @@ def test_gather_along_the_dimension_after_an_integer_index_under_a_partition_mas
     rng = np.random.default_rng(7)
     a = rng.normal(0, 1, (3, 50, 40)).astype(np.float32)
     idx = np.concatenate([rng.integers(0, 50, 100), np.full(28, 999)]).astype(np.int32)
-    got = _run(tmp_path, GATHER_BATCH.replace("ROWS", "100"), a, idx)
+    got = kernel_values(tmp_path, GATHER_BATCH.replace("ROWS", "100"), a, idx)
     for b in range(3):  # row by row, not numpy's fancy indexing
         for k in range(100):
             np.testing.assert_array_equal(got[b, k], a[b, idx[k]])
     with pytest.raises(IndexError, match="out of bounds"):
-        _run(tmp_path, GATHER_BATCH.replace("ROWS", "128"), a, idx)
+        kernel_values(tmp_path, GATHER_BATCH.replace("ROWS", "128"), a, idx)
 
 
 def test_masked_scatter_on_a_later_dimension(tmp_path) -> None:
@@ -211,7 +205,7 @@ def k(a, idx, v):
     want = a.copy()
     for k in range(16, 64):
         want[1, idx[k], :5] = v[k, :5]
-    np.testing.assert_array_equal(_run(tmp_path, body, a, idx, v), want)
+    np.testing.assert_array_equal(kernel_values(tmp_path, body, a, idx, v), want)
 
 
 def test_indices_after_a_slice_are_refused(tmp_path) -> None:
