@@ -419,3 +419,64 @@ def test_tiles_of_one_row_band_do_not_overlap_but_their_spans_do() -> None:
     assert not dram_rows_overlap(left, right)
     assert dram_rows_overlap(left, AccessPattern(Space.DRAM, 0, 1, 4 * 2048 * 127 + 4 * 511,
                                                  ((1, 1),), "fp32", 0))
+
+
+def test_runs_on_two_threads_at_once_keep_blas_on_one_thread() -> None:
+    # BLAS's thread count is one setting for the process, and a product's bits depend on
+    # it: a run that ends must not give BLAS its threads back while another still runs
+    # (the second's later GEMMs would take the library's other kernel). A long product on
+    # one thread, short ones ending again and again on another; each result is compared
+    # with the same product run alone.
+    from threadpoolctl import threadpool_info
+
+    if max((i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"),
+           default=1) < 2:
+        pytest.skip("BLAS runs on one thread here anyway")
+    from systolic import matmul
+
+    long_ab = operands(512, 2048, 1024, "bf16", seed=9)
+    short_ab = operands(128, 256, 512, "bf16", seed=10)
+    alone_long = matmul(*long_ab).out
+    alone_short = matmul(*short_ab).out
+    got: list[np.ndarray] = []
+    stop = threading.Event()
+
+    def shorts() -> None:
+        while not stop.is_set():
+            got.append(matmul(*short_ab).out)
+
+    other = threading.Thread(target=shorts)
+    other.start()
+    try:
+        longs = [matmul(*long_ab).out for _ in range(3)]
+    finally:
+        stop.set()
+        other.join()
+    assert got  # the short products ran while the long ones did
+    for out in longs:
+        assert np.array_equal(out.view(np.uint32), alone_long.view(np.uint32))
+    for out in got:
+        assert np.array_equal(out.view(np.uint32), alone_short.view(np.uint32))
+
+
+def test_blas_gets_its_thread_count_back_after_the_runs(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    # numpy's BLAS is held to one thread only while runs last; where numpy's BLAS is not
+    # its wheels' OpenBLAS, threadpoolctl per run does it, with the same bits one at a time
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from systolic import matmul
+    from systolic.sim import blas
+
+    def counts() -> list[int]:
+        return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+    a, b = operands(256, 512, 1024, "bf16", seed=11)
+    with threadpool_limits(limits=2, user_api="blas"):
+        before = counts()
+        want = matmul(a, b).out
+        assert counts() == before
+        monkeypatch.setattr(blas, "_lib", [None])  # as with another numpy build
+        got = matmul(a, b).out
+        assert counts() == before
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))

@@ -31,8 +31,8 @@ Fallback (the old two-call path, so the bits are the same either way): the symbo
 ``scipy_cblas_sgemm64_`` (numpy's wheels: scipy-openblas, 64-bit integers) is not in a
 loaded OpenBLAS (another numpy build: MKL, a system OpenBLAS, Accelerate), the environment
 variable ``SYSTOLIC_FUSED_SGEMM`` is ``0``, or a probe differs. The BLAS thread count is the
-caller's: ``threadpool_limits(1)`` of the runner sets the library's global count, so this
-call runs on one thread too, as numpy's do.
+caller's: :func:`one_thread` around the run sets the library's global count, so this call
+runs on one thread too, as numpy's do.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from __future__ import annotations
 import math
 import os
 import threading
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,19 +55,32 @@ __all__ = ["FINITE_BOUND", "accumulate", "available", "max_abs", "one_thread"]
 FINITE_BOUND = 2.0 ** 127
 
 _SYMBOL = "scipy_cblas_sgemm64_"  # numpy's wheels' OpenBLAS (scipy-openblas, ILP64)
+_GET_THREADS = "scipy_openblas_get_num_threads64_"
+_SET_THREADS = "scipy_openblas_set_num_threads64_"
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112  # cblas.h's enum values
 _SgemmFn = Callable[..., None]
 _lock = threading.Lock()
 _sgemm: list[_SgemmFn | None] = []  # [] before the lookup, then [the function or None]
-_controller: list[Any] = []  # [] before the first one_thread(), then [its controller]
+_lib: list[Any] = []  # [] before the lookup, then [numpy's OpenBLAS or None]
+_lib_lock = threading.Lock()
+# while runs hold BLAS to one thread: [the count found, then a 0 for each run holding]
+_held: list[int] = []
+_held_lock = threading.Lock()
 # operand layout -> whether the fused call gave every probe's bits (one probe set per layout)
 _proven: dict[tuple[int, ...], bool] = {}
 
 
-def _load() -> _SgemmFn | None:
-    """``scipy_cblas_sgemm64_`` from the OpenBLAS numpy loaded, or None."""
-    if os.environ.get("SYSTOLIC_FUSED_SGEMM", "1") == "0":
-        return None
+def _numpy_openblas() -> Any | None:
+    """numpy's own OpenBLAS (its wheels': scipy-openblas, ILP64) as a ``ctypes.CDLL``, or
+    None: another numpy build (MKL, a system OpenBLAS, Accelerate). Looked up once."""
+    if not _lib:
+        with _lib_lock:
+            if not _lib:
+                _lib.append(_find_openblas())
+    return _lib[0]
+
+
+def _find_openblas() -> Any | None:
     import ctypes  # here: 1.4 ms of import for a process that never runs a product
 
     from threadpoolctl import threadpool_info
@@ -80,30 +93,68 @@ def _load() -> _SgemmFn | None:
     libs.sort(key=lambda p: not Path(p).resolve().is_relative_to(numpy_dir / "numpy.libs"))
     for path in libs:
         try:
-            fn = getattr(ctypes.CDLL(path), _SYMBOL)
-        except (OSError, AttributeError):
+            lib = ctypes.CDLL(path)
+        except OSError:
             continue
-        i64, ci = ctypes.c_int64, ctypes.c_int
-        fn.argtypes = [ci, ci, ci, i64, i64, i64, ctypes.c_float, ctypes.c_void_p, i64,
-                       ctypes.c_void_p, i64, ctypes.c_float, ctypes.c_void_p, i64]
-        fn.restype = None
-        return fn  # type: ignore[no-any-return]
+        if all(hasattr(lib, name) for name in (_SYMBOL, _GET_THREADS, _SET_THREADS)):
+            getattr(lib, _GET_THREADS).restype = ctypes.c_int
+            getattr(lib, _SET_THREADS).argtypes = [ctypes.c_int]  # an int in ILP64 too
+            getattr(lib, _SET_THREADS).restype = None
+            return lib
     return None
 
 
-def one_thread() -> AbstractContextManager[object]:
-    """BLAS held to one thread while the context lasts (a product's bits depend on the
-    thread count), as ``threadpool_limits(limits=1, user_api="blas")``, with the loaded
-    libraries found once per process: threadpool_limits looks them up again at every call
-    (0.26 ms, on the path of every run). numpy's BLAS is loaded with numpy, before the first
-    call; a BLAS loaded later is not held, and no product here calls one."""
-    if not _controller:
-        from threadpoolctl import ThreadpoolController
+def _load() -> _SgemmFn | None:
+    """``scipy_cblas_sgemm64_`` from the OpenBLAS numpy loaded, or None."""
+    if os.environ.get("SYSTOLIC_FUSED_SGEMM", "1") == "0":
+        return None
+    lib = _numpy_openblas()
+    if lib is None:
+        return None
+    import ctypes
 
-        with _lock:
-            if not _controller:
-                _controller.append(ThreadpoolController())
-    return _controller[0].limit(limits=1, user_api="blas")  # type: ignore[no-any-return]
+    fn = getattr(lib, _SYMBOL)
+    i64, ci = ctypes.c_int64, ctypes.c_int
+    fn.argtypes = [ci, ci, ci, i64, i64, i64, ctypes.c_float, ctypes.c_void_p, i64,
+                   ctypes.c_void_p, i64, ctypes.c_float, ctypes.c_void_p, i64]
+    fn.restype = None
+    return fn  # type: ignore[no-any-return]
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """numpy's BLAS held to one thread while the context lasts: a product's bits depend on
+    the thread count (numpy's OpenBLAS takes another kernel on two threads: every element
+    of a 128 x 128 x 512 product can differ). The count is one setting for the whole
+    process, so the runs that hold it share one hold, counted under a lock: the first in
+    sets one thread, the last out gives the library back the count it found. This calls
+    OpenBLAS's own ``openblas_set_num_threads``: threadpoolctl lets only one Python thread
+    at a time change OpenBLAS's count ("Other threads silently do nothing", its
+    OpenBLASController), so with ``threadpool_limits`` per run a run on a second thread
+    could not set one thread, and ran with the library's count as soon as the first run
+    ended (tests/test_functional_fast.py). It is also cheaper: threadpool_limits looked
+    the libraries up at every run (0.26 ms). Where numpy's BLAS is not its wheels'
+    OpenBLAS, ``threadpool_limits`` per run as before (two runs at once on two threads
+    may then differ from the reference)."""
+    lib = _numpy_openblas()
+    if lib is None:
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=1, user_api="blas"):
+            yield
+        return
+    with _held_lock:
+        if not _held:
+            _held.append(getattr(lib, _GET_THREADS)())
+            getattr(lib, _SET_THREADS)(1)
+        _held.append(0)
+    try:
+        yield
+    finally:
+        with _held_lock:
+            _held.pop()
+            if len(_held) == 1:  # the last run out: the count it found
+                getattr(lib, _SET_THREADS)(_held.pop())
 
 
 def available() -> bool:
