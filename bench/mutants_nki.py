@@ -145,4 +145,9 @@ MUTANTS: tuple[Mutant, ...] = (
       "    if False:",
       NKI, "a directly allocated declaration in a loop body is a new tensor (and a new "
       "address) every iteration: the address counter runs past SBUF"),
+    M("nki_recorder_stack_shared", "nki/record.py",
+      "class ThreadStack(threading.local, Generic[_T]):",
+      "class ThreadStack(Generic[_T]):",
+      ("tests/test_nki_api.py",), "one recorder stack for the process: two threads running "
+      "kernels at once record into each other's kernel"),
 )

@@ -135,3 +135,39 @@ def test_baremetal_and_simulate_keep_the_kernels_name() -> None:
     kern = snki.load_kernel(str(EX / "basic_matmul.py"), "basic_matmul")
     assert nki.baremetal(kern).__name__ == nki.simulate(kern).__name__ == "basic_matmul"
     assert nki.baremetal(additional_compile_opt="-O1")(kern).__name__ == "basic_matmul"
+
+
+def test_two_threads_recording_kernels_at_once_each_get_their_own() -> None:
+    # the recorder stack and the SPMD launch being recorded are each thread's own: with one
+    # stack for the process, two threads recording at once recorded into each other's
+    # kernel (wrong values, or a kernel refused for reading what it never wrote)
+    import threading
+
+    spmd = snki.load_kernel(str(EX / "spmd_add.py"), "add")
+    softmax = snki.load_kernel(str(EX / "softmax.py"), "softmax")
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((512, 2048)).astype(np.float32)  # 16 instances each
+    b = rng.standard_normal((512, 2048)).astype(np.float32)
+    x = rng.standard_normal((128, 512)).astype(np.float32)
+    jobs = [(spmd, [a, b]), (spmd, [b, a * 2]), (softmax, [x])]
+    alone = [np.asarray(snki.values(k, args)) for k, args in jobs]  # one at a time
+    assert np.array_equal(alone[0], a + b)
+    wrong: list[str] = []
+
+    def loop(j: int) -> None:
+        kernel, args = jobs[j]
+        for _ in range(25):
+            try:
+                got = np.asarray(snki.values(kernel, args))
+            except SystolicError as exc:
+                wrong.append(f"job {j}: {exc}")
+                continue
+            if not np.array_equal(got, alone[j]):
+                wrong.append(f"job {j}: other values than alone")
+
+    threads = [threading.Thread(target=loop, args=(j,)) for j in range(len(jobs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert wrong == []

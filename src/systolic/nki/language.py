@@ -71,10 +71,11 @@ class _Range:
     def __iter__(self) -> Iterator[int]:
         from .record import _STACK
 
-        if not _STACK:
+        items = _STACK.items  # this thread's recorders
+        if not items:
             yield from self.range
             return
-        rec = _STACK[-1]
+        rec = items[-1]
         loop = rec.enter_loop(self.kind)
         try:
             yield from self.range

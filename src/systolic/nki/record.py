@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ..arch import Arch
 from ..errors import KernelError
@@ -239,7 +239,36 @@ class Recorder:
                 p.materialize()
 
 
-_STACK: list[Recorder] = []
+_T = TypeVar("_T")
+
+
+class ThreadStack(threading.local, Generic[_T]):
+    """A stack of its own in each thread (a list's ``append``, ``pop``, ``[-1]`` and truth).
+    What a kernel's recording is inside of (the recorders, the SPMD launch being recorded)
+    belongs to the thread recording it: with one stack for the process, two threads
+    recording kernels at once pushed onto each other's, and each recorded into the other's
+    kernel (wrong values, or a kernel refused for reading what it never wrote)."""
+
+    def __init__(self) -> None:  # run once in each thread that touches the stack
+        self.items: list[_T] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> _T:
+        return self.items[i]
+
+    def append(self, item: _T) -> None:
+        self.items.append(item)
+
+    def pop(self) -> _T:
+        return self.items.pop()
+
+
+_STACK: ThreadStack[Recorder] = ThreadStack()
 DEFAULT_ARCH: dict[str, Any] = {"arch": "trn2"}
 
 
@@ -252,10 +281,11 @@ def set_default_arch(arch: Any) -> None:
 
 
 def current() -> Recorder:
-    if not _STACK:
+    items = _STACK.items  # this thread's (one lookup: called at every NKI call)
+    if not items:
         raise fail("this NKI call runs only inside a kernel: call it through nki.simulate, "
                    "nki.simulate_kernel, nki.benchmark or systolic.nki.record_kernel")
-    return _STACK[-1]
+    return items[-1]
 
 
 def push(rec: Recorder) -> None:

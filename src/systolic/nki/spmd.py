@@ -24,7 +24,7 @@ from math import prod
 from typing import Any
 
 from ..errors import KernelError
-from .record import _STACK, current, fail, here
+from .record import _STACK, ThreadStack, current, fail, here
 from .run import Kernel, values
 from .tensor import Tensor, View
 
@@ -32,7 +32,7 @@ __all__ = ["NC", "Launch", "SpmdDim", "SpmdKernel", "core_of", "jit", "nc", "num
            "program_id", "program_ndim", "spmd_dim"]
 
 # the grid of the launch being recorded and the current instance's coordinates
-_GRID: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+_GRID: ThreadStack[tuple[tuple[int, ...], tuple[int, ...]]] = ThreadStack()
 
 
 class NC:
