@@ -187,6 +187,10 @@ class Arch:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "psum_bytes", self.psum_banks * self.psum_bank_bytes)
+        self._rehash()
+
+    def _rehash(self) -> None:
+        """The hash the dataclass would generate, from the fields that compare, kept."""
         object.__setattr__(self, "_hash", hash(tuple(
             getattr(self, f.name) for f in fields(self) if f.compare)))
 
@@ -199,8 +203,7 @@ class Arch:
         # Dask receive Archs by pickle)
         for f, value in zip(fields(self), state, strict=True):
             object.__setattr__(self, f.name, value)
-        object.__setattr__(self, "_hash", hash(tuple(
-            getattr(self, f.name) for f in fields(self) if f.compare)))
+        self._rehash()
 
     # -- derived -----------------------------------------------------------------------
     @property

@@ -67,6 +67,8 @@ Overflow = Literal["inf", "nan", "saturate", "error"]
 # What encode does with values beyond a format's range (module docstring).
 OverflowPolicy = Literal["error", "saturate", "format"]
 _POLICIES = ("error", "saturate", "format")
+# formats kept in a float32 container and rounded on their bits here (ml_dtypes has none)
+_CONTAINED = ("tf32", "fp32r")
 NanPolicy = Literal["ieee", "fn", "none", "e8m0"]
 
 
@@ -113,7 +115,7 @@ class Format:
             object.__setattr__(self, "min_normal", 1.0)
             object.__setattr__(self, "min_subnormal", 1.0)
             return
-        if self.name in ("tf32", "fp32r"):
+        if self.name in _CONTAINED:
             fi = np.finfo(np.float32)
             mx = float(np.float32(2.0) ** 127 * (2 - 2.0**-self.man_bits))
             object.__setattr__(self, "max", mx)
@@ -342,7 +344,7 @@ def encode_into(x32: np.ndarray, fmt: str | Format, out: np.ndarray) -> bool:
     range (:func:`surely_in_range`), ``out`` of the format's storage dtype and ``x32``'s
     shape. False, having written nothing, otherwise: call :func:`encode`."""
     f = get_format(fmt)
-    if f.name in ("tf32", "fp32r") or out.dtype != f.storage or out.shape != x32.shape \
+    if f.name in _CONTAINED or out.dtype != f.storage or out.shape != x32.shape \
             or not surely_in_range(x32, f):
         return False
     with np.errstate(over="ignore"):  # encode's own cast, in place
@@ -425,7 +427,7 @@ def encode(x: object, fmt: str | Format, *, overflow: OverflowPolicy = "error") 
     if f.kind == "scale":
         raise FormatError("e8m0 scales are built from exponents: use e8m0_from_exponent")
     x32 = _apply_overflow(np.asarray(x), x32, f, overflow)
-    if f.name in ("tf32", "fp32r"):
+    if f.name in _CONTAINED:
         return _round_mantissa(x32, f.man_bits)
     if f.name == "fp4_e2m1" and np.isnan(x32).any():
         raise FormatError("fp4_e2m1 has no NaN; NaN inputs would silently become zero")

@@ -63,8 +63,8 @@ _lock = threading.Lock()
 _sgemm: list[_SgemmFn | None] = []  # [] before the lookup, then [the function or None]
 _lib: list[Any] = []  # [] before the lookup, then [numpy's OpenBLAS or None]
 _lib_lock = threading.Lock()
-# while runs hold BLAS to one thread: [the count found, then a 0 for each run holding]
-_held: list[int] = []
+# [the runs holding BLAS to one thread, the count the first of them found]
+_held = [0, 0]
 _held_lock = threading.Lock()
 # operand layout -> whether the fused call gave every probe's bits (one probe set per layout)
 _proven: dict[tuple[int, ...], bool] = {}
@@ -144,17 +144,17 @@ def one_thread() -> Iterator[None]:
             yield
         return
     with _held_lock:
-        if not _held:
-            _held.append(getattr(lib, _GET_THREADS)())
+        if not _held[0]:
+            _held[1] = getattr(lib, _GET_THREADS)()
             getattr(lib, _SET_THREADS)(1)
-        _held.append(0)
+        _held[0] += 1
     try:
         yield
     finally:
         with _held_lock:
-            _held.pop()
-            if len(_held) == 1:  # the last run out: the count it found
-                getattr(lib, _SET_THREADS)(_held.pop())
+            _held[0] -= 1
+            if not _held[0]:  # the last run out: the count the first found
+                getattr(lib, _SET_THREADS)(_held[1])
 
 
 def available() -> bool:
