@@ -47,7 +47,7 @@ MUTANTS: tuple[Mutant, ...] = (
       ("tests/test_dtypes.py",), "a value exactly at the overflow bound (which rounds out of "
                                  "range) takes the in-place cast and is written as inf"),
     M("encode_into_takes_tf32", "dtypes.py",
-      '    if f.name in ("tf32", "fp32r") or out.dtype != f.storage',
+      "    if f.name in _CONTAINED or out.dtype != f.storage",
       "    if out.dtype != f.storage",
       ("tests/test_write_dram.py",), "tf32 and fp32r, rounded on their bits, are copied "
                                      "unrounded into device memory"),

@@ -136,13 +136,26 @@ def k(a):
 '''
 
 
+# the three ways to ask for a transpose: into dst, and the two that return the tile
+_TRANSPOSE_CALLS = {
+    "nc_transpose(dst=)": "nisa.nc_transpose(dst=tt, data=t, engine=nisa.vector_engine, "
+                          "mask=MASK)",
+    "older nc_transpose": "tt[...] = nisa.nc_transpose(t, engine=nisa.vector_engine, "
+                          "mask=MASK)",
+    "nl.transpose": "tt[...] = nl.transpose(t, mask=MASK)",
+}
+
+
+@pytest.mark.parametrize("call", sorted(_TRANSPOSE_CALLS))
 @pytest.mark.parametrize(("mask", "made"), [("False", False), ("True", True)])
-def test_a_transpose_under_a_mask_of_nothing_is_not_made(tmp_path, mask, made) -> None:
-    # mask=False selects nothing: no instruction (as every masked call; it was ignored)
+def test_a_transpose_under_a_mask_of_nothing_is_not_made(tmp_path, mask, made, call) -> None:
+    # mask=False selects nothing: no instruction (as every masked call; it was ignored),
+    # whether the transpose writes a given tile or returns one that is then assigned
     body = VECTOR_TRANSPOSE.replace(
         "    tt = nl.ndarray((F, P), dtype=a.dtype, buffer=nl.sbuf)\n",
         "    tt = nl.zeros((F, P), dtype=a.dtype, buffer=nl.sbuf)\n").replace(
-        "engine=nisa.vector_engine)", f"engine=nisa.vector_engine, mask={mask})")
+        "nisa.nc_transpose(dst=tt, data=t, engine=nisa.vector_engine)",
+        _TRANSPOSE_CALLS[call].replace("MASK", mask))
     a = np.arange(1, 65, dtype=np.float32).reshape(8, 8)
     out = kernel_values(tmp_path, body, a)
     np.testing.assert_array_equal(out, a.T if made else np.zeros_like(a))

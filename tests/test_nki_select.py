@@ -23,6 +23,7 @@ from systolic.isa.fields import ReduceCmd
 from systolic.nki.spmd import core_of, nc, spmd_dim
 from systolic.nki.timing import time_cores, time_recorded
 from systolic.sim.functional import FunctionalSimulator
+from systolic.timing.core import time_program
 from systolic.timing.costs import engine_cycles
 from systolic.verify import verify
 
@@ -487,6 +488,24 @@ def test_kernel_command_reports_the_longest_core_of_a_launch(tmp_path, capsys) -
                ["fp32[512,1024]"] * 2)
     assert cores == [c.latency_us for c in time_cores(two)] and len(cores) == 2
     assert info["core"]["latency_us"] == max(cores)
+
+
+def test_a_sweep_point_of_a_launch_reports_its_longest_core(tmp_path) -> None:
+    """A kernel sweep's point of a two-core launch has the figures `systolic kernel` reports:
+    its longest core's (the point timed rec.program, every core's instructions as one
+    NeuronCore's, before)."""
+    from systolic.sweep.evaluate import KernelTarget, evaluate_point
+
+    body = SPMD.replace("GRID", "nl.spmd_dim(2, nl.nc(2)), 2")
+    path = write_kernel(tmp_path, body)
+    target = KernelTarget(str(path), "k", (("a", "fp32", (512, 1024)),
+                                           ("b", "fp32", (512, 1024))), "test")
+    got = evaluate_point(target, {"arch": "trn2"})
+    two = _rec(tmp_path, body, ["fp32[512,1024]"] * 2)
+    cores = time_cores(two)
+    assert got["latency_us"] == max(c.latency_us for c in cores)
+    whole = time_program(two.program, two.arch)  # every core's instructions on one core
+    assert whole.latency_us > got["latency_us"]
 
 
 # -- the ISA level: text form, checks ------------------------------------------------------

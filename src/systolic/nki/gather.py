@@ -88,7 +88,7 @@ def local_gather(*args: Any, **kw: Any) -> Pending | None:
     (GpSimd)."""
     where = here()
     what = "local_gather"
-    m = whole_only(check_mask(kw.pop("mask", None), what, where), what, where, NOT_CUT)
+    m = whole_only(kw.pop("mask", None), what, where, NOT_CUT)
     a = take(args, kw, ("src_buffer", "index", "num_elem_per_idx", "num_valid_indices",
                         "dst"), what, where, 2)
     src, idx = as_view(a["src_buffer"]), as_view(a["index"])
@@ -223,7 +223,7 @@ def tensor_copy_dynamic_src(*args: Any, **kw: Any) -> Pending | None:
     nki.isa.tensor_copy_dynamic_src)."""
     where = here()
     what = "tensor_copy_dynamic_src"
-    m = whole_only(check_mask(kw.pop("mask", None), what, where), what, where, NOT_CUT)
+    m = whole_only(kw.pop("mask", None), what, where, NOT_CUT)
     kw.pop("name", None)
     eng = kw.pop("engine", None)
     if current_api(args, kw, 2, at=1):  # (dst, src); the older (src, dtype) returns a tile
@@ -280,7 +280,7 @@ def tensor_copy_dynamic_dst(*args: Any, **kw: Any) -> None:
     (unsure what the compiler does with a dtype unlike dst's)."""
     where = here()
     what = "tensor_copy_dynamic_dst"
-    m = whole_only(check_mask(kw.pop("mask", None), what, where), what, where, NOT_CUT)
+    m = whole_only(kw.pop("mask", None), what, where, NOT_CUT)
     eng = kw.pop("engine", None)
     kw.pop("dtype", None)
     a = take(args, kw, ("dst", "src"), what, where, 2)
@@ -308,7 +308,7 @@ def gather_flattened(*args: Any, **kw: Any) -> Pending | None:
     nki.language.gather_flattened)."""
     where = here()
     what = "gather_flattened"
-    m = whole_only(check_mask(kw.pop("mask", None), what, where), what, where, NOT_CUT)
+    m = whole_only(kw.pop("mask", None), what, where, NOT_CUT)
     a = take(args, kw, ("data", "indices", "axis", "dtype"), what, where, 2)
     data, idx = as_view(a["data"]), as_view(a["indices"])
     if a.get("axis") not in (None, 0, -1):

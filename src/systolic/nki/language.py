@@ -235,8 +235,7 @@ def load_transpose2d(src: Any, mask: Any = None, dtype: Any = None, **kw: Any) -
     into a new SBUF tile [F, P] (F <= 128): one DMA walking src column by column
     (nki/transpose.py record_dma_transpose), any dtype."""
     where = here()
-    m = whole_only(check_mask(mask, "nl.load_transpose2d", where), "nl.load_transpose2d",
-                   where, TRANSPOSED)
+    m = whole_only(mask, "nl.load_transpose2d", where, TRANSPOSED)
     kw.pop("name", None)
     if kw:
         raise fail(f"nl.load_transpose2d: argument(s) {', '.join(sorted(kw))} not modelled",
@@ -380,10 +379,10 @@ def transpose(x: Any, dtype: Any = None, mask: Any = None, **kw: Any) -> Pending
     from .transpose import transpose_pending
 
     where = here()
-    whole_only(check_mask(mask, "nl.transpose", where), "nl.transpose", where, TRANSPOSED)
+    m = whole_only(mask, "nl.transpose", where, TRANSPOSED)
     if kw:
         raise fail(f"nl.transpose: argument(s) {', '.join(sorted(kw))} not modelled", where)
-    return transpose_pending(x, None, dtype, "sbuf", where)
+    return transpose_pending(x, None, dtype, "sbuf", where, m)
 
 
 def ds(start: int, size: int) -> slice:

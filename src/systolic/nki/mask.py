@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .index import Mask
+from .index import Mask, check_mask
 from .opkind import IndirectDmaArgs, IotaArgs, OpArgs, OpKind
 from .record import Op, Where, current, fail
 from .tensor import Axis, Outside, View
@@ -98,11 +98,12 @@ TRANSPOSED = "a transpose's axes do not line up with its result's"
 NOT_CUT = "these copies are not cut by a mask; index the tiles to the part to copy"
 
 
-def whole_only(mask: Mask | bool | None, what: str, where: Where, why: str
-               ) -> Mask | bool | None:
-    """A call whose views a mask does not cut position by position (a transpose, a gather,
-    a dynamic copy): a mask selecting all (None) or nothing (False: the caller makes no
-    instruction, :func:`applying`), else one line saying ``why``."""
+def whole_only(mask: object, what: str, where: Where, why: str) -> bool | None:
+    """The ``mask=`` of a call whose views a mask does not cut position by position (a
+    transpose, a gather, a dynamic copy), checked as every call's is (index.check_mask):
+    one selecting all (None) or nothing (False: the caller makes no instruction,
+    :func:`applying`), else one line saying ``why``."""
+    mask = check_mask(mask, what, where)
     if isinstance(mask, Mask):
         raise fail(f"{what}: a mask that leaves out part of the tile is not modelled here "
                    f"({why})", where)

@@ -243,7 +243,8 @@ _T = TypeVar("_T")
 
 
 class ThreadStack(threading.local, Generic[_T]):
-    """A stack of its own in each thread (a list's ``append``, ``pop``, ``[-1]`` and truth).
+    """A stack of its own in each thread (a list's ``append``, ``pop``, ``[-1]`` and truth;
+    ``items`` is this thread's list, for the hot readers).
     What a kernel's recording is inside of (the recorders, the SPMD launch being recorded)
     belongs to the thread recording it: with one stack for the process, two threads
     recording kernels at once pushed onto each other's, and each recorded into the other's
@@ -254,9 +255,6 @@ class ThreadStack(threading.local, Generic[_T]):
 
     def __bool__(self) -> bool:
         return bool(self.items)
-
-    def __len__(self) -> int:
-        return len(self.items)
 
     def __getitem__(self, i: int) -> _T:
         return self.items[i]

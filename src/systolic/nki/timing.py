@@ -13,8 +13,8 @@ from ..schema import bound_kind as schema_bound_kind
 from ..timing.core import CoreTiming, time_program
 from .build import Recorded
 
-__all__ = ["BOUND_KINDS", "bound_kind", "longest_core", "time_cores", "time_recorded",
-           "timing_fields"]
+__all__ = ["BOUND_KINDS", "bound_kind", "intensity", "longest_core", "time_cores",
+           "time_recorded", "timing_fields"]
 
 
 def bound_kind(core: CoreTiming) -> str:
@@ -52,5 +52,10 @@ def timing_fields(core: CoreTiming) -> dict[str, Any]:
     (:func:`bound_kind`) and ``intensity`` (useful FLOPs per HBM byte moved)."""
     d = core.to_dict()
     d["bound"]["kind"] = bound_kind(core)
-    d["intensity"] = 2 * core.useful_macs / core.hbm_bytes if core.hbm_bytes else 0.0
+    d["intensity"] = intensity(core)
     return d
+
+
+def intensity(core: CoreTiming) -> float:
+    """Useful FLOPs per HBM byte the timed kernel moved (0 when it moved none)."""
+    return 2 * core.useful_macs / core.hbm_bytes if core.hbm_bytes else 0.0

@@ -32,7 +32,6 @@ from typing import Any
 from ..dtypes import get_format
 from ..isa import ActivationFunc, AluOp, Engine
 from .calls import current_api, named, need, no_extra
-from .index import check_mask
 from .lazy import LazyKind, NlOp
 from .mask import TRANSPOSED, applying, whole_only
 from .opkind import IotaArgs, VectorTransposeArgs
@@ -201,10 +200,13 @@ def _pe_transpose(out: View, src: View, p: int, f: int, where: tuple[str, int]) 
 
 # -- lazy results: nisa.nc_transpose(data) of the older API, nl.transpose(x) ----------------
 def transpose_pending(data: Any, eng: object, dtype: Any, buffer: str | None,
-                      where: tuple[str, int]) -> Pending:
+                      where: tuple[str, int], mask: Any = None) -> Pending:
     """A lazy transpose; ``buffer`` "sbuf" makes a used result land in SBUF (nl.transpose),
-    None in the engine's own output (PSUM for the Tensor Engine, SBUF for Vector)."""
-    return Pending(LazyKind.TRANSPOSE, where, src=data, engine=eng, dtype=dtype, buffer=buffer)
+    None in the engine's own output (PSUM for the Tensor Engine, SBUF for Vector).
+    ``mask``: the call's, all or nothing (mask.whole_only), applied where it is written
+    (results.write)."""
+    return Pending(LazyKind.TRANSPOSE, where, src=data, engine=eng, dtype=dtype, buffer=buffer,
+                   mask=mask)
 
 
 def transpose_result(pend: Pending) -> Tensor:
@@ -282,8 +284,7 @@ def nc_transpose(*args: Any, **kw: Any) -> Pending | None:
     Vector). dst[F, P] = data[P, F] (nki/transpose.py)."""
     where = here()
     kw.pop("name", None)
-    m = whole_only(check_mask(kw.pop("mask", None), "nc_transpose", where), "nc_transpose",
-                   where, TRANSPOSED)
+    m = whole_only(kw.pop("mask", None), "nc_transpose", where, TRANSPOSED)
     eng = kw.pop("engine", None)
     if current_api(args, kw, 2):
         vals = named(args, kw, ("dst", "data"), "nc_transpose")
@@ -297,7 +298,7 @@ def nc_transpose(*args: Any, **kw: Any) -> Pending | None:
     no_extra(kw, "nc_transpose", where)
     if data is None:
         raise fail("nc_transpose: missing argument data", where)
-    return transpose_pending(data, eng, dtype, None, where)
+    return transpose_pending(data, eng, dtype, None, where, m)
 
 
 def dma_transpose(*args: Any, **kw: Any) -> Pending | None:

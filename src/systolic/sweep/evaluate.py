@@ -9,7 +9,7 @@ says what to run with them:
   single matmul is a one-op workload (:func:`matmul_target`).
 * :class:`KernelTarget`: an NKI kernel ``FILE.py:FUNCTION`` with argument shapes, recorded
   with :func:`systolic.nki.run.record` (the file loaded once per process) and timed with
-  :func:`systolic.timing.core.time_program` (:func:`kernel_figures`).
+  :func:`systolic.nki.timing.time_recorded` (:func:`kernel_figures`).
 
 :func:`evaluate_point` raises on a point that cannot run; :func:`evaluate_chunk` (what a
 worker runs) turns that into a failed result with the error's text, so the sweep goes on.
@@ -36,6 +36,8 @@ from ..compiler import MatmulSpec
 from ..errors import SweepError, SystolicError
 from ..nki.record import DEFAULT_MAX_OPS, DEFAULT_TIME_LIMIT_S
 from ..nki.run import load_kernel, record, unwritten
+from ..nki.timing import intensity as kernel_intensity
+from ..nki.timing import time_recorded
 from ..nki.types import TensorSpec, to_dtype
 from ..timing.core import time_program
 from ..views.report import Report
@@ -339,11 +341,11 @@ def kernel_figures(target: KernelTarget, inputs: dict[str, Any]) -> dict[str, An
     why = unwritten(recorded)
     if why:
         raise SweepError(f"the kernel {why}")
-    timing = time_program(recorded.program, arch)
+    timing = time_recorded(recorded)  # a launch on several NeuronCores: its longest core
     out = flat_core(timing.to_dict(), dma_transfers(timing))
     sbuf, psum = on_chip_high_water(recorded.program)
-    out.update({"intensity": 2 * timing.useful_macs / timing.hbm_bytes if timing.hbm_bytes
-                else 0.0, "flops": 2 * timing.useful_macs, "useful_macs": timing.useful_macs,
+    out.update({"intensity": kernel_intensity(timing), "flops": 2 * timing.useful_macs,
+                "useful_macs": timing.useful_macs,
                 "instructions": len(recorded.program), "nki_ops": recorded.ops,
                 "sbuf_bytes": sbuf, "psum_bytes": psum})
     return out
