@@ -13,8 +13,7 @@ _T = ("tests/test_extrapolate_k.py",)
 
 MUTANTS = (
     Mutant("k_regime_ignored", "extrapolate.py",
-           "    k0 = max(K_SLICE, caps[0] + 1 if kt > caps[0] else 0,\n"
-           "             caps[1] // nt + 1 if kt * nt > caps[1] else 0)\n",
+           "    k0 = max(_k_moving0(kt, caps, nt), caps[0] + 1 if kt > caps[0] else 0)\n",
            "    k0 = K_SLICE\n", _T,
            "the stand-ins start at K_SLICE K tiles whatever the product's cache regime"),
     Mutant("k_extra_off_by_one", "extrapolate.py",

@@ -37,7 +37,8 @@ MUTANTS: tuple[Mutant, ...] = (
       "        reg = _REGIONS.get(ap)  # by value: every field, as two dtypes touch different "
       "bytes\n        if reg is None:\n            if len(_REGIONS) >= _DMA_COSTS_MAX:\n"
       "                _REGIONS.clear()\n            reg = _REGIONS[ap] = region(ap)\n",
-      "        key = (ap.space, ap.partition, ap.partitions, ap.offset, ap.dims)\n"
+      "        key = (ap.space, ap.partition, ap.partitions, ap.offset, ap.dims,\n"
+      "               ap.partition_step)  # every field but the dtype\n"
       "        reg = _REGIONS.get(key)  # type: ignore[call-overload]\n        if reg is None:\n"
       "            if len(_REGIONS) >= _DMA_COSTS_MAX:\n                _REGIONS.clear()\n"
       "            reg = _REGIONS[key] = region(ap)  # type: ignore[index]\n",

@@ -105,7 +105,7 @@ from .compiler.codegen import DenseState
 from .compiler.tiling import check_size, matmul_count, tile
 from .errors import ShapeError, SystolicError
 from .isa import DmaLoad, Program, ReadOut, Space
-from .isa.program import count_opcodes, in_opcode_order
+from .isa.program import count_opcodes
 from .timing.core import CoreTiming, time_prefixes
 from .timing.tensor_engine import ComputeCosts, Kind, Schedule
 from .views.report import Report, _breakdown_units, build_report
@@ -183,11 +183,16 @@ def _k_start(spec: MatmulSpec, arch: Arch) -> int | None:
         return None
     kt, caps, nt = got
     # the fewest K tiles in the product's regime: past a cache's capacity if it is
-    k0 = max(K_SLICE, caps[0] + 1 if kt > caps[0] else 0,
-             caps[1] // nt + 1 if kt * nt > caps[1] else 0)
+    k0 = max(_k_moving0(kt, caps, nt), caps[0] + 1 if kt > caps[0] else 0)
     if kt < 2 * k0:  # the stand-ins would cost about as much as the M slice
         return None
     return k0
+
+
+def _k_moving0(kt: int, caps: tuple[int, int], nt: int) -> int:
+    """The fewest K tiles (at least K_SLICE) in the product's regime of the moving slots:
+    past their capacity if the product's moving tiles of one M tile are."""
+    return max(K_SLICE, caps[1] // nt + 1 if kt * nt > caps[1] else 0)
 
 
 def _k_regular(spec: MatmulSpec, arch: Arch) -> tuple[int, tuple[int, int], int] | None:
@@ -231,7 +236,7 @@ def _k_fewer_slots(spec: MatmulSpec, arch: Arch) -> tuple[int, int] | None:
         return None
     # the moving slots' regime as in _k_start; the stand-ins' own stationary slots are one
     # fewer than their K tiles, so that they thrash too
-    k0 = max(K_SLICE, caps[1] // nt + 1 if kt * nt > caps[1] else 0)
+    k0 = _k_moving0(kt, caps, nt)
     if k0 - 1 >= caps[0] or kt < 2 * k0:
         return None
     return k0, k0 - 1
@@ -523,7 +528,8 @@ def _assemble(s: _Slice) -> Report:
     return dataclasses.replace(
         s.report, cycles=q["cycles"], readout_tail=q["readout_tail"],
         useful_macs=q["macs2"] // 2,
-        counts=in_opcode_order({k[2:]: q[k] for k in q if k.startswith("c_")}),
+        # in opcode order: _counts's (count_opcodes), which every step below keeps
+        counts={k[2:]: q[k] for k in q if k.startswith("c_")},
         units={k[2:]: q[k] for k in q if k.startswith("u_")}, core_timing=core,
         program=None, slice_tiles=s.tiles, slice_k_tiles=s.k_tiles)
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..geometry import interval_union
 from ..timing.core import CoreTiming
+from .plot_base import busy_per_bin
 from .profile_rows import profile_rows
 
 if TYPE_CHECKING:
@@ -49,9 +50,7 @@ def timeline_svg(core: CoreTiming, width: int = 720, bins: int = 360) -> str:
                          f"{a * us:,.3f}-{b * us:,.3f} us</title></rect>"
                          for a, b in zip(lo.tolist(), hi.tolist(), strict=True))
             continue
-        edges = np.linspace(0, span, bins + 1)
-        covered = np.concatenate([[0], np.cumsum(hi - lo)])
-        busy = np.diff(_covered_before(edges, lo, hi, covered)) / np.diff(edges)
+        busy = busy_per_bin(lo, hi, np.linspace(0, span, bins + 1))
         w = (width - left) / bins
         parts.extend(f"<rect x='{left + j * w:.2f}' y='{y}' width='{w:.2f}' "
                      f"height='{lane - 6}' fill='{colour}' fill-opacity='{f:.2f}'/>"
@@ -60,15 +59,6 @@ def timeline_svg(core: CoreTiming, width: int = 720, bins: int = 360) -> str:
                  f"<text x='{width - 4}' y='{lane * len(rows) + 14}' text-anchor='end'>"
                  f"{core.latency_us:,.2f} us</text></svg>")
     return "".join(parts)
-
-
-def _covered_before(t: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                    covered: np.ndarray) -> np.ndarray:
-    """Busy length in [0, t) of disjoint sorted intervals, for each t."""
-    k = np.searchsorted(lo, t, side="right")  # intervals starting before t
-    prev = np.maximum(k - 1, 0)
-    inside = np.where(k > 0, np.clip(t - lo[prev], 0, hi[prev] - lo[prev]), 0)
-    return covered[prev] * (k > 0) + inside
 
 
 def result_html(result: MatmulResult) -> str:
